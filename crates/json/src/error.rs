@@ -1,0 +1,101 @@
+//! The one error type of the crate.
+
+/// Why input was refused.
+///
+/// Every variant has a stable [`code`](JsonError::code) and, where the failure has a
+/// place in the input, a byte [`offset`](JsonError::offset). Messages describe the
+/// failure in fixed words and never quote the input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonError {
+    /// The input is longer than [`Limits::size_bytes_max`](crate::Limits::size_bytes_max).
+    #[error("input is {size_bytes} bytes, over the limit of {size_bytes_max}")]
+    TooLarge {
+        /// Length of the input.
+        size_bytes: usize,
+        /// The limit it broke.
+        size_bytes_max: usize,
+    },
+    /// Containers nest deeper than [`Limits::depth_max`](crate::Limits::depth_max).
+    #[error("nesting deeper than {depth_max} at byte {offset}")]
+    TooDeep {
+        /// Offset of the bracket that opened one container too many.
+        offset: usize,
+        /// The limit it broke.
+        depth_max: usize,
+    },
+    /// The input is not UTF-8 (or not all of it is).
+    #[error("invalid UTF-8 at byte {offset}")]
+    InvalidUtf8 {
+        /// Offset of the first byte that is not part of a valid UTF-8 sequence.
+        offset: usize,
+    },
+    /// An object has two members whose names are equal after unescaping.
+    #[error("duplicate object member name at byte {offset}")]
+    DuplicateKey {
+        /// Offset of the second occurrence's opening quote.
+        offset: usize,
+    },
+    /// A `\uD800`–`\uDFFF` escape that is not half of a valid surrogate pair.
+    #[error("lone surrogate escape at byte {offset}")]
+    LoneSurrogate {
+        /// Offset of the backslash that starts the escape.
+        offset: usize,
+    },
+    /// A number whose magnitude does not fit a finite IEEE 754 double.
+    #[error("number out of range at byte {offset}")]
+    NumberOutOfRange {
+        /// Offset of the number's first byte.
+        offset: usize,
+    },
+    /// Anything else RFC 8259 does not allow.
+    #[error("syntax error at byte {offset}: {reason}")]
+    Syntax {
+        /// Offset of the first byte that does not fit the grammar (the input's length at
+        /// an unexpected end).
+        offset: usize,
+        /// What was wrong, in fixed words.
+        reason: &'static str,
+    },
+    /// A well-formed value that toolledger may not store or digest.
+    #[error("value outside the v2 domain: {reason}")]
+    OutsideV2Domain {
+        /// What was wrong, in fixed words.
+        reason: &'static str,
+    },
+}
+
+impl JsonError {
+    /// The stable, machine-readable name of this kind of failure.
+    ///
+    /// One of `too_large`, `too_deep`, `invalid_utf8`, `duplicate_key`, `lone_surrogate`,
+    /// `number_out_of_range`, `syntax`, `outside_v2_domain`. These never change meaning.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JsonError::TooLarge { .. } => "too_large",
+            JsonError::TooDeep { .. } => "too_deep",
+            JsonError::InvalidUtf8 { .. } => "invalid_utf8",
+            JsonError::DuplicateKey { .. } => "duplicate_key",
+            JsonError::LoneSurrogate { .. } => "lone_surrogate",
+            JsonError::NumberOutOfRange { .. } => "number_out_of_range",
+            JsonError::Syntax { .. } => "syntax",
+            JsonError::OutsideV2Domain { .. } => "outside_v2_domain",
+        }
+    }
+
+    /// The byte offset in the input where the failure was found, if it has one.
+    ///
+    /// Whole-input and whole-value failures ([`TooLarge`](JsonError::TooLarge),
+    /// [`OutsideV2Domain`](JsonError::OutsideV2Domain)) have none.
+    pub fn offset(&self) -> Option<usize> {
+        match *self {
+            JsonError::TooDeep { offset, .. }
+            | JsonError::InvalidUtf8 { offset }
+            | JsonError::DuplicateKey { offset }
+            | JsonError::LoneSurrogate { offset }
+            | JsonError::NumberOutOfRange { offset }
+            | JsonError::Syntax { offset, .. } => Some(offset),
+            JsonError::TooLarge { .. } | JsonError::OutsideV2Domain { .. } => None,
+        }
+    }
+}

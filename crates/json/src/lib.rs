@@ -1,0 +1,53 @@
+//! Strict JSON in, canonical JSON out.
+//!
+//! `toolledger-json` does two things and nothing else:
+//!
+//! - [`parse_strict`] reads untrusted bytes as exactly RFC 8259 JSON, narrowed the way
+//!   I-JSON (RFC 7493) narrows it: UTF-8 without a byte-order mark, no duplicate object
+//!   names (compared after unescaping), no lone surrogate escapes, no number that
+//!   overflows a double. The size limit is checked before anything else is read and the
+//!   nesting limit by a linear scan *before* the recursive decoder runs, so hostile input
+//!   (a 100,000-deep array, say) is a clean error and never a stack overflow.
+//! - [`canonicalize`] writes a [`serde_json::Value`] in the RFC 8785 (JCS) canonical
+//!   form: members sorted by the UTF-16 code units of their names, no whitespace,
+//!   minimal string escaping, numbers as ECMAScript's `Number.prototype.toString`.
+//!
+//! [`check_v2_domain`] narrows a value further to what toolledger stores and digests:
+//! integers within `±(2^53 - 1)` and no fractions or exponents.
+//!
+//! Errors carry a stable [`JsonError::code`] and, where it applies, a byte offset. They
+//! never carry input text, so they are safe to log and to show to whoever sent the input.
+//!
+//! The crate does no I/O and holds no state.
+//!
+//! ```
+//! use toolledger_json::{Limits, canonicalize, parse_strict};
+//!
+//! let value = parse_strict(br#"{ "b": 1.50, "a": [true, "\u00e9"] }"#, &Limits::default())?;
+//! assert_eq!(canonicalize(&value), r#"{"a":[true,"é"],"b":1.5}"#);
+//!
+//! let err = parse_strict(br#"{"a":1,"\u0061":2}"#, &Limits::default()).unwrap_err();
+//! assert_eq!(err.code(), "duplicate_key");
+//! assert_eq!(err.offset(), Some(7));
+//! # Ok::<(), toolledger_json::JsonError>(())
+//! ```
+#![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+mod canon;
+mod domain;
+mod error;
+mod number;
+mod parse;
+
+pub use crate::{
+    canon::{canonicalize, canonicalize_into},
+    domain::{V2_INTEGER_MAX, V2_INTEGER_MIN, check_v2_domain},
+    error::JsonError,
+    parse::{Limits, parse_strict},
+};

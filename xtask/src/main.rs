@@ -1,0 +1,246 @@
+//! `cargo xtask`: the project's one entry point for checks and benchmarks.
+//!
+//! - `cargo xtask ci` runs every check CI runs, in order, prints one summary line per
+//!   step, and exits non-zero if any step failed. Steps run even after a failure, so one
+//!   run shows everything that is wrong.
+//! - `cargo xtask bench [json] [--quick]` builds in release and runs the benchmarks,
+//!   writing their figures under `target/bench/`.
+//!
+//! xtask depends on `serde_json` alone: it drives cargo and reads its output.
+
+#![allow(
+    clippy::print_stderr,
+    reason = "xtask is a command: usage errors go to stderr"
+)]
+
+mod tidy;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+    time::Instant,
+};
+
+/// cargo-deny is installed at this version when missing, so every machine runs the same.
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("ci") if args.len() == 1 => ci(&root),
+        Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
+        Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask ci | cargo xtask bench [json] [--quick] | cargo xtask tidy"
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// One finished step: its name, whether it passed, how long it took, and a note.
+struct Outcome {
+    name: String,
+    passed: bool,
+    seconds: f64,
+    note: String,
+}
+
+fn step(name: &str, run: impl FnOnce() -> Result<String, String>) -> Outcome {
+    println!("==> {name}");
+    let start = Instant::now();
+    let result = run();
+    let seconds = start.elapsed().as_secs_f64();
+    let (passed, note) = match result {
+        Ok(note) => (true, note),
+        Err(note) => (false, note),
+    };
+    let outcome = Outcome {
+        name: name.to_owned(),
+        passed,
+        seconds,
+        note,
+    };
+    println!("{}", summary(&outcome));
+    outcome
+}
+
+fn summary(outcome: &Outcome) -> String {
+    let verdict = if outcome.passed { "ok" } else { "FAILED" };
+    let note = if outcome.note.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", outcome.note)
+    };
+    format!(
+        "xtask: {:<28} {verdict:<6} {:>7.1}s{note}",
+        outcome.name, outcome.seconds
+    )
+}
+
+fn report(outcomes: &[Outcome]) -> ExitCode {
+    println!();
+    println!("xtask summary:");
+    for outcome in outcomes {
+        println!("{}", summary(outcome));
+    }
+    let failed = outcomes.iter().filter(|outcome| !outcome.passed).count();
+    println!(
+        "xtask: {} steps, {} passed, {failed} failed",
+        outcomes.len(),
+        outcomes.len() - failed
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs `cargo` with `args` in the workspace root, with extra environment, streaming its
+/// output. Ok when it exits 0.
+fn cargo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    command.current_dir(root).args(args);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let status = command
+        .status()
+        .map_err(|err| format!("could not start cargo: {err}"))?;
+    if status.success() {
+        Ok(String::new())
+    } else {
+        Err(format!("cargo exited with {status}"))
+    }
+}
+
+fn ci(root: &Path) -> ExitCode {
+    let mut outcomes = vec![
+        step("fmt", || cargo(root, &["fmt", "--all", "--check"], &[])),
+        step("clippy", || {
+            cargo(
+                root,
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--locked",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+                &[],
+            )
+        }),
+        step("doc", || {
+            cargo(
+                root,
+                &["doc", "--workspace", "--no-deps", "--locked"],
+                &[("RUSTDOCFLAGS", "-D warnings")],
+            )
+        }),
+        step("deny (licenses bans sources)", || deny(root)),
+        step("tidy (crate layering)", || tidy::check(root)),
+    ];
+    // Each mode has its own target dir: RUSTFLAGS changes every fingerprint, and sharing
+    // one dir would rebuild the world at each switch.
+    let modes: [(&str, &[&str], &str); 4] = [
+        ("test debug", &[], ""),
+        ("test release", &["--release"], ""),
+        ("test debug -D warnings", &[], "-D warnings"),
+        ("test release -D warnings", &["--release"], "-D warnings"),
+    ];
+    for (name, profile, rustflags) in modes {
+        let dir = format!(
+            "target/ci/{}",
+            name.replace(' ', "-").replace("--D-", "-deny-")
+        );
+        outcomes.push(step(name, || {
+            let mut args = vec![
+                "test",
+                "--workspace",
+                "--locked",
+                "--target-dir",
+                dir.as_str(),
+            ];
+            args.extend_from_slice(profile);
+            cargo(root, &args, &[("RUSTFLAGS", rustflags)])
+        }));
+    }
+    report(&outcomes)
+}
+
+fn deny(root: &Path) -> Result<String, String> {
+    let installed = Command::new("cargo")
+        .args(["deny", "--version"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !installed {
+        println!(
+            "cargo-deny is missing: installing {CARGO_DENY_VERSION} with cargo install --locked"
+        );
+        let spec = format!("cargo-deny@{CARGO_DENY_VERSION}");
+        cargo(root, &["install", "--locked", spec.as_str()], &[])?;
+    }
+    cargo(
+        root,
+        &["deny", "--locked", "check", "licenses", "bans", "sources"],
+        &[],
+    )?;
+    Ok("advisories not checked: they need the RustSec database from the network, which this machine cannot reach".to_owned())
+}
+
+fn bench(root: &Path, args: &[String]) -> ExitCode {
+    let quick = args.iter().any(|arg| arg == "--quick");
+    let names: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|arg| *arg != "--quick")
+        .collect();
+    const KNOWN: [&str; 1] = ["json"];
+    if let Some(unknown) = names.iter().find(|name| !KNOWN.contains(name)) {
+        eprintln!("unknown bench {unknown:?}; known: {}", KNOWN.join(", "));
+        return ExitCode::from(2);
+    }
+    let selected: Vec<&str> = if names.is_empty() {
+        KNOWN.to_vec()
+    } else {
+        names
+    };
+    let mut outcomes = Vec::new();
+    for name in selected {
+        outcomes.push(step(&format!("bench {name}"), || match name {
+            "json" => {
+                let out = root.join("target/bench/json.json");
+                let out = out.to_string_lossy();
+                let mut args = vec![
+                    "bench",
+                    "--locked",
+                    "-p",
+                    "toolledger-json",
+                    "--bench",
+                    "corpus",
+                    "--",
+                    "--out",
+                    &out,
+                ];
+                if quick {
+                    args.push("--quick");
+                }
+                cargo(root, &args, &[])
+            }
+            _ => Err(format!("no bench named {name}")),
+        }));
+    }
+    report(&outcomes)
+}

@@ -1,0 +1,149 @@
+//! The tidy check: SPEC §2's crate layering, read from `cargo metadata`.
+//!
+//! The workspace's crates form one line, cli → engine → store → contract → json. A crate
+//! may depend (normally, for builds, or for tests) only on crates below it, and on
+//! external crates from its allowance: SQLite only in `store`, clap only in `cli`.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+
+/// The layers, lowest first.
+const LAYERS: [&str; 5] = [
+    "toolledger-json",
+    "toolledger-contract",
+    "toolledger-store",
+    "toolledger-engine",
+    "toolledger-cli",
+];
+
+/// External crates each layer may use in `[dependencies]`.
+fn allowed_external(krate: &str) -> &'static [&'static str] {
+    const BASE: &[&str] = &["serde", "serde_json", "sha2", "thiserror", "jiff"];
+    match krate {
+        "toolledger-json" => &["serde_json", "thiserror"],
+        "toolledger-contract" | "toolledger-engine" => BASE,
+        "toolledger-store" => &[
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "jiff",
+            "rusqlite",
+        ],
+        "toolledger-cli" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap"],
+        _ => &[],
+    }
+}
+
+/// External crates any layer may add for tests only.
+const DEV_ONLY: &[&str] = &["proptest"];
+
+pub(crate) fn check(root: &Path) -> Result<String, String> {
+    let output = Command::new("cargo")
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .output()
+        .map_err(|err| format!("could not run cargo metadata: {err}"))?;
+    if !output.status.success() {
+        return Err("cargo metadata failed".to_owned());
+    }
+    let metadata: Value = serde_json::from_slice(&output.stdout)
+        .map_err(|err| format!("cargo metadata printed something unreadable: {err}"))?;
+    let (crates, violations) = violations(&metadata);
+    if violations.is_empty() {
+        Ok(format!("{crates} crates, layering holds"))
+    } else {
+        for violation in &violations {
+            println!("tidy: {violation}");
+        }
+        Err(format!("{} layering violations", violations.len()))
+    }
+}
+
+/// Every breach of the layering in `metadata` (the output of `cargo metadata
+/// --no-deps`), and how many workspace crates were checked.
+pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
+    let mut found = Vec::new();
+    let packages = metadata["packages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut checked = 0;
+    for package in packages {
+        let name = package["name"].as_str().unwrap_or_default();
+        if name == "xtask" {
+            continue;
+        }
+        checked += 1;
+        let Some(layer) = LAYERS.iter().position(|layer| *layer == name) else {
+            found.push(format!("{name} is not a crate of SPEC §2"));
+            continue;
+        };
+        let dependencies = package["dependencies"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for dependency in dependencies {
+            let dep = dependency["name"].as_str().unwrap_or_default();
+            let dev = dependency["kind"].as_str() == Some("dev");
+            if let Some(dep_layer) = LAYERS.iter().position(|layer| *layer == dep) {
+                if dep_layer >= layer {
+                    found.push(format!("{name} depends on {dep}, which is not below it"));
+                }
+            } else if dep == "xtask" || dep.starts_with("toolledger") {
+                found.push(format!("{name} depends on {dep}, which is not a layer"));
+            } else if !(allowed_external(name).contains(&dep) || (dev && DEV_ONLY.contains(&dep))) {
+                found.push(format!(
+                    "{name} depends on external crate {dep}, outside its allowance"
+                ));
+            }
+        }
+    }
+    (checked, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::violations;
+
+    fn metadata(packages: serde_json::Value) -> serde_json::Value {
+        json!({ "packages": packages })
+    }
+
+    #[test]
+    fn a_downward_line_passes() {
+        let good = metadata(json!([
+            {"name": "toolledger-json", "dependencies": [{"name": "serde_json", "kind": null}, {"name": "proptest", "kind": "dev"}]},
+            {"name": "toolledger-contract", "dependencies": [{"name": "toolledger-json", "kind": null}, {"name": "sha2", "kind": null}]},
+            {"name": "toolledger-store", "dependencies": [{"name": "toolledger-contract", "kind": null}, {"name": "rusqlite", "kind": null}]},
+            {"name": "xtask", "dependencies": [{"name": "anything", "kind": null}]},
+        ]));
+        assert_eq!(violations(&good), (3, vec![]));
+    }
+
+    #[test]
+    fn upward_edges_foreign_crates_and_misplaced_externals_are_caught() {
+        let bad = metadata(json!([
+            {"name": "toolledger-json", "dependencies": [{"name": "toolledger-contract", "kind": "dev"}]},
+            {"name": "toolledger-engine", "dependencies": [{"name": "rusqlite", "kind": null}, {"name": "toolledger-engine", "kind": null}]},
+            {"name": "toolledger-contract", "dependencies": [{"name": "proptest", "kind": null}, {"name": "xtask", "kind": null}]},
+            {"name": "toolledger-extra", "dependencies": []},
+        ]));
+        let (checked, found) = violations(&bad);
+        assert_eq!(checked, 4);
+        assert_eq!(
+            found,
+            [
+                "toolledger-json depends on toolledger-contract, which is not below it",
+                "toolledger-engine depends on external crate rusqlite, outside its allowance",
+                "toolledger-engine depends on toolledger-engine, which is not below it",
+                "toolledger-contract depends on external crate proptest, outside its allowance",
+                "toolledger-contract depends on xtask, which is not a layer",
+                "toolledger-extra is not a crate of SPEC §2",
+            ]
+        );
+    }
+}
