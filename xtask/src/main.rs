@@ -8,10 +8,7 @@
 //!
 //! xtask depends on `serde_json` alone: it drives cargo and reads its output.
 
-#![allow(
-    clippy::print_stderr,
-    reason = "xtask is a command: usage errors go to stderr"
-)]
+#![allow(clippy::print_stderr, reason = "xtask is a command: usage errors go to stderr")]
 
 mod tidy;
 
@@ -41,10 +38,7 @@ fn main() -> ExitCode {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 /// One finished step: its name, whether it passed, how long it took, and a note.
@@ -64,27 +58,15 @@ fn step(name: &str, run: impl FnOnce() -> Result<String, String>) -> Outcome {
         Ok(note) => (true, note),
         Err(note) => (false, note),
     };
-    let outcome = Outcome {
-        name: name.to_owned(),
-        passed,
-        seconds,
-        note,
-    };
+    let outcome = Outcome { name: name.to_owned(), passed, seconds, note };
     println!("{}", summary(&outcome));
     outcome
 }
 
 fn summary(outcome: &Outcome) -> String {
     let verdict = if outcome.passed { "ok" } else { "FAILED" };
-    let note = if outcome.note.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", outcome.note)
-    };
-    format!(
-        "xtask: {:<28} {verdict:<6} {:>7.1}s{note}",
-        outcome.name, outcome.seconds
-    )
+    let note = if outcome.note.is_empty() { String::new() } else { format!(" ({})", outcome.note) };
+    format!("xtask: {:<28} {verdict:<6} {:>7.1}s{note}", outcome.name, outcome.seconds)
 }
 
 fn report(outcomes: &[Outcome]) -> ExitCode {
@@ -99,11 +81,7 @@ fn report(outcomes: &[Outcome]) -> ExitCode {
         outcomes.len(),
         outcomes.len() - failed
     );
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 /// Runs `cargo` with `args` in the workspace root, with extra environment, streaming its
@@ -114,14 +92,8 @@ fn cargo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, Str
     for (key, value) in env {
         command.env(key, value);
     }
-    let status = command
-        .status()
-        .map_err(|err| format!("could not start cargo: {err}"))?;
-    if status.success() {
-        Ok(String::new())
-    } else {
-        Err(format!("cargo exited with {status}"))
-    }
+    let status = command.status().map_err(|err| format!("could not start cargo: {err}"))?;
+    if status.success() { Ok(String::new()) } else { Err(format!("cargo exited with {status}")) }
 }
 
 fn ci(root: &Path) -> ExitCode {
@@ -130,15 +102,7 @@ fn ci(root: &Path) -> ExitCode {
         step("clippy", || {
             cargo(
                 root,
-                &[
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--locked",
-                    "--",
-                    "-D",
-                    "warnings",
-                ],
+                &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"],
                 &[],
             )
         }),
@@ -161,18 +125,9 @@ fn ci(root: &Path) -> ExitCode {
         ("test release -D warnings", &["--release"], "-D warnings"),
     ];
     for (name, profile, rustflags) in modes {
-        let dir = format!(
-            "target/ci/{}",
-            name.replace(' ', "-").replace("--D-", "-deny-")
-        );
+        let dir = format!("target/ci/{}", name.replace(' ', "-").replace("--D-", "-deny-"));
         outcomes.push(step(name, || {
-            let mut args = vec![
-                "test",
-                "--workspace",
-                "--locked",
-                "--target-dir",
-                dir.as_str(),
-            ];
+            let mut args = vec!["test", "--workspace", "--locked", "--target-dir", dir.as_str()];
             args.extend_from_slice(profile);
             cargo(root, &args, &[("RUSTFLAGS", rustflags)])
         }));
@@ -192,31 +147,20 @@ fn deny(root: &Path) -> Result<String, String> {
         let spec = format!("cargo-deny@{CARGO_DENY_VERSION}");
         cargo(root, &["install", "--locked", spec.as_str()], &[])?;
     }
-    cargo(
-        root,
-        &["deny", "--locked", "check", "licenses", "bans", "sources"],
-        &[],
-    )?;
+    cargo(root, &["deny", "--locked", "check", "licenses", "bans", "sources"], &[])?;
     Ok("advisories not checked: they need the RustSec database from the network, which this machine cannot reach".to_owned())
 }
 
 fn bench(root: &Path, args: &[String]) -> ExitCode {
     let quick = args.iter().any(|arg| arg == "--quick");
-    let names: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|arg| *arg != "--quick")
-        .collect();
+    let names: Vec<&str> =
+        args.iter().map(String::as_str).filter(|arg| *arg != "--quick").collect();
     const KNOWN: [&str; 1] = ["json"];
     if let Some(unknown) = names.iter().find(|name| !KNOWN.contains(name)) {
         eprintln!("unknown bench {unknown:?}; known: {}", KNOWN.join(", "));
         return ExitCode::from(2);
     }
-    let selected: Vec<&str> = if names.is_empty() {
-        KNOWN.to_vec()
-    } else {
-        names
-    };
+    let selected: Vec<&str> = if names.is_empty() { KNOWN.to_vec() } else { names };
     let mut outcomes = Vec::new();
     for name in selected {
         outcomes.push(step(&format!("bench {name}"), || match name {

@@ -23,14 +23,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
     match krate {
         "toolledger-json" => &["serde_json", "thiserror"],
         "toolledger-contract" | "toolledger-engine" => BASE,
-        "toolledger-store" => &[
-            "serde",
-            "serde_json",
-            "sha2",
-            "thiserror",
-            "jiff",
-            "rusqlite",
-        ],
+        "toolledger-store" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"],
         "toolledger-cli" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap"],
         _ => &[],
     }
@@ -65,10 +58,7 @@ pub(crate) fn check(root: &Path) -> Result<String, String> {
 /// --no-deps`), and how many workspace crates were checked.
 pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
     let mut found = Vec::new();
-    let packages = metadata["packages"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let packages = metadata["packages"].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut checked = 0;
     for package in packages {
         let name = package["name"].as_str().unwrap_or_default();
@@ -80,10 +70,8 @@ pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
             found.push(format!("{name} is not a crate of SPEC §2"));
             continue;
         };
-        let dependencies = package["dependencies"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let dependencies =
+            package["dependencies"].as_array().map(Vec::as_slice).unwrap_or_default();
         for dependency in dependencies {
             let dep = dependency["name"].as_str().unwrap_or_default();
             let dev = dependency["kind"].as_str() == Some("dev");
@@ -94,9 +82,8 @@ pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
             } else if dep == "xtask" || dep.starts_with("toolledger") {
                 found.push(format!("{name} depends on {dep}, which is not a layer"));
             } else if !(allowed_external(name).contains(&dep) || (dev && DEV_ONLY.contains(&dep))) {
-                found.push(format!(
-                    "{name} depends on external crate {dep}, outside its allowance"
-                ));
+                found
+                    .push(format!("{name} depends on external crate {dep}, outside its allowance"));
             }
         }
     }

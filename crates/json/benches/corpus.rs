@@ -47,11 +47,7 @@ fn main() {
     let mut serde_s = Vec::with_capacity(rounds);
     for round in 0..rounds {
         // Alternate which side goes first, too.
-        let order = if round % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
+        let order = if round % 2 == 0 { [true, false] } else { [false, true] };
         for ours in order {
             let start = Instant::now();
             for _ in 0..passes {
@@ -67,11 +63,7 @@ fn main() {
                 }
             }
             let seconds = start.elapsed().as_secs_f64();
-            if ours {
-                ours_s.push(seconds)
-            } else {
-                serde_s.push(seconds)
-            }
+            if ours { ours_s.push(seconds) } else { serde_s.push(seconds) }
         }
     }
     let median = |samples: &mut Vec<f64>| {
@@ -90,28 +82,16 @@ fn main() {
         "json_vs_serde": ours / theirs,
     });
     std::fs::create_dir_all(out.parent().expect("--out has a parent")).expect("create bench dir");
-    std::fs::write(
-        &out,
-        format!("{}\n", serde_json::to_string_pretty(&report).unwrap()),
-    )
-    .expect("write report");
+    std::fs::write(&out, format!("{}\n", serde_json::to_string_pretty(&report).unwrap()))
+        .expect("write report");
 
     println!(
         "json corpus: {} files, {} bytes, {rounds} rounds x {passes} passes",
         inputs.len(),
         bytes
     );
-    println!(
-        "  parse_strict + canonicalize        {:>8.1} MB/s",
-        megabytes / ours
-    );
-    println!(
-        "  serde_json from_slice + to_vec     {:>8.1} MB/s",
-        megabytes / theirs
-    );
-    println!(
-        "  json_vs_serde (time ratio, lower is better)  {:.3}",
-        ours / theirs
-    );
+    println!("  parse_strict + canonicalize        {:>8.1} MB/s", megabytes / ours);
+    println!("  serde_json from_slice + to_vec     {:>8.1} MB/s", megabytes / theirs);
+    println!("  json_vs_serde (time ratio, lower is better)  {:.3}", ours / theirs);
     println!("  written to {}", out.display());
 }

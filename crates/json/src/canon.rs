@@ -52,10 +52,8 @@ fn write_object(members: &Map<String, Value>, out: &mut String) {
     // serde_json's default map is already sorted by UTF-8 bytes, which agrees with UTF-16
     // order unless names mix U+E000..U+FFFF with supplementary characters; check before
     // paying for a sort.
-    let in_order = members
-        .keys()
-        .zip(members.keys().skip(1))
-        .all(|(a, b)| utf16_cmp(a, b) == Ordering::Less);
+    let in_order =
+        members.keys().zip(members.keys().skip(1)).all(|(a, b)| utf16_cmp(a, b) == Ordering::Less);
     if in_order {
         write_members(members.iter(), out);
     } else {
@@ -119,12 +117,8 @@ fn write_string(text: &str, out: &mut String) {
         if escape.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.push_str("\\u00");
-            out.push(char::from(
-                HEX.get(usize::from(byte >> 4)).copied().unwrap_or(b'0'),
-            ));
-            out.push(char::from(
-                HEX.get(usize::from(byte & 0xF)).copied().unwrap_or(b'0'),
-            ));
+            out.push(char::from(HEX.get(usize::from(byte >> 4)).copied().unwrap_or(b'0')));
+            out.push(char::from(HEX.get(usize::from(byte & 0xF)).copied().unwrap_or(b'0')));
         } else {
             out.push_str(escape);
         }

@@ -32,12 +32,7 @@
 //! # Ok::<(), toolledger_json::JsonError>(())
 //! ```
 #![deny(missing_docs)]
-#![deny(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::indexing_slicing,
-    clippy::panic
-)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod canon;
 mod domain;

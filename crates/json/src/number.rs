@@ -89,12 +89,7 @@ pub(crate) fn write_f64(value: f64, out: &mut String) {
             out.push_str(rest);
         }
         let shown = n - 1;
-        let _ = write!(
-            out,
-            "e{}{}",
-            if shown < 0 { '-' } else { '+' },
-            shown.unsigned_abs()
-        );
+        let _ = write!(out, "e{}{}", if shown < 0 { '-' } else { '+' }, shown.unsigned_abs());
     }
 }
 
@@ -109,13 +104,8 @@ pub(crate) fn write_f64(value: f64, out: &mut String) {
 fn shortest_scientific(value: f64) -> String {
     let mut shortest = String::with_capacity(32);
     let _ = write!(shortest, "{value:e}");
-    let significant = shortest
-        .split('e')
-        .next()
-        .unwrap_or_default()
-        .bytes()
-        .filter(u8::is_ascii_digit)
-        .count();
+    let significant =
+        shortest.split('e').next().unwrap_or_default().bytes().filter(u8::is_ascii_digit).count();
     if significant > 1 {
         let mut nearest = String::with_capacity(32);
         let _ = write!(nearest, "{:.*e}", significant - 1, value);

@@ -26,10 +26,7 @@ pub struct Limits {
 impl Default for Limits {
     /// 65,536 bytes and depth 32.
     fn default() -> Limits {
-        Limits {
-            size_bytes_max: 65_536,
-            depth_max: 32,
-        }
+        Limits { size_bytes_max: 65_536, depth_max: 32 }
     }
 }
 
@@ -56,16 +53,11 @@ pub fn parse_strict(input: &[u8], limits: &Limits) -> Result<Value, JsonError> {
             size_bytes_max: limits.size_bytes_max,
         });
     }
-    let text = std::str::from_utf8(input).map_err(|err| JsonError::InvalidUtf8 {
-        offset: err.valid_up_to(),
-    })?;
+    let text = std::str::from_utf8(input)
+        .map_err(|err| JsonError::InvalidUtf8 { offset: err.valid_up_to() })?;
     check_depth(input, limits.depth_max)?;
 
-    let mut parser = Parser {
-        text,
-        bytes: input,
-        pos: 0,
-    };
+    let mut parser = Parser { text, bytes: input, pos: 0 };
     parser.skip_whitespace();
     let value = parser.value()?;
     parser.skip_whitespace();
@@ -124,19 +116,15 @@ impl<'a> Parser<'a> {
     }
 
     fn syntax(&self, reason: &'static str) -> JsonError {
-        JsonError::Syntax {
-            offset: self.pos,
-            reason,
-        }
+        JsonError::Syntax { offset: self.pos, reason }
     }
 
     fn slice(&self, start: usize, end: usize) -> Result<&'a str, JsonError> {
         // Both ends sit on ASCII bytes (quotes, backslashes, number characters), so the
         // slice is always on char boundaries; `get` keeps that a checked claim.
-        self.text.get(start..end).ok_or(JsonError::Syntax {
-            offset: start,
-            reason: "token not on a character boundary",
-        })
+        self.text
+            .get(start..end)
+            .ok_or(JsonError::Syntax { offset: start, reason: "token not on a character boundary" })
     }
 
     fn skip_whitespace(&mut self) {
@@ -216,9 +204,7 @@ impl<'a> Parser<'a> {
             self.skip_whitespace();
             let value = self.value()?;
             if members.insert(name, value).is_some() {
-                return Err(JsonError::DuplicateKey {
-                    offset: name_offset,
-                });
+                return Err(JsonError::DuplicateKey { offset: name_offset });
             }
             self.skip_whitespace();
             match self.peek() {
@@ -394,9 +380,7 @@ impl<'a> Parser<'a> {
         if double == 0.0 && has_nonzero_mantissa(text) {
             return Err(out_of_range);
         }
-        Number::from_f64(double)
-            .map(Value::Number)
-            .ok_or(out_of_range)
+        Number::from_f64(double).map(Value::Number).ok_or(out_of_range)
     }
 }
 

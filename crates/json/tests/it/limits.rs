@@ -19,13 +19,7 @@ fn code(input: &[u8]) -> &'static str {
 fn depth_32_passes_and_33_fails() {
     assert_eq!(code(&nested_arrays(32)), "accept");
     let err = parse_strict(&nested_arrays(33), &Limits::default()).unwrap_err();
-    assert_eq!(
-        err,
-        JsonError::TooDeep {
-            offset: 32,
-            depth_max: 32
-        }
-    );
+    assert_eq!(err, JsonError::TooDeep { offset: 32, depth_max: 32 });
     // Objects count the same as arrays, and a scalar document has depth 0.
     let mut objects = "{\"a\":".repeat(32);
     objects.push('1');
@@ -33,10 +27,7 @@ fn depth_32_passes_and_33_fails() {
     assert_eq!(code(objects.as_bytes()), "accept");
     assert_eq!(code(format!("[{objects}]").as_bytes()), "too_deep");
     assert_eq!(code(b"7"), "accept");
-    let zero = Limits {
-        depth_max: 0,
-        ..Limits::default()
-    };
+    let zero = Limits { depth_max: 0, ..Limits::default() };
     assert!(parse_strict(b"\"x\"", &zero).is_ok());
     assert_eq!(parse_strict(b"[]", &zero).unwrap_err().code(), "too_deep");
 }
@@ -57,17 +48,10 @@ fn deep_nesting_under_the_size_limit_is_too_deep_on_a_small_stack() {
             let four_thousand = nested_arrays(4096);
             assert!(four_thousand.len() <= 65_536);
             let hundred_thousand = nested_arrays(100_000);
-            let unlimited = Limits {
-                size_bytes_max: usize::MAX,
-                depth_max: 32,
-            };
+            let unlimited = Limits { size_bytes_max: usize::MAX, depth_max: 32 };
             (
-                parse_strict(&four_thousand, &Limits::default())
-                    .unwrap_err()
-                    .code(),
-                parse_strict(&hundred_thousand, &unlimited)
-                    .unwrap_err()
-                    .code(),
+                parse_strict(&four_thousand, &Limits::default()).unwrap_err().code(),
+                parse_strict(&hundred_thousand, &unlimited).unwrap_err().code(),
             )
         })
         .unwrap()
@@ -87,10 +71,7 @@ fn size_65536_passes_and_65537_fails() {
     assert_eq!(code(&padded(65_536)), "accept");
     assert_eq!(
         parse_strict(&padded(65_537), &Limits::default()).unwrap_err(),
-        JsonError::TooLarge {
-            size_bytes: 65_537,
-            size_bytes_max: 65_536
-        }
+        JsonError::TooLarge { size_bytes: 65_537, size_bytes_max: 65_536 }
     );
 }
 
@@ -99,14 +80,8 @@ fn duplicate_names_are_compared_after_unescaping() {
     let err = parse_strict(br#"{"a":1,"\u0061":2}"#, &Limits::default()).unwrap_err();
     assert_eq!(err, JsonError::DuplicateKey { offset: 7 });
     assert_eq!(code(br#"{"\u00e9":1,"\u00E9":2}"#), "duplicate_key");
-    assert_eq!(
-        code("{\"\u{e9}\":1,\"\\u00e9\":2}".as_bytes()),
-        "duplicate_key"
-    );
-    assert_eq!(
-        code(br#"{"\ud83d\ude00":1,"\uD83D\uDE00":2}"#),
-        "duplicate_key"
-    );
+    assert_eq!(code("{\"\u{e9}\":1,\"\\u00e9\":2}".as_bytes()), "duplicate_key");
+    assert_eq!(code(br#"{"\ud83d\ude00":1,"\uD83D\uDE00":2}"#), "duplicate_key");
     // Nested objects have their own namespaces.
     assert_eq!(code(br#"{"a":{"a":1},"b":{"a":2}}"#), "accept");
 }

@@ -11,7 +11,5 @@ use std::path::PathBuf;
 
 /// `tests/data/<relative>` inside this crate.
 fn data(relative: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(relative)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(relative)
 }

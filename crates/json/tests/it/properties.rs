@@ -63,16 +63,8 @@ struct Loose {
 }
 
 fn loose() -> impl Strategy<Value = Loose> {
-    (
-        prop::sample::select(vec!["", " ", "\n\t", " \r\n "]),
-        any::<usize>(),
-        any::<bool>(),
-    )
-        .prop_map(|(space, rotate, escape_all)| Loose {
-            space,
-            rotate,
-            escape_all,
-        })
+    (prop::sample::select(vec!["", " ", "\n\t", " \r\n "]), any::<usize>(), any::<bool>())
+        .prop_map(|(space, rotate, escape_all)| Loose { space, rotate, escape_all })
 }
 
 fn write_string(text: &str, how: &Loose, out: &mut String) {

@@ -8,14 +8,7 @@ use crate::data;
 
 #[test]
 fn input_canonicalizes_to_output_byte_for_byte() {
-    let names = [
-        "arrays",
-        "french",
-        "structures",
-        "unicode",
-        "values",
-        "weird",
-    ];
+    let names = ["arrays", "french", "structures", "unicode", "values", "weird"];
     for name in names {
         let input = std::fs::read(data(&format!("rfc8785/input/{name}.json"))).unwrap();
         let expected = std::fs::read(data(&format!("rfc8785/output/{name}.json"))).unwrap();
@@ -37,12 +30,7 @@ fn every_es6_number_line_formats_exactly() {
         let bits = u64::from_str_radix(hex, 16).unwrap();
         let double = f64::from_bits(bits);
         let number = Number::from_f64(double).unwrap();
-        assert_eq!(
-            canonicalize(&Value::Number(number)),
-            expected,
-            "line {}: {hex}",
-            index + 1
-        );
+        assert_eq!(canonicalize(&Value::Number(number)), expected, "line {}: {hex}", index + 1);
 
         // And the text reads back as the same double (`-0` excepted: it is written `0`).
         let parsed = parse_strict(expected.as_bytes(), &Limits::default()).unwrap();
@@ -50,12 +38,7 @@ fn every_es6_number_line_formats_exactly() {
         if double == 0.0 {
             assert_eq!(back, 0.0);
         } else {
-            assert_eq!(
-                back.to_bits(),
-                bits,
-                "line {}: {expected} read back",
-                index + 1
-            );
+            assert_eq!(back.to_bits(), bits, "line {}: {expected} read back", index + 1);
         }
         lines += 1;
     }
