@@ -115,6 +115,7 @@ fn ci(root: &Path) -> ExitCode {
         }),
         step("deny (licenses bans sources)", || deny(root)),
         step("tidy (crate layering)", || tidy::check(root)),
+        step("contract vectors (independent python)", || contract_vectors(root)),
     ];
     // Each mode has its own target dir: RUSTFLAGS changes every fingerprint, and sharing
     // one dir would rebuild the world at each switch.
@@ -133,6 +134,17 @@ fn ci(root: &Path) -> ExitCode {
         }));
     }
     report(&outcomes)
+}
+
+/// `docs/contract-vectors.json` checked by a second implementation written from
+/// `docs/contract.md` alone, in Python: the digests must agree across languages.
+fn contract_vectors(root: &Path) -> Result<String, String> {
+    let status = Command::new("python3")
+        .current_dir(root)
+        .args(["scripts/check_contract_vectors.py", "docs/contract-vectors.json"])
+        .status()
+        .map_err(|err| format!("could not start python3: {err}"))?;
+    if status.success() { Ok(String::new()) } else { Err(format!("python3 exited with {status}")) }
 }
 
 fn deny(root: &Path) -> Result<String, String> {

@@ -1,0 +1,148 @@
+//! Approvals (SPEC §4.3): who may approve, what an approval is bound to, and when it
+//! is valid.
+//!
+//! An approval is consumed when its intent is accepted: a queued event is not re-judged
+//! for expiry. The worker instead recomputes the digest from what the ledger stored, so
+//! any swapped field fails closed before the side effect.
+
+use serde_json::{Value, json};
+
+use crate::{
+    IdempotencyKey, Identifier, ProviderProfile, Revisions, Sha256Hex, UnixSeconds,
+    digest::sha256_canonical,
+};
+
+/// An approval as the host supplies it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// The approval's id.
+    pub approval_id: Identifier,
+    /// Who approved.
+    pub approver_id: Identifier,
+    /// Valid from (inclusive).
+    pub approved_at: UnixSeconds,
+    /// Valid until (exclusive).
+    pub expires_at: UnixSeconds,
+    /// The digest the approver signed off on.
+    pub approval_sha256: Sha256Hex,
+}
+
+/// Everything of the call an approval is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalBinding {
+    /// The tenant.
+    pub tenant_id: Identifier,
+    /// The subject whose call it is.
+    pub subject_id: Identifier,
+    /// Provider, API family, adapter revision.
+    pub profile: ProviderProfile,
+    /// The model response that proposed the call.
+    pub provider_response_id: Identifier,
+    /// The call.
+    pub provider_call_id: Identifier,
+    /// The host's operation id.
+    pub operation_id: Identifier,
+    /// The key.
+    pub idempotency_key: IdempotencyKey,
+    /// The tool.
+    pub tool_name: String,
+    /// The request digest.
+    pub request_sha256: Sha256Hex,
+    /// All six revisions.
+    pub revisions: Revisions,
+}
+
+/// The approval preimage of SPEC §4.2.
+pub fn approval_preimage(
+    approval_id: &Identifier,
+    approver_id: &Identifier,
+    approved_at: UnixSeconds,
+    expires_at: UnixSeconds,
+    binding: &ApprovalBinding,
+) -> Value {
+    json!({
+        "domain": "tool-result-v2/approval",
+        "approval_id": approval_id.as_str(),
+        "approver_id": approver_id.as_str(),
+        "tenant_id": binding.tenant_id.as_str(),
+        "subject_id": binding.subject_id.as_str(),
+        "provider": binding.profile.provider,
+        "api_family": binding.profile.api_family,
+        "adapter_revision": binding.profile.adapter_revision,
+        "provider_response_id": binding.provider_response_id.as_str(),
+        "provider_call_id": binding.provider_call_id.as_str(),
+        "operation_id": binding.operation_id.as_str(),
+        "idempotency_key": binding.idempotency_key.as_str(),
+        "tool_name": binding.tool_name,
+        "request_sha256": binding.request_sha256.as_str(),
+        "revisions": binding.revisions.to_json(),
+        "approved_at": approved_at.get(),
+        "expires_at": expires_at.get(),
+    })
+}
+
+/// `approval_sha256`.
+pub fn approval_sha256(
+    approval_id: &Identifier,
+    approver_id: &Identifier,
+    approved_at: UnixSeconds,
+    expires_at: UnixSeconds,
+    binding: &ApprovalBinding,
+) -> Sha256Hex {
+    sha256_canonical(&approval_preimage(approval_id, approver_id, approved_at, expires_at, binding))
+}
+
+/// Why an approval was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalRefusal {
+    /// Not eligible, the subject approving themself, not bound to this call, an empty or
+    /// inverted interval, or not valid yet: `APPROVAL_INVALID`.
+    Invalid,
+    /// `now >= expires_at`: `APPROVAL_EXPIRED`.
+    Expired,
+}
+
+impl Approval {
+    /// Whether this approval admits the call `binding` at `now`.
+    ///
+    /// In order: the approver is eligible and is not the subject; the digest recomputes
+    /// from `binding`; `approved_at < expires_at`; `approved_at <= now` (else invalid);
+    /// `now < expires_at` (else expired). The interval is right-open.
+    ///
+    /// # Errors
+    ///
+    /// The [`ApprovalRefusal`] that applies.
+    pub fn admits(
+        &self,
+        binding: &ApprovalBinding,
+        eligible_approvers: &[Identifier],
+        now: UnixSeconds,
+    ) -> Result<(), ApprovalRefusal> {
+        if !eligible_approvers.contains(&self.approver_id) || self.approver_id == binding.subject_id
+        {
+            return Err(ApprovalRefusal::Invalid);
+        }
+        if !self.is_bound_to(binding) {
+            return Err(ApprovalRefusal::Invalid);
+        }
+        if self.approved_at >= self.expires_at || now < self.approved_at {
+            return Err(ApprovalRefusal::Invalid);
+        }
+        if now >= self.expires_at {
+            return Err(ApprovalRefusal::Expired);
+        }
+        Ok(())
+    }
+
+    /// Whether `approval_sha256` recomputes from this approval and `binding`. The worker
+    /// uses this alone: the approval was consumed when the intent was accepted.
+    pub fn is_bound_to(&self, binding: &ApprovalBinding) -> bool {
+        approval_sha256(
+            &self.approval_id,
+            &self.approver_id,
+            self.approved_at,
+            self.expires_at,
+            binding,
+        ) == self.approval_sha256
+    }
+}

@@ -1,0 +1,149 @@
+//! The crate's error type and the stable codes of SPEC §8.
+
+/// Why a case file, claims file or stored value was refused.
+///
+/// Messages are fixed words plus the names of the *schema's* members (never the input's
+/// values, never a path), so they are safe to print.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContractError {
+    /// The case file is not a valid `persistence-case/v1` document.
+    #[error("case file invalid: {reason}")]
+    FixtureInvalid {
+        /// What was wrong, naming only schema members.
+        reason: String,
+    },
+    /// The claims file is not a valid claims document.
+    #[error("claims file invalid: {reason}")]
+    ClaimsInvalid {
+        /// What was wrong, naming only schema members.
+        reason: String,
+    },
+    /// The claims file could not be read.
+    #[error("claims file could not be read")]
+    ClaimsIo,
+}
+
+impl ContractError {
+    /// The stable code the CLI prints: `FIXTURE_INVALID`, `CLAIMS_INVALID` or
+    /// `CLAIMS_IO_ERROR`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ContractError::FixtureInvalid { .. } => "FIXTURE_INVALID",
+            ContractError::ClaimsInvalid { .. } => "CLAIMS_INVALID",
+            ContractError::ClaimsIo => "CLAIMS_IO_ERROR",
+        }
+    }
+}
+
+/// A value that does not satisfy its type's rule (see [`crate::ids`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not a valid {what}")]
+pub struct InvalidValue {
+    /// The kind of value that was expected, e.g. `identifier`.
+    pub what: &'static str,
+}
+
+/// The BLOCK codes of SPEC §8: refusals a caller acts on, answered on stdout with exit 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BlockCode {
+    /// The side effect may or may not have happened; only a status query settles it.
+    OutcomeUnknown,
+    /// The key is already bound to a different intent or contract.
+    IdempotencyConflict,
+    /// A call identity recorded for one purpose was used for another.
+    CallPurposeConflict,
+    /// The resource or operation does not exist for this principal (or is not theirs).
+    NotFound,
+    /// The worker's re-authorization failed.
+    AuthorizationDenied,
+    /// The approval is not eligible, not bound to this call, or not yet valid.
+    ApprovalInvalid,
+    /// The approval's validity ended.
+    ApprovalExpired,
+    /// The business state does not allow the effect.
+    BusinessStateInvalid,
+    /// The proposal names an unknown tool or its arguments fail the input schema.
+    InputInvalid,
+    /// The stored operation's contract differs from the current registry.
+    ContractDrift,
+    /// Another worker holds an unexpired lease.
+    LeaseHeld,
+    /// The store audit found a problem.
+    AuditFailed,
+}
+
+impl BlockCode {
+    /// Every code, in SPEC order.
+    pub const ALL: [BlockCode; 12] = [
+        BlockCode::OutcomeUnknown,
+        BlockCode::IdempotencyConflict,
+        BlockCode::CallPurposeConflict,
+        BlockCode::NotFound,
+        BlockCode::AuthorizationDenied,
+        BlockCode::ApprovalInvalid,
+        BlockCode::ApprovalExpired,
+        BlockCode::BusinessStateInvalid,
+        BlockCode::InputInvalid,
+        BlockCode::ContractDrift,
+        BlockCode::LeaseHeld,
+        BlockCode::AuditFailed,
+    ];
+
+    /// The stable code, e.g. `OUTCOME_UNKNOWN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockCode::OutcomeUnknown => "OUTCOME_UNKNOWN",
+            BlockCode::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            BlockCode::CallPurposeConflict => "CALL_PURPOSE_CONFLICT",
+            BlockCode::NotFound => "NOT_FOUND",
+            BlockCode::AuthorizationDenied => "AUTHORIZATION_DENIED",
+            BlockCode::ApprovalInvalid => "APPROVAL_INVALID",
+            BlockCode::ApprovalExpired => "APPROVAL_EXPIRED",
+            BlockCode::BusinessStateInvalid => "BUSINESS_STATE_INVALID",
+            BlockCode::InputInvalid => "INPUT_INVALID",
+            BlockCode::ContractDrift => "CONTRACT_DRIFT",
+            BlockCode::LeaseHeld => "LEASE_HELD",
+            BlockCode::AuditFailed => "AUDIT_FAILED",
+        }
+    }
+
+    /// The fixed sentence a BLOCK package carries for this code. It never echoes input.
+    pub fn message(self) -> &'static str {
+        match self {
+            BlockCode::OutcomeUnknown => {
+                "the outcome is not known locally; do not retry with a new key: query the status_ref"
+            }
+            BlockCode::IdempotencyConflict => {
+                "this idempotency key is already bound to a different request or contract"
+            }
+            BlockCode::CallPurposeConflict => {
+                "this provider call identity was already recorded for another purpose"
+            }
+            BlockCode::NotFound => "no such resource or operation for this principal",
+            BlockCode::AuthorizationDenied => {
+                "the current principal may no longer perform this operation; it stays recoverable"
+            }
+            BlockCode::ApprovalInvalid => {
+                "the approval is not eligible, not bound to this call, or not yet valid"
+            }
+            BlockCode::ApprovalExpired => "the approval has expired",
+            BlockCode::BusinessStateInvalid => "the business state does not allow this operation",
+            BlockCode::InputInvalid => {
+                "the proposal names an unknown tool or fails its input schema"
+            }
+            BlockCode::ContractDrift => {
+                "the operation was accepted under a contract that differs from the current registry"
+            }
+            BlockCode::LeaseHeld => "another worker holds the lease on this operation",
+            BlockCode::AuditFailed => "the store audit found problems",
+        }
+    }
+}
+
+impl std::fmt::Display for BlockCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,48 @@
+//! Tool Result v2: what a side-effecting tool call means and how it is bound.
+//!
+//! This crate is the contract a host, an auditor or a second implementation in another
+//! language agree on byte for byte:
+//!
+//! - the [`Registry`] of tools, their six [`Revisions`], input and output [`Schema`]s,
+//!   and the registered [`ProviderProfile`]s;
+//! - validated value types ([`Identifier`], [`IdempotencyKey`], [`Sha256Hex`],
+//!   [`StatusRef`], [`UnixSeconds`], [`LeaseSeconds`]): checked once, trusted after;
+//! - every digest and reference, each from an exact preimage ([`digest`]);
+//! - [`Approval`] validation, [`authorize`] and [`check_business`] over a
+//!   [`PrincipalResolver`];
+//! - PASS and BLOCK packages and [`verify_package`];
+//! - the case-file and claims-file loaders ([`load_case`], [`load_claims`]).
+//!
+//! It does no I/O, reads no clock and knows nothing of SQLite: callers hand it bytes and
+//! instants. `docs/contract.md` specifies every preimage; `docs/contract-vectors.json`
+//! pins them, and a test regenerates that file from this code.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod approval;
+mod authz;
+mod case;
+pub mod digest;
+mod error;
+mod ids;
+mod package;
+mod registry;
+
+pub use crate::{
+    approval::{Approval, ApprovalBinding, ApprovalRefusal, approval_preimage, approval_sha256},
+    authz::{
+        BusinessRefusal, BusinessState, Denied, NoRoles, Order, PrincipalResolver, SUPPORT_ADMIN,
+        authorize, check_business,
+    },
+    case::{
+        CASE_VERSION, Case, Claims, Clock, HostContext, Principal, Proposal, load_case, load_claims,
+    },
+    digest::{Delivery, HostView, Purpose, Scope},
+    error::{BlockCode, ContractError, InvalidValue},
+    ids::{IdempotencyKey, Identifier, LeaseSeconds, Sha256Hex, StatusRef, UnixSeconds},
+    package::{CONTRACT, PackageError, block_package, pass_package, verify_package},
+    registry::{
+        Charset, Effect, Field, FieldRule, ProviderProfile, Registry, Revisions, Schema,
+        SchemaError, ToolSpec,
+    },
+};

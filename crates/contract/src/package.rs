@@ -1,0 +1,181 @@
+//! Packages (SPEC §4.5): the one JSON object a caller receives.
+//!
+//! A PASS package binds the model's view of the result to the host's view of the call
+//! with `call_binding_sha256`, which anyone can recompute from the package alone; moving
+//! a valid package to another key, call or delivery breaks it.
+
+use serde_json::{Map, Value, json};
+
+use crate::{
+    BlockCode, Delivery, HostView, Sha256Hex, StatusRef,
+    digest::{
+        call_binding_preimage, call_binding_sha256, result_preimage, result_sha256,
+        sha256_canonical,
+    },
+};
+
+/// The `contract` member of every PASS result.
+pub const CONTRACT: &str = "tool-result-v2";
+
+/// Builds a PASS package for `output` of `tool_name`, answered under `host_view`.
+pub fn pass_package(
+    delivery: Delivery,
+    tool_name: &str,
+    output: &Value,
+    host_view: &HostView,
+    request_sha256: &Sha256Hex,
+) -> Value {
+    let result_sha256 = result_sha256(tool_name, &host_view.revisions.output, output);
+    let call_binding =
+        call_binding_sha256(host_view, tool_name, request_sha256, &result_sha256, delivery);
+    json!({
+        "gate": "PASS",
+        "code": "OK",
+        "status": "succeeded",
+        "delivery": delivery.as_str(),
+        "status_ref": host_view.status_ref.as_str(),
+        "result": {
+            "contract": CONTRACT,
+            "tool_name": tool_name,
+            "model_view": output,
+            "host_view": host_view.to_json(),
+            "digests": {
+                "request_sha256": request_sha256.as_str(),
+                "result_sha256": result_sha256.as_str(),
+                "call_binding_sha256": call_binding.as_str(),
+            },
+        },
+    })
+}
+
+/// Builds a BLOCK package. `status` and `status_ref` are the ledger's where SPEC §10
+/// says so, else `None` (written `null`).
+pub fn block_package(
+    code: BlockCode,
+    status: Option<&str>,
+    status_ref: Option<&StatusRef>,
+) -> Value {
+    json!({
+        "gate": "BLOCK",
+        "code": code.as_str(),
+        "status": status,
+        "status_ref": status_ref.map(StatusRef::as_str),
+        "message": code.message(),
+    })
+}
+
+/// Why a package failed verification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackageError {
+    /// The package does not have the shape of a PASS package.
+    #[error("not a PASS package: {0}")]
+    Malformed(&'static str),
+    /// `result_sha256` does not recompute from the model view.
+    #[error("result digest does not recompute")]
+    ResultMismatch,
+    /// `call_binding_sha256` does not recompute from the host view.
+    #[error("call binding does not recompute")]
+    BindingMismatch,
+}
+
+const HOST_VIEW_MEMBERS: [&str; 12] = [
+    "provider",
+    "api_family",
+    "adapter_revision",
+    "provider_response_id",
+    "provider_call_id",
+    "purpose",
+    "operation_id",
+    "idempotency_key",
+    "revisions",
+    "downstream_request_ref",
+    "downstream_receipt_ref",
+    "status_ref",
+];
+
+fn object_with<'v>(
+    value: &'v Value,
+    members: &[&str],
+    what: &'static str,
+) -> Result<&'v Map<String, Value>, PackageError> {
+    let object = value.as_object().ok_or(PackageError::Malformed(what))?;
+    if object.len() != members.len() || !members.iter().all(|member| object.contains_key(*member)) {
+        return Err(PackageError::Malformed(what));
+    }
+    Ok(object)
+}
+
+fn text<'v>(
+    object: &'v Map<String, Value>,
+    member: &str,
+    what: &'static str,
+) -> Result<&'v str, PackageError> {
+    object.get(member).and_then(Value::as_str).ok_or(PackageError::Malformed(what))
+}
+
+/// Recomputes a PASS package's result digest and call binding from its own members.
+///
+/// # Errors
+///
+/// [`PackageError`] when the shape is wrong or either digest does not recompute.
+pub fn verify_package(package: &Value) -> Result<(), PackageError> {
+    let top = object_with(
+        package,
+        &["gate", "code", "status", "delivery", "status_ref", "result"],
+        "top level",
+    )?;
+    if text(top, "gate", "gate")? != "PASS"
+        || text(top, "code", "code")? != "OK"
+        || text(top, "status", "status")? != "succeeded"
+    {
+        return Err(PackageError::Malformed("gate, code or status"));
+    }
+    let delivery = text(top, "delivery", "delivery")?;
+    Delivery::parse(delivery).ok_or(PackageError::Malformed("delivery"))?;
+    let result = object_with(
+        &top["result"],
+        &["contract", "tool_name", "model_view", "host_view", "digests"],
+        "result",
+    )?;
+    if text(result, "contract", "contract")? != CONTRACT {
+        return Err(PackageError::Malformed("contract"));
+    }
+    let tool_name = text(result, "tool_name", "tool_name")?;
+    let host_view_value = &result["host_view"];
+    let host_view = object_with(host_view_value, &HOST_VIEW_MEMBERS, "host_view")?;
+    if text(host_view, "status_ref", "host_view.status_ref")?
+        != text(top, "status_ref", "status_ref")?
+    {
+        return Err(PackageError::Malformed("status_ref differs from host_view"));
+    }
+    let revisions = host_view
+        .get("revisions")
+        .and_then(Value::as_object)
+        .ok_or(PackageError::Malformed("revisions"))?;
+    let output_revision = text(revisions, "output", "revisions.output")?;
+    let digests = object_with(
+        &result["digests"],
+        &["request_sha256", "result_sha256", "call_binding_sha256"],
+        "digests",
+    )?;
+    let request_sha256 = text(digests, "request_sha256", "request_sha256")?;
+    Sha256Hex::new(request_sha256).map_err(|_| PackageError::Malformed("request_sha256"))?;
+
+    let result_sha256 =
+        sha256_canonical(&result_preimage(tool_name, output_revision, &result["model_view"]));
+    if text(digests, "result_sha256", "result_sha256")? != result_sha256.as_str() {
+        return Err(PackageError::ResultMismatch);
+    }
+    let binding = sha256_canonical(&call_binding_preimage(
+        host_view_value,
+        tool_name,
+        request_sha256,
+        result_sha256.as_str(),
+        delivery,
+    ));
+    if text(digests, "call_binding_sha256", "call_binding_sha256")? != binding.as_str() {
+        return Err(PackageError::BindingMismatch);
+    }
+    Ok(())
+}
