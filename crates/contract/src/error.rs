@@ -36,7 +36,7 @@ impl ContractError {
     }
 }
 
-/// A value that does not satisfy its type's rule (see [`crate::ids`]).
+/// A value that does not satisfy its type's rule (see [`Identifier`](crate::Identifier) and its siblings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("not a valid {what}")]
 pub struct InvalidValue {
