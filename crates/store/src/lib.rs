@@ -1,0 +1,160 @@
+//! The durable ledger: where toolledger's facts live.
+//!
+//! [`LedgerStore`] is the engine↔store boundary; [`SqliteStore`] is its first
+//! implementation (a PostgreSQL one is planned), so no SQLite type appears in this
+//! crate's public API. The store implements the transactions of SPEC §6:
+//!
+//! - **A** [`reserve`](LedgerStore::reserve): operation + outbox event + call identity in
+//!   one `BEGIN IMMEDIATE`; an existing scope is returned for the caller to compare;
+//! - **claim** [`claim`](LedgerStore::claim): pending, or processing with an expired
+//!   lease, becomes processing under a new owner and attempt;
+//! - **B** [`record_downstream_receipt`](LedgerStore::record_downstream_receipt): the
+//!   offline downstream stand-in's own commit, idempotent on `downstream_request_ref`;
+//! - **C** [`finalize`](LedgerStore::finalize): local receipt + operation succeeded +
+//!   outbox delivered in one transaction, by the current lease holder or a status query.
+//!
+//! Every read re-verifies what it returns (canonical JSON, recomputed digests) and
+//! answers `STORE_CONTRACT_VIOLATION` on any difference. The store reads no clock: every
+//! instant is handed in. `docs/schema.md` documents the tables, invariants and state
+//! machine.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod audit;
+mod error;
+mod model;
+mod schema;
+mod sqlite;
+mod verify;
+
+use toolledger_contract::{Identifier, LeaseSeconds, Scope, StatusRef};
+
+pub use crate::{
+    audit::{CHECKS, TABLES},
+    error::StoreError,
+    model::{
+        AuditFinding, AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer,
+        LocalReceipt, NewOperation, Now, Operation, OperationStatus, OutboxEvent, RecordedCall,
+        Reservation,
+    },
+    schema::{SCHEMA_ID, USER_VERSION},
+    sqlite::SqliteStore,
+    verify::approval_binding,
+};
+
+/// The engine↔store boundary. Every method is one transaction (or one read); none holds
+/// a transaction open across calls.
+pub trait LedgerStore {
+    /// The operation of `scope`, verified.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; `ContractViolation` when the row contradicts itself.
+    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError>;
+
+    /// The operation named by `status_ref`, verified.
+    ///
+    /// # Errors
+    ///
+    /// As [`LedgerStore::operation_by_scope`].
+    fn operation_by_status_ref(
+        &mut self,
+        status_ref: &StatusRef,
+    ) -> Result<Option<Operation>, StoreError>;
+
+    /// What is recorded of a call identity.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError>;
+
+    /// Commit A: reserves the scope of `intent` and records `call` with purpose
+    /// `dispatch`, or writes nothing and says why.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
+    fn reserve(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Claims the outbox event of `status_ref` for `owner` until `now + lease`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn claim(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<Claim, StoreError>;
+
+    /// Records `call` as a status query of `status_ref`, unless the identity is already
+    /// recorded: then returns what is recorded and writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn record_status_query(
+        &mut self,
+        call: &CallIdentity,
+        status_ref: &StatusRef,
+        now: Now,
+    ) -> Result<Option<RecordedCall>, StoreError>;
+
+    /// Commit B: the downstream stand-in stores `receipt` unless one exists for its
+    /// `downstream_request_ref`; returns the stored one either way.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError>;
+
+    /// The downstream receipt for `downstream_request_ref`, verified against itself.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError>;
+
+    /// The local receipt of `operation`, verified against it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn local_receipt(&mut self, operation: &Operation) -> Result<Option<LocalReceipt>, StoreError>;
+
+    /// Commit C, conditional on the operation not having succeeded and, for a worker, on
+    /// it still holding the lease (owner and attempt).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
+    fn finalize(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &LocalReceipt,
+        now: Now,
+    ) -> Result<Finalize, StoreError>;
+
+    /// The audit of one read snapshot.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the snapshot cannot be read at all.
+    fn audit(&mut self) -> Result<AuditReport, StoreError>;
+}

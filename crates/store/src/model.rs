@@ -1,0 +1,228 @@
+//! The values that cross the engine↔store boundary. None of them is a SQLite type.
+
+use serde_json::Value;
+use toolledger_contract::{
+    Approval, Identifier, ProviderProfile, Purpose, Revisions, Scope, Sha256Hex, StatusRef,
+    UnixSeconds,
+};
+
+/// An operation's place in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OperationStatus {
+    /// Accepted at commit A; no worker has claimed it.
+    Pending,
+    /// A worker claimed it; the side effect may or may not have happened.
+    Processing,
+    /// Commit C: a local receipt exists.
+    Succeeded,
+}
+
+impl OperationStatus {
+    /// `pending`, `processing` or `succeeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationStatus::Pending => "pending",
+            OperationStatus::Processing => "processing",
+            OperationStatus::Succeeded => "succeeded",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<OperationStatus> {
+        match text {
+            "pending" => Some(OperationStatus::Pending),
+            "processing" => Some(OperationStatus::Processing),
+            "succeeded" => Some(OperationStatus::Succeeded),
+            _ => None,
+        }
+    }
+}
+
+/// The outbox event of an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    /// `pending`, `processing` or `delivered`.
+    pub state: String,
+    /// The worker holding (or last holding) the lease.
+    pub lease_owner: Option<String>,
+    /// When the lease ends (a lease is live while `now < lease_until`).
+    pub lease_until: Option<i64>,
+    /// How many times the event was claimed.
+    pub attempt_count: i64,
+}
+
+/// A new intent for commit A: everything the ledger keeps about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOperation {
+    /// Tenant, subject, tool, key.
+    pub scope: Scope,
+    /// `sr_…` of the scope.
+    pub status_ref: StatusRef,
+    /// The request digest.
+    pub request_sha256: Sha256Hex,
+    /// The arguments, already validated against the input schema.
+    pub arguments: Value,
+    /// The six revisions of the registry that accepted it.
+    pub revisions: Revisions,
+    /// The first call's provider profile.
+    pub profile: ProviderProfile,
+    /// The first call's response id.
+    pub provider_response_id: Identifier,
+    /// The first call's call id.
+    pub provider_call_id: Identifier,
+    /// The host's operation id.
+    pub operation_id: Identifier,
+    /// The approval consumed by accepting it.
+    pub approval: Approval,
+}
+
+/// An operation as stored, verified on the way out (canonical JSON, every digest
+/// recomputed from the row's own fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// What was accepted.
+    pub intent: NewOperation,
+    /// Where it is now.
+    pub status: OperationStatus,
+    /// Its outbox event.
+    pub outbox: OutboxEvent,
+    /// When it was accepted.
+    pub created_at: i64,
+}
+
+/// The outcome of commit A.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// This call reserved the scope: operation, outbox event and call identity committed.
+    Reserved(Box<Operation>),
+    /// The scope was already in the ledger (a racer won, or a replay): nothing was
+    /// written; the caller compares intents.
+    Exists(Box<Operation>),
+    /// The call identity was already recorded for a status query: nothing was written.
+    CallPurposeConflict,
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller holds the lease at this attempt.
+    Claimed {
+        /// `attempt_count` after the claim: the caller's fencing token for commit C.
+        attempt: i64,
+    },
+    /// Someone else holds an unexpired lease.
+    LeaseHeld,
+    /// The event was already delivered.
+    Delivered,
+    /// No such operation.
+    Missing,
+}
+
+/// Who writes commit C.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finalizer {
+    /// The worker that holds the lease: owner and attempt must still match.
+    Lease {
+        /// The worker's id.
+        owner: Identifier,
+        /// The attempt it claimed.
+        attempt: i64,
+    },
+    /// A status query, whose evidence is the downstream receipt itself: no lease needed.
+    StatusQuery,
+}
+
+impl Finalizer {
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Finalizer::Lease { .. } => "worker",
+            Finalizer::StatusQuery => "status_query",
+        }
+    }
+}
+
+/// The outcome of commit C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finalize {
+    /// Local receipt written, operation succeeded, outbox delivered: one transaction.
+    Finalized,
+    /// The operation had already succeeded: nothing written.
+    AlreadySucceeded,
+    /// The caller's lease was reclaimed by another worker: nothing written.
+    LeaseLost,
+}
+
+/// A downstream receipt as the stand-in stores it (commit B).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamReceipt {
+    /// The scope the downstream is idempotent on.
+    pub downstream_request_ref: String,
+    /// The request it executed.
+    pub request_sha256: Sha256Hex,
+    /// The receipt object (`tool-result-v2/downstream-receipt`).
+    pub receipt: Value,
+    /// `rc_…` of the receipt.
+    pub receipt_ref: String,
+}
+
+/// The local receipt of a succeeded operation (commit C), verified on the way out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalReceipt {
+    /// The downstream receipt it reconciles.
+    pub downstream: DownstreamReceipt,
+    /// The receipt's `output`.
+    pub output: Value,
+    /// `result_sha256` of the output.
+    pub result_sha256: Sha256Hex,
+}
+
+/// A provider call identity: whose call a request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallIdentity {
+    /// Provider, API family, adapter revision.
+    pub profile: ProviderProfile,
+    /// Response id.
+    pub provider_response_id: Identifier,
+    /// Call id.
+    pub provider_call_id: Identifier,
+}
+
+/// What is recorded of a call identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedCall {
+    /// Dispatch or status query.
+    pub purpose: Purpose,
+    /// The operation it belongs to.
+    pub status_ref: StatusRef,
+}
+
+/// One audit check's name and result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditFinding {
+    /// The check that failed.
+    pub check: &'static str,
+    /// The row, by `sr_`/`rc_` ref only, when there is one.
+    pub reference: Option<String>,
+}
+
+/// The audit of one read snapshot (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditReport {
+    /// Every check by name, in a fixed order, and whether it passed.
+    pub checks: Vec<(&'static str, bool)>,
+    /// Row counts per table.
+    pub counts: Vec<(&'static str, i64)>,
+    /// `rc_` refs of downstream receipts whose operation has not succeeded yet.
+    pub unreconciled_downstream_receipts: Vec<String>,
+    /// What failed, by opaque ref.
+    pub findings: Vec<AuditFinding>,
+}
+
+impl AuditReport {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|(_, passed)| *passed)
+    }
+}
+
+/// A clock reading handed in by the caller: the store reads no clock.
+pub type Now = UnixSeconds;

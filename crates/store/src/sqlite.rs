@@ -1,0 +1,514 @@
+//! The SQLite implementation of [`LedgerStore`]: one connection, one thread.
+//!
+//! Every write is one `BEGIN IMMEDIATE` transaction (the write lock is taken before the
+//! first read, so two writers never both read "absent" and both insert). A transaction
+//! dropped without commit rolls back: `?` on any error inside one is always safe.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
+use toolledger_json::canonicalize;
+
+use crate::{
+    AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore,
+    LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation, StoreError,
+    error::sqlite,
+    schema,
+    verify::{self, RawOperation},
+};
+
+/// A toolledger store in one SQLite file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating it when no file exists and initialising a
+    /// 0-byte or table-less file. Any other SQLite file must carry the schema id in
+    /// `meta` and `user_version` 1, else [`StoreError::SchemaUnsupported`] and the file is
+    /// left untouched.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Sqlite`] when the file is not SQLite, cannot be opened, or cannot
+    /// use WAL; [`StoreError::SchemaUnsupported`] as above.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        Ok(SqliteStore { conn: schema::open(path)? })
+    }
+
+    /// Opens an existing store for [`LedgerStore::audit`]. Creates nothing: a missing or
+    /// 0-byte file is [`StoreError::Missing`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open`], plus [`StoreError::Missing`].
+    pub fn open_existing(path: &Path) -> Result<SqliteStore, StoreError> {
+        Ok(SqliteStore { conn: schema::open_existing(path)? })
+    }
+
+    fn immediate(&mut self) -> Result<Transaction<'_>, StoreError> {
+        self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)
+    }
+}
+
+/// The columns of an operation joined with its outbox event, in [`raw_operation`] order.
+const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
+    o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
+    o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
+    o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
+    o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
+    b.state, b.lease_owner, b.lease_until, b.attempt_count";
+
+pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
+    Ok(RawOperation {
+        tenant_id: row.get(0)?,
+        subject_id: row.get(1)?,
+        tool_name: row.get(2)?,
+        idempotency_key: row.get(3)?,
+        status_ref: row.get(4)?,
+        downstream_request_ref: row.get(5)?,
+        request_sha256: row.get(6)?,
+        arguments_json: row.get(7)?,
+        revisions: [
+            row.get(8)?,
+            row.get(9)?,
+            row.get(10)?,
+            row.get(11)?,
+            row.get(12)?,
+            row.get(13)?,
+        ],
+        provider: row.get(14)?,
+        api_family: row.get(15)?,
+        adapter_revision: row.get(16)?,
+        provider_response_id: row.get(17)?,
+        provider_call_id: row.get(18)?,
+        operation_id: row.get(19)?,
+        approval_id: row.get(20)?,
+        approver_id: row.get(21)?,
+        approval_sha256: row.get(22)?,
+        approved_at: row.get(23)?,
+        approval_expires_at: row.get(24)?,
+        status: row.get(25)?,
+        created_at: row.get(26)?,
+        outbox_state: row.get(27)?,
+        lease_owner: row.get(28)?,
+        lease_until: row.get(29)?,
+        attempt_count: row.get(30)?,
+    })
+}
+
+fn select_operation(
+    conn: &Connection,
+    filter: &str,
+    key: &[&dyn rusqlite::ToSql],
+) -> Result<Option<Operation>, StoreError> {
+    let sql = format!(
+        "SELECT {OPERATION_COLUMNS} FROM operations o LEFT JOIN outbox b ON b.op_id = o.id WHERE {filter}"
+    );
+    let raw = conn
+        .prepare_cached(&sql)
+        .map_err(sqlite)?
+        .query_row(key, raw_operation)
+        .optional()
+        .map_err(sqlite)?;
+    raw.map(verify::operation).transpose()
+}
+
+fn by_scope(conn: &Connection, scope: &Scope) -> Result<Option<Operation>, StoreError> {
+    select_operation(
+        conn,
+        "o.tenant_id = ?1 AND o.subject_id = ?2 AND o.tool_name = ?3 AND o.idempotency_key = ?4",
+        &[
+            &scope.tenant_id.as_str(),
+            &scope.subject_id.as_str(),
+            &scope.tool_name,
+            &scope.idempotency_key.as_str(),
+        ],
+    )
+}
+
+fn by_status_ref(
+    conn: &Connection,
+    status_ref: &StatusRef,
+) -> Result<Option<Operation>, StoreError> {
+    select_operation(conn, "o.status_ref = ?1", &[&status_ref.as_str()])
+}
+
+fn recorded_call(
+    conn: &Connection,
+    call: &CallIdentity,
+) -> Result<Option<RecordedCall>, StoreError> {
+    let row: Option<(String, String)> = conn
+        .prepare_cached(
+            "SELECT c.purpose, o.status_ref FROM call_identities c JOIN operations o ON o.id = c.op_id \
+             WHERE c.provider = ?1 AND c.api_family = ?2 AND c.provider_response_id = ?3 AND c.provider_call_id = ?4",
+        )
+        .map_err(sqlite)?
+        .query_row(
+            params![
+                call.profile.provider,
+                call.profile.api_family,
+                call.provider_response_id.as_str(),
+                call.provider_call_id.as_str()
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(sqlite)?;
+    row.map(|(purpose, status_ref)| {
+        Ok(RecordedCall {
+            purpose: Purpose::parse(&purpose)
+                .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
+            status_ref: StatusRef::new(&status_ref)
+                .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
+        })
+    })
+    .transpose()
+}
+
+fn insert_call(
+    tx: &Transaction<'_>,
+    call: &CallIdentity,
+    purpose: Purpose,
+    op_id: i64,
+    now: Now,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
+         provider_call_id, purpose, op_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+         ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING",
+    )
+    .map_err(sqlite)?
+    .execute(params![
+        call.profile.provider,
+        call.profile.api_family,
+        call.profile.adapter_revision,
+        call.provider_response_id.as_str(),
+        call.provider_call_id.as_str(),
+        purpose.as_str(),
+        op_id,
+        now.get()
+    ])
+    .map_err(sqlite)?;
+    Ok(())
+}
+
+fn op_id(tx: &Transaction<'_>, status_ref: &StatusRef) -> Result<Option<i64>, StoreError> {
+    tx.prepare_cached("SELECT id FROM operations WHERE status_ref = ?1")
+        .map_err(sqlite)?
+        .query_row([status_ref.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(sqlite)
+}
+
+fn local_receipt(
+    conn: &Connection,
+    operation: &Operation,
+) -> Result<Option<LocalReceipt>, StoreError> {
+    let row: Option<(String, String, String, String, String)> = conn
+        .prepare_cached(
+            "SELECT l.downstream_request_ref, l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256 \
+             FROM local_receipts l JOIN operations o ON o.id = l.op_id WHERE o.status_ref = ?1",
+        )
+        .map_err(sqlite)?
+        .query_row([operation.intent.status_ref.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+        })
+        .optional()
+        .map_err(sqlite)?;
+    row.map(|(dr_ref, receipt_ref, receipt_json, output_json, result)| {
+        let receipt = verify::downstream(
+            dr_ref,
+            operation.intent.request_sha256.as_str(),
+            receipt_ref,
+            &receipt_json,
+        )?;
+        verify::local(operation, receipt, &output_json, &result)
+    })
+    .transpose()
+}
+
+fn downstream_receipt(
+    conn: &Connection,
+    downstream_request_ref: &str,
+) -> Result<Option<DownstreamReceipt>, StoreError> {
+    let row: Option<(String, String, String)> = conn
+        .prepare_cached(
+            "SELECT request_sha256, receipt_ref, receipt_json FROM downstream_receipts WHERE downstream_request_ref = ?1",
+        )
+        .map_err(sqlite)?
+        .query_row([downstream_request_ref], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()
+        .map_err(sqlite)?;
+    row.map(|(request, receipt_ref, receipt_json)| {
+        verify::downstream(downstream_request_ref.to_owned(), &request, receipt_ref, &receipt_json)
+    })
+    .transpose()
+}
+
+impl LedgerStore for SqliteStore {
+    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
+        by_scope(&self.conn, scope)
+    }
+
+    fn operation_by_status_ref(
+        &mut self,
+        status_ref: &StatusRef,
+    ) -> Result<Option<Operation>, StoreError> {
+        by_status_ref(&self.conn, status_ref)
+    }
+
+    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
+        recorded_call(&self.conn, call)
+    }
+
+    fn reserve(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+    ) -> Result<Reservation, StoreError> {
+        let tx = self.immediate()?;
+        if recorded_call(&tx, call)?
+            .is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus)
+        {
+            return Ok(Reservation::CallPurposeConflict);
+        }
+        let scope = &intent.scope;
+        let revisions = &intent.revisions;
+        let approval = &intent.approval;
+        let inserted = tx
+            .prepare_cached(
+                "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
+                 downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
+                 effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
+                 adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
+                 approval_sha256, approved_at, approval_expires_at, status, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, \
+                 ?21, ?22, ?23, ?24, ?25, 'pending', ?26, ?26) \
+                 ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING",
+            )
+            .map_err(sqlite)?
+            .execute(params![
+                scope.tenant_id.as_str(),
+                scope.subject_id.as_str(),
+                scope.tool_name,
+                scope.idempotency_key.as_str(),
+                intent.status_ref.as_str(),
+                toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256),
+                intent.request_sha256.as_str(),
+                canonicalize(&intent.arguments),
+                revisions.input,
+                revisions.output,
+                revisions.effect,
+                revisions.handler,
+                revisions.producer,
+                revisions.policy,
+                intent.profile.provider,
+                intent.profile.api_family,
+                intent.profile.adapter_revision,
+                intent.provider_response_id.as_str(),
+                intent.provider_call_id.as_str(),
+                intent.operation_id.as_str(),
+                approval.approval_id.as_str(),
+                approval.approver_id.as_str(),
+                approval.approval_sha256.as_str(),
+                approval.approved_at.get(),
+                approval.expires_at.get(),
+                now.get(),
+            ])
+            .map_err(sqlite)?;
+        if inserted == 0 {
+            // The scope exists: read the authoritative row; write nothing (the transaction
+            // rolls back when dropped).
+            let existing =
+                by_scope(&tx, scope)?.ok_or(StoreError::Sqlite("the reserved row vanished"))?;
+            return Ok(Reservation::Exists(Box::new(existing)));
+        }
+        let id = tx.last_insert_rowid();
+        tx.prepare_cached(
+            "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) \
+             VALUES (?1, 'pending', NULL, NULL, 0, ?2, ?2)",
+        )
+        .map_err(sqlite)?
+        .execute(params![id, now.get()])
+        .map_err(sqlite)?;
+        insert_call(&tx, call, Purpose::Dispatch, id, now)?;
+        let reserved =
+            by_scope(&tx, scope)?.ok_or(StoreError::Sqlite("the reserved row vanished"))?;
+        tx.commit().map_err(sqlite)?;
+        Ok(Reservation::Reserved(Box::new(reserved)))
+    }
+
+    fn claim(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<Claim, StoreError> {
+        let lease_until = now
+            .checked_add(lease)
+            .ok_or(StoreError::Sqlite("the lease would end after year 9999"))?;
+        let tx = self.immediate()?;
+        let row: Option<(i64, String, Option<i64>, i64)> = tx
+            .prepare_cached(
+                "SELECT o.id, b.state, b.lease_until, b.attempt_count FROM operations o \
+                 JOIN outbox b ON b.op_id = o.id WHERE o.status_ref = ?1",
+            )
+            .map_err(sqlite)?
+            .query_row([status_ref.as_str()], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .optional()
+            .map_err(sqlite)?;
+        let Some((id, state, until, attempts)) = row else {
+            return Ok(Claim::Missing);
+        };
+        match state.as_str() {
+            "delivered" => return Ok(Claim::Delivered),
+            // A lease is live while now < lease_until; at lease_until it may be reclaimed.
+            "processing" if until.is_some_and(|until| now.get() < until) => {
+                return Ok(Claim::LeaseHeld);
+            }
+            _ => {}
+        }
+        tx.prepare_cached(
+            "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
+             attempt_count = attempt_count + 1, updated_at = ?4 WHERE op_id = ?1 AND attempt_count = ?5",
+        )
+        .map_err(sqlite)?
+        .execute(params![id, owner.as_str(), lease_until.get(), now.get(), attempts])
+        .map_err(sqlite)?;
+        tx.prepare_cached(
+            "UPDATE operations SET status = 'processing', updated_at = ?2 WHERE id = ?1",
+        )
+        .map_err(sqlite)?
+        .execute(params![id, now.get()])
+        .map_err(sqlite)?;
+        tx.commit().map_err(sqlite)?;
+        Ok(Claim::Claimed { attempt: attempts + 1 })
+    }
+
+    fn record_status_query(
+        &mut self,
+        call: &CallIdentity,
+        status_ref: &StatusRef,
+        now: Now,
+    ) -> Result<Option<RecordedCall>, StoreError> {
+        let tx = self.immediate()?;
+        if let Some(recorded) = recorded_call(&tx, call)? {
+            return Ok(Some(recorded));
+        }
+        let id = op_id(&tx, status_ref)?.ok_or(StoreError::Sqlite("the operation vanished"))?;
+        insert_call(&tx, call, Purpose::QueryStatus, id, now)?;
+        tx.commit().map_err(sqlite)?;
+        Ok(None)
+    }
+
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        let tx = self.immediate()?;
+        tx.prepare_cached(
+            "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (downstream_request_ref) DO NOTHING",
+        )
+        .map_err(sqlite)?
+        .execute(params![
+            receipt.downstream_request_ref,
+            receipt.request_sha256.as_str(),
+            receipt.receipt_ref,
+            canonicalize(&receipt.receipt),
+            now.get()
+        ])
+        .map_err(sqlite)?;
+        let stored = downstream_receipt(&tx, &receipt.downstream_request_ref)?
+            .ok_or(StoreError::Sqlite("the receipt vanished"))?;
+        tx.commit().map_err(sqlite)?;
+        Ok(stored)
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        downstream_receipt(&self.conn, downstream_request_ref)
+    }
+
+    fn local_receipt(&mut self, operation: &Operation) -> Result<Option<LocalReceipt>, StoreError> {
+        local_receipt(&self.conn, operation)
+    }
+
+    fn finalize(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &LocalReceipt,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        let tx = self.immediate()?;
+        let row: Option<(i64, String, Option<String>, i64, String)> = tx
+            .prepare_cached(
+                "SELECT o.id, o.status, b.lease_owner, b.attempt_count, b.state FROM operations o \
+                 JOIN outbox b ON b.op_id = o.id WHERE o.status_ref = ?1",
+            )
+            .map_err(sqlite)?
+            .query_row([status_ref.as_str()], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+            })
+            .optional()
+            .map_err(sqlite)?;
+        let Some((id, status, owner, attempts, state)) = row else {
+            return Err(StoreError::Sqlite("the operation vanished"));
+        };
+        if status == "succeeded" {
+            return Ok(Finalize::AlreadySucceeded);
+        }
+        if let Finalizer::Lease { owner: mine, attempt } = by {
+            if state != "processing"
+                || owner.as_deref() != Some(mine.as_str())
+                || attempts != *attempt
+            {
+                return Ok(Finalize::LeaseLost);
+            }
+        }
+        let downstream = &receipt.downstream;
+        tx.prepare_cached(
+            "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, \
+             result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .map_err(sqlite)?
+        .execute(params![
+            id,
+            downstream.downstream_request_ref,
+            downstream.receipt_ref,
+            canonicalize(&downstream.receipt),
+            canonicalize(&receipt.output),
+            receipt.result_sha256.as_str(),
+            by.as_str(),
+            now.get()
+        ])
+        .map_err(sqlite)?;
+        tx.prepare_cached("UPDATE operations SET status = 'succeeded', updated_at = ?2 WHERE id = ?1 AND status <> 'succeeded'")
+            .map_err(sqlite)?
+            .execute(params![id, now.get()])
+            .map_err(sqlite)?;
+        tx.prepare_cached(
+            "UPDATE outbox SET state = 'delivered', updated_at = ?2 WHERE op_id = ?1",
+        )
+        .map_err(sqlite)?
+        .execute(params![id, now.get()])
+        .map_err(sqlite)?;
+        tx.commit().map_err(sqlite)?;
+        Ok(Finalize::Finalized)
+    }
+
+    fn audit(&mut self) -> Result<AuditReport, StoreError> {
+        crate::audit::run(&mut self.conn)
+    }
+}

@@ -1,0 +1,235 @@
+//! Re-verification of what is read back: every JSON column strictly parsed,
+//! re-canonicalized and compared byte for byte; every stored digest and ref recomputed
+//! from the row's own fields. Any difference is `STORE_CONTRACT_VIOLATION`.
+
+use serde_json::Value;
+use toolledger_contract::{
+    Approval, ApprovalBinding, IdempotencyKey, Identifier, ProviderProfile, Revisions, Scope,
+    Sha256Hex, StatusRef, UnixSeconds,
+    digest::{
+        downstream_receipt_ref, downstream_request_ref, request_sha256, result_sha256, status_ref,
+    },
+};
+use toolledger_json::{Limits, canonicalize, check_v2_domain, parse_strict};
+
+use crate::{
+    DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
+    StoreError,
+};
+
+fn violation(what: &'static str) -> StoreError {
+    StoreError::ContractViolation(what)
+}
+
+/// Strict parse, v2 domain, and byte equality with the canonical form.
+pub(crate) fn canonical_json(text: &str) -> Result<Value, StoreError> {
+    let value = parse_strict(text.as_bytes(), &Limits::default())
+        .map_err(|_| violation("stored JSON is not strict"))?;
+    check_v2_domain(&value).map_err(|_| violation("stored JSON is outside the v2 domain"))?;
+    if canonicalize(&value) != text {
+        return Err(violation("stored JSON is not canonical"));
+    }
+    Ok(value)
+}
+
+/// An `operations` + `outbox` row as SQLite returns it, before any check.
+#[derive(Debug)]
+pub(crate) struct RawOperation {
+    pub(crate) tenant_id: String,
+    pub(crate) subject_id: String,
+    pub(crate) tool_name: String,
+    pub(crate) idempotency_key: String,
+    pub(crate) status_ref: String,
+    pub(crate) downstream_request_ref: String,
+    pub(crate) request_sha256: String,
+    pub(crate) arguments_json: String,
+    pub(crate) revisions: [String; 6],
+    pub(crate) provider: String,
+    pub(crate) api_family: String,
+    pub(crate) adapter_revision: String,
+    pub(crate) provider_response_id: String,
+    pub(crate) provider_call_id: String,
+    pub(crate) operation_id: String,
+    pub(crate) approval_id: String,
+    pub(crate) approver_id: String,
+    pub(crate) approval_sha256: String,
+    pub(crate) approved_at: i64,
+    pub(crate) approval_expires_at: i64,
+    pub(crate) status: String,
+    pub(crate) created_at: i64,
+    pub(crate) outbox_state: Option<String>,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_until: Option<i64>,
+    pub(crate) attempt_count: Option<i64>,
+}
+
+fn id(text: &str) -> Result<Identifier, StoreError> {
+    Identifier::new(text).map_err(|_| violation("stored identifier is malformed"))
+}
+
+fn digest(text: &str) -> Result<Sha256Hex, StoreError> {
+    Sha256Hex::new(text).map_err(|_| violation("stored digest is malformed"))
+}
+
+fn instant(seconds: i64) -> Result<UnixSeconds, StoreError> {
+    UnixSeconds::new(seconds).map_err(|_| violation("stored instant is out of range"))
+}
+
+/// Checks a raw row against itself and returns the typed operation.
+pub(crate) fn operation(raw: RawOperation) -> Result<Operation, StoreError> {
+    let [input, output, effect, handler, producer, policy] = raw.revisions;
+    let revisions = Revisions { input, output, effect, handler, producer, policy };
+    let scope = Scope {
+        tenant_id: id(&raw.tenant_id)?,
+        subject_id: id(&raw.subject_id)?,
+        tool_name: raw.tool_name,
+        idempotency_key: IdempotencyKey::new(&raw.idempotency_key)
+            .map_err(|_| violation("stored idempotency key is malformed"))?,
+    };
+    let arguments = canonical_json(&raw.arguments_json)?;
+    let request = digest(&raw.request_sha256)?;
+    if request_sha256(&scope.tenant_id, &scope.subject_id, &scope.tool_name, &arguments, &revisions)
+        != request
+    {
+        return Err(violation("stored request digest does not recompute"));
+    }
+    let stored_ref =
+        StatusRef::new(&raw.status_ref).map_err(|_| violation("stored status ref is malformed"))?;
+    if status_ref(&scope) != stored_ref {
+        return Err(violation("stored status ref does not recompute"));
+    }
+    if downstream_request_ref(&scope, &request) != raw.downstream_request_ref {
+        return Err(violation("stored downstream request ref does not recompute"));
+    }
+    let profile = ProviderProfile {
+        provider: raw.provider,
+        api_family: raw.api_family,
+        adapter_revision: raw.adapter_revision,
+    };
+    let approval = Approval {
+        approval_id: id(&raw.approval_id)?,
+        approver_id: id(&raw.approver_id)?,
+        approved_at: instant(raw.approved_at)?,
+        expires_at: instant(raw.approval_expires_at)?,
+        approval_sha256: digest(&raw.approval_sha256)?,
+    };
+    let intent = NewOperation {
+        status_ref: stored_ref,
+        request_sha256: request,
+        arguments,
+        revisions,
+        profile,
+        provider_response_id: id(&raw.provider_response_id)?,
+        provider_call_id: id(&raw.provider_call_id)?,
+        operation_id: id(&raw.operation_id)?,
+        approval,
+        scope,
+    };
+    if !intent.approval.is_bound_to(&approval_binding(&intent)) {
+        return Err(violation("stored approval digest does not recompute"));
+    }
+    let status =
+        OperationStatus::parse(&raw.status).ok_or(violation("stored status is unknown"))?;
+    let (Some(state), Some(attempt_count)) = (raw.outbox_state, raw.attempt_count) else {
+        return Err(violation("operation has no outbox event"));
+    };
+    Ok(Operation {
+        intent,
+        status,
+        outbox: OutboxEvent {
+            state,
+            lease_owner: raw.lease_owner,
+            lease_until: raw.lease_until,
+            attempt_count,
+        },
+        created_at: raw.created_at,
+    })
+}
+
+/// What the approval of a stored intent is bound to: everything from the ledger.
+pub fn approval_binding(intent: &NewOperation) -> ApprovalBinding {
+    ApprovalBinding {
+        tenant_id: intent.scope.tenant_id.clone(),
+        subject_id: intent.scope.subject_id.clone(),
+        profile: intent.profile.clone(),
+        provider_response_id: intent.provider_response_id.clone(),
+        provider_call_id: intent.provider_call_id.clone(),
+        operation_id: intent.operation_id.clone(),
+        idempotency_key: intent.scope.idempotency_key.clone(),
+        tool_name: intent.scope.tool_name.clone(),
+        request_sha256: intent.request_sha256.clone(),
+        revisions: intent.revisions.clone(),
+    }
+}
+
+const RECEIPT_MEMBERS: [&str; 6] = [
+    "domain",
+    "downstream_request_ref",
+    "request_sha256",
+    "tool_name",
+    "output_revision",
+    "output",
+];
+
+/// Checks a stored downstream receipt against itself.
+pub(crate) fn downstream(
+    downstream_request_ref: String,
+    request: &str,
+    receipt_ref: String,
+    receipt_json: &str,
+) -> Result<DownstreamReceipt, StoreError> {
+    let receipt = canonical_json(receipt_json)?;
+    let members = receipt.as_object().ok_or(violation("receipt is not an object"))?;
+    if members.len() != RECEIPT_MEMBERS.len()
+        || !RECEIPT_MEMBERS.iter().all(|name| members.contains_key(*name))
+    {
+        return Err(violation("receipt does not have the receipt members"));
+    }
+    let text = |name: &str| members.get(name).and_then(Value::as_str);
+    if text("domain") != Some("tool-result-v2/downstream-receipt")
+        || text("downstream_request_ref") != Some(downstream_request_ref.as_str())
+        || text("request_sha256") != Some(request)
+        || text("tool_name").is_none()
+        || text("output_revision").is_none()
+    {
+        return Err(violation("receipt is not bound to its request"));
+    }
+    if downstream_receipt_ref(&receipt) != receipt_ref {
+        return Err(violation("receipt ref does not recompute"));
+    }
+    Ok(DownstreamReceipt {
+        downstream_request_ref,
+        request_sha256: digest(request)?,
+        receipt,
+        receipt_ref,
+    })
+}
+
+/// Checks a stored local receipt against itself and its operation.
+pub(crate) fn local(
+    operation: &Operation,
+    receipt: DownstreamReceipt,
+    output_json: &str,
+    result: &str,
+) -> Result<LocalReceipt, StoreError> {
+    let intent = &operation.intent;
+    if receipt.request_sha256 != intent.request_sha256
+        || downstream_request_ref(&intent.scope, &intent.request_sha256)
+            != receipt.downstream_request_ref
+        || receipt.receipt.get("tool_name").and_then(Value::as_str)
+            != Some(intent.scope.tool_name.as_str())
+        || receipt.receipt.get("output_revision").and_then(Value::as_str)
+            != Some(intent.revisions.output.as_str())
+    {
+        return Err(violation("local receipt is not bound to its operation"));
+    }
+    let output = canonical_json(output_json)?;
+    if receipt.receipt.get("output") != Some(&output) {
+        return Err(violation("local receipt output differs from its receipt"));
+    }
+    let result = digest(result)?;
+    if result_sha256(&intent.scope.tool_name, &intent.revisions.output, &output) != result {
+        return Err(violation("stored result digest does not recompute"));
+    }
+    Ok(LocalReceipt { downstream: receipt, output, result_sha256: result })
+}
