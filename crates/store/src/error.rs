@@ -34,6 +34,9 @@ impl StoreError {
     }
 }
 
+/// The description of a busy or locked database.
+pub(crate) const BUSY: &str = "the database stayed busy";
+
 /// Maps any rusqlite error to a fixed description: SQLite's own message can quote SQL or
 /// a path, so it is never passed on.
 pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
@@ -41,7 +44,7 @@ pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
     let what = match &err {
         Error::SqliteFailure(failure, _) => match failure.code {
             ErrorCode::NotADatabase => "the file is not a SQLite database",
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => "the database stayed busy",
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => BUSY,
             ErrorCode::ConstraintViolation => "a constraint or trigger refused the write",
             ErrorCode::DiskFull => "the disk is full",
             ErrorCode::ReadOnly => "the database is read-only",

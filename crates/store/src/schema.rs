@@ -8,7 +8,10 @@ use std::{path::Path, time::Duration};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use crate::{StoreError, error::sqlite};
+use crate::{
+    StoreError,
+    error::{BUSY, sqlite},
+};
 
 /// The schema id kept in `meta`.
 pub const SCHEMA_ID: &str = "toolledger-store-v1";
@@ -173,9 +176,30 @@ fn raw_open(path: &Path, create: bool) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// How many times opening is retried when SQLite answers busy without waiting.
+const OPEN_ATTEMPTS: u32 = 500;
+
 /// Opens (creating or initialising where SPEC §10 says so) a store connection with all
 /// four pragmas in force.
+///
+/// Switching a file to WAL, and reading one whose WAL another connection is setting up,
+/// can answer `SQLITE_BUSY` at once instead of calling the busy handler. Several
+/// processes creating one store at the same moment meet exactly that, so the whole
+/// open is retried, a bounded number of times, with a short pause.
 pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
+    let mut attempt = 0;
+    loop {
+        match try_open(path) {
+            Err(StoreError::Sqlite(what)) if what == BUSY && attempt < OPEN_ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(2 + u64::from(attempt % 8)));
+            }
+            result => return result,
+        }
+    }
+}
+
+fn try_open(path: &Path) -> Result<Connection, StoreError> {
     let mut conn = raw_open(path, true)?;
     let contents = classify(&conn)?;
     let mode: String =

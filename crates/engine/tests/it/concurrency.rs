@@ -1,1 +1,173 @@
-//! concurrency
+//! Multi-connection row: 8 threads with 8 connections race on one file. Exactly one
+//! operation, one outbox event, one downstream receipt; no SQLITE_BUSY surfaces.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Barrier},
+    thread,
+};
+
+use serde_json::json;
+use toolledger_contract::{Case, Clock, LeaseSeconds, Registry, StatusRef};
+use toolledger_engine::{Answer, FailurePoint, open_sqlite};
+use toolledger_store::{Claim, LedgerStore, SqliteStore};
+
+use crate::{Db, Roles, at, case, case_with, dispatch, id, status_ref_of};
+
+const THREADS: usize = 8;
+
+/// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
+/// released at once. Every thread opens the store itself, so creation races too.
+fn race(db: &Db, cases: Vec<Case>) -> Vec<Answer> {
+    let barrier = Arc::new(Barrier::new(cases.len()));
+    let handles: Vec<_> = cases
+        .into_iter()
+        .enumerate()
+        .map(|(index, case)| {
+            let path = db.path.clone();
+            let barrier = Arc::clone(&barrier);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
+                engine.dispatch(&case, &id(&format!("worker-{index}")), None).unwrap()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+}
+
+fn tally(answers: &[Answer]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for answer in answers {
+        let key = match answer.delivery() {
+            Some(delivery) => delivery.as_str().to_owned(),
+            None => answer.code().to_owned(),
+        };
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect() {
+    let db = Db::new();
+    let answers = race(&db, vec![case(); THREADS]);
+    let counts = tally(&answers);
+    assert_eq!(counts.get("fresh"), Some(&1), "{counts:?}");
+    let others: usize = counts
+        .iter()
+        .filter(|(key, _)| ["local_replay", "OUTCOME_UNKNOWN"].contains(&key.as_str()))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(others, THREADS - 1, "{counts:?}");
+    assert_eq!(
+        (
+            db.count("operations"),
+            db.count("outbox"),
+            db.count("downstream_receipts"),
+            db.count("local_receipts")
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(toolledger_engine::audit_sqlite(&db.path).unwrap().code(), "OK");
+}
+
+#[test]
+fn eight_different_intents_under_one_key_one_wins_the_rest_conflict() {
+    let db = Db::new();
+    let cases = (0..THREADS as i64)
+        .map(|index| {
+            case_with(|case| case.proposal.arguments["amount_minor"] = json!(2590 + index))
+        })
+        .collect();
+    let answers = race(&db, cases);
+    let counts = tally(&answers);
+    assert_eq!(counts.get("fresh"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("IDEMPOTENCY_CONFLICT"), Some(&(THREADS - 1)), "{counts:?}");
+    assert_eq!((db.count("operations"), db.count("downstream_receipts")), (1, 1));
+}
+
+#[test]
+fn eight_workers_claiming_one_event_get_exactly_one_owner() {
+    let db = Db::new();
+    let status_ref =
+        status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
+    let status_ref = StatusRef::new(&status_ref).unwrap();
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|index| {
+            let (path, barrier, status_ref) =
+                (db.path.clone(), Arc::clone(&barrier), status_ref.clone());
+            thread::spawn(move || {
+                let mut store = SqliteStore::open(&path).unwrap();
+                barrier.wait();
+                store
+                    .claim(
+                        &status_ref,
+                        &id(&format!("w{index}")),
+                        at(1_767_225_600),
+                        LeaseSeconds::new(30).unwrap(),
+                    )
+                    .unwrap()
+            })
+        })
+        .collect();
+    let claims: Vec<Claim> = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
+    assert_eq!(
+        claims.iter().filter(|claim| matches!(claim, Claim::Claimed { attempt: 1 })).count(),
+        1,
+        "{claims:?}"
+    );
+    assert_eq!(claims.iter().filter(|claim| **claim == Claim::LeaseHeld).count(), THREADS - 1);
+    assert_eq!(db.int("SELECT attempt_count FROM outbox"), 1);
+}
+
+#[test]
+fn eight_processes_of_one_event_make_one_side_effect() {
+    let db = Db::new();
+    let status_ref =
+        status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|index| {
+            let (path, barrier, status_ref) =
+                (db.path.clone(), Arc::clone(&barrier), status_ref.clone());
+            thread::spawn(move || {
+                let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
+                let clock =
+                    Clock { now: at(1_767_225_600), lease_seconds: LeaseSeconds::new(30).unwrap() };
+                barrier.wait();
+                engine
+                    .process(
+                        &status_ref,
+                        &clock,
+                        &case().business_state,
+                        &id(&format!("w{index}")),
+                        None,
+                    )
+                    .unwrap()
+            })
+        })
+        .collect();
+    let answers: Vec<Answer> = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
+    let counts = tally(&answers);
+    assert_eq!(counts.get("fresh"), Some(&1), "{counts:?}");
+    assert_eq!(counts.values().sum::<usize>(), THREADS);
+    assert!(
+        counts.keys().all(|key| ["fresh", "LEASE_HELD", "local_replay"].contains(&key.as_str())),
+        "{counts:?}"
+    );
+    assert_eq!((db.count("downstream_receipts"), db.count("local_receipts")), (1, 1));
+}
+
+#[test]
+fn a_replay_on_another_connection_sees_the_first_ones_receipt() {
+    let db = Db::new();
+    let mut first = db.engine();
+    let mut second = db.engine();
+    let fresh = dispatch(&mut first, &case(), None);
+    let replay = dispatch(&mut second, &case(), None);
+    assert_eq!(replay.delivery().unwrap().as_str(), "local_replay");
+    assert_eq!(replay.package()["result"]["model_view"], fresh.package()["result"]["model_view"]);
+    assert_eq!(dispatch(&mut first, &case(), None).delivery().unwrap().as_str(), "local_replay");
+}

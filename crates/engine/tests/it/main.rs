@@ -29,6 +29,12 @@ use toolledger_engine::{Answer, FailurePoint, SqliteEngine, open_sqlite};
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
 
+impl Default for TempDir {
+    fn default() -> TempDir {
+        TempDir::new()
+    }
+}
+
 impl TempDir {
     pub fn new() -> TempDir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -58,7 +64,10 @@ impl Drop for TempDir {
 
 /// Roles a test can change between calls: a resolver that is asked every time.
 #[derive(Debug, Clone, Default)]
-pub struct Roles(Arc<Mutex<Vec<(String, String, Vec<String>)>>>);
+pub struct Roles(Arc<Mutex<Vec<Grant>>>);
+
+/// `(tenant, subject, roles)`.
+type Grant = (String, String, Vec<String>);
 
 impl Roles {
     pub fn grant(&self, tenant: &str, subject: &str, role: &str) {
@@ -92,6 +101,12 @@ impl PrincipalResolver for Roles {
 pub struct Db {
     _dir: TempDir,
     pub path: PathBuf,
+}
+
+impl Default for Db {
+    fn default() -> Db {
+        Db::new()
+    }
 }
 
 impl Db {

@@ -94,7 +94,8 @@ fn a_role_revoked_after_acceptance_denies_the_worker_without_a_receipt() {
 
 #[test]
 fn an_order_no_longer_refundable_stops_the_worker_without_a_receipt() {
-    let changes: [(&str, fn(&mut toolledger_contract::Order)); 4] = [
+    type Change = fn(&mut toolledger_contract::Order);
+    let changes: [(&str, Change); 4] = [
         ("refunded", |order| order.status = "refunded".to_owned()),
         ("partly refunded", |order| order.amount_minor = 2000),
         ("other currency", |order| order.currency = "EUR".to_owned()),
