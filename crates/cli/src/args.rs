@@ -1,0 +1,111 @@
+//! The command line (SPEC §8), with clap's derive API.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  0  PASS: the operation succeeded (fresh, receipt_reconciled or local_replay), or the audit passed
+  1  BLOCK: a business answer on stdout, e.g. OUTCOME_UNKNOWN, IDEMPOTENCY_CONFLICT, NOT_FOUND,
+     LEASE_HELD, AUDIT_FAILED. OUTCOME_UNKNOWN means the side effect may have happened:
+     query it with `status`, never retry it under a new key
+  2  error: stdout is empty and stderr holds one line {\"error\":{\"code\":...,\"message\":...}}
+     with code FIXTURE_IO_ERROR, FIXTURE_INVALID, CLAIMS_IO_ERROR, CLAIMS_INVALID, SQLITE_ERROR,
+     SCHEMA_UNSUPPORTED, STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR";
+
+/// Durable idempotency, outbox and receipt reconciliation for an agent's side-effecting
+/// tool calls, on one SQLite file.
+///
+/// Every command prints exactly one JSON object (RFC 8785 canonical form) and a newline.
+/// toolledger is not exactly-once: it never guesses an unknown outcome, and the
+/// downstream must be idempotent on the scope it is handed.
+#[derive(Debug, Parser)]
+#[command(name = "toolledger", version, after_help = EXIT_CODES, disable_help_subcommand = true)]
+pub(crate) struct Cli {
+    /// The SQLite ledger file. Created when missing (except by `audit`)
+    #[arg(long, global = true, value_name = "PATH", default_value = "toolledger.sqlite3")]
+    pub(crate) db: PathBuf,
+
+    /// The case file (persistence-case/v1). Required by dispatch, process and status
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) fixture: Option<PathBuf>,
+
+    /// A claims file with the principals' current roles, re-read at every check.
+    /// Without it nobody holds a role
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) claims: Option<PathBuf>,
+
+    /// Indent the JSON answer for people (the default is the canonical single line)
+    #[arg(long, global = true)]
+    pub(crate) pretty: bool,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Dispatch the case's tool call: a new intent is accepted and worked now; a known
+    /// one replays (local_replay) or stays OUTCOME_UNKNOWN; a different one under the
+    /// same key is IDEMPOTENCY_CONFLICT
+    Dispatch {
+        /// Judge the call at this Unix time instead of the case's clock.now
+        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        now: Option<i64>,
+        /// Stop right after this commit, as a crash would (for recovery drills)
+        #[arg(long, value_name = "POINT")]
+        failure: Option<DispatchFailure>,
+    },
+    /// Work one accepted operation as a worker: claim its lease, recheck contract,
+    /// authorization and business state, call the downstream, record the receipt.
+    /// Reads only clock and business_state from the case
+    Process {
+        /// The operation's status_ref (sr_…)
+        #[arg(long, value_name = "R")]
+        status_ref: String,
+        /// Judge the call at this Unix time instead of the case's clock.now
+        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        now: Option<i64>,
+        /// This worker's id [default: unique per process]
+        #[arg(long, value_name = "W")]
+        worker_id: Option<String>,
+        /// Stop right after this commit, as a crash would
+        #[arg(long, value_name = "POINT")]
+        failure: Option<ProcessFailure>,
+    },
+    /// Ask what became of an operation and reconcile a downstream receipt
+    /// (receipt_reconciled), under a derived, purpose-bound call identity
+    Status {
+        /// The operation's status_ref (sr_…)
+        #[arg(long, value_name = "R")]
+        status_ref: String,
+        /// Judge the call at this Unix time instead of the case's clock.now
+        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        now: Option<i64>,
+    },
+    /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
+    /// invariants, counts, unreconciled downstream receipts. Creates nothing
+    Audit,
+    /// Tell the whole story in a fresh temporary directory, narrated for a person:
+    /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
+    Demo,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum DispatchFailure {
+    #[value(name = "after_intent_commit")]
+    IntentCommit,
+    #[value(name = "after_claim")]
+    Claim,
+    #[value(name = "after_downstream_commit")]
+    DownstreamCommit,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ProcessFailure {
+    #[value(name = "after_claim")]
+    Claim,
+    #[value(name = "after_downstream_commit")]
+    DownstreamCommit,
+}

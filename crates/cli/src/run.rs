@@ -1,0 +1,205 @@
+//! One command, from arguments to an [`Outcome`]: what to print and the exit code.
+//!
+//! Nothing here prints or exits, so the demo can run commands and read their answers.
+
+use std::{ffi::OsString, path::Path};
+
+use clap::{
+    Parser,
+    error::{ContextKind, ContextValue, ErrorKind},
+};
+use serde_json::{Value, json};
+use toolledger_contract::{Case, ContractError, Identifier, Registry, load_case};
+use toolledger_engine::{Answer, EngineError, FailurePoint, audit_sqlite, open_sqlite};
+use toolledger_json::canonicalize;
+
+use crate::{
+    args::{Cli, Command, DispatchFailure, ProcessFailure},
+    claims::Claims,
+};
+
+/// What a command printed and how it exits.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) code: u8,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Outcome {
+    fn error(code: &str, message: &str) -> Outcome {
+        Outcome {
+            code: 2,
+            stdout: String::new(),
+            stderr: format!("{}\n", error_line(code, message)),
+        }
+    }
+
+    /// The printed JSON answer, parsed back (for the demo and tests).
+    pub(crate) fn answer(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or(Value::Null)
+    }
+}
+
+/// `{"error":{"code":C,"message":M}}` in canonical form.
+pub(crate) fn error_line(code: &str, message: &str) -> String {
+    canonicalize(&json!({"error": {"code": code, "message": message}}))
+}
+
+/// A failure that ends the command with exit 2.
+struct Failure {
+    code: &'static str,
+    message: String,
+}
+
+impl From<EngineError> for Failure {
+    fn from(err: EngineError) -> Failure {
+        Failure { code: err.code(), message: err.to_string() }
+    }
+}
+
+impl From<ContractError> for Failure {
+    fn from(err: ContractError) -> Failure {
+        Failure { code: err.code(), message: err.to_string() }
+    }
+}
+
+fn usage(message: String) -> Failure {
+    Failure { code: "USAGE_ERROR", message }
+}
+
+/// Runs the command `argv` (program name first).
+pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
+    if std::env::var_os("TOOLLEDGER_TEST_PANIC").is_some() {
+        // A deliberate fault, so tests can prove the panic hook's answer.
+        panic!("TOOLLEDGER_TEST_PANIC is set");
+    }
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(err) => {
+            return match err.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    Outcome { code: 0, stdout: err.to_string(), stderr: String::new() }
+                }
+                _ => Outcome::error("USAGE_ERROR", &usage_message(&err)),
+            };
+        }
+    };
+    if matches!(cli.command, Command::Demo) {
+        return crate::demo::demo();
+    }
+    match execute(&cli) {
+        Ok(answer) => {
+            let text = if cli.pretty {
+                serde_json::to_string_pretty(answer.package()).unwrap_or_default()
+            } else {
+                canonicalize(answer.package())
+            };
+            let code = match answer {
+                Answer::Pass { .. } => 0,
+                Answer::Block { .. } => 1,
+            };
+            Outcome { code, stdout: format!("{text}\n"), stderr: String::new() }
+        }
+        Err(failure) => Outcome::error(failure.code, &failure.message),
+    }
+}
+
+/// A usage message that names the option but never echoes a value.
+fn usage_message(err: &clap::Error) -> String {
+    let option = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(text)) => option_name(text),
+        Some(ContextValue::Strings(texts)) => texts.first().and_then(|text| option_name(text)),
+        _ => None,
+    };
+    let option = option.as_deref().unwrap_or("an argument");
+    match err.kind() {
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            format!("invalid value for {option}")
+        }
+        ErrorKind::MissingRequiredArgument => format!("missing required option {option}"),
+        ErrorKind::UnknownArgument => format!("unknown option {option}"),
+        ErrorKind::InvalidSubcommand => "unknown command".to_owned(),
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            "missing command: one of dispatch, process, status, audit, demo".to_owned()
+        }
+        _ => format!("invalid use of {option}"),
+    }
+}
+
+/// `--now <T>` → `--now`; anything not shaped like an option name → `None`.
+fn option_name(text: &str) -> Option<String> {
+    let name: String = text
+        .split([' ', '='])
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '-' || *ch == '_')
+        .take(40)
+        .collect();
+    (name.starts_with('-') && name.len() > 1).then_some(name)
+}
+
+fn execute(cli: &Cli) -> Result<Answer, Failure> {
+    match &cli.command {
+        Command::Audit => Ok(audit_sqlite(&cli.db)?),
+        Command::Demo => Err(usage("demo takes no options".to_owned())),
+        Command::Dispatch { now, failure } => {
+            let (case, claims) = inputs(cli, *now)?;
+            let worker = default_worker();
+            let failure = failure.map(|point| match point {
+                DispatchFailure::IntentCommit => FailurePoint::AfterIntentCommit,
+                DispatchFailure::Claim => FailurePoint::AfterClaim,
+                DispatchFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
+            });
+            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            Ok(engine.dispatch(&case, &worker, failure)?)
+        }
+        Command::Process { status_ref, now, worker_id, failure } => {
+            let worker = match worker_id {
+                Some(text) => Identifier::new(text)
+                    .map_err(|_| usage("invalid value for --worker-id".to_owned()))?,
+                None => default_worker(),
+            };
+            let (case, claims) = inputs(cli, *now)?;
+            let failure = failure.map(|point| match point {
+                ProcessFailure::Claim => FailurePoint::AfterClaim,
+                ProcessFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
+            });
+            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            Ok(engine.process(status_ref, &case.clock, &case.business_state, &worker, failure)?)
+        }
+        Command::Status { status_ref, now } => {
+            let (case, claims) = inputs(cli, *now)?;
+            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            Ok(engine.status(&case, status_ref)?)
+        }
+    }
+}
+
+/// Reads and validates the case and claims files, before the store is opened: a bad
+/// case creates no database.
+fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
+    let path: &Path = cli
+        .fixture
+        .as_deref()
+        .ok_or_else(|| usage("missing required option --fixture".to_owned()))?;
+    let bytes = std::fs::read(path).map_err(|_| Failure {
+        code: "FIXTURE_IO_ERROR",
+        message: "the case file could not be read".to_owned(),
+    })?;
+    let case = load_case(&bytes, &Registry::builtin(), now)?;
+    let claims = cli.claims.clone().map_or(Claims::None, Claims::File);
+    claims.check()?;
+    Ok((case, claims))
+}
+
+/// A worker id unique to this process: its pid and the instant it started.
+fn default_worker() -> Identifier {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    Identifier::new(&format!("worker-{}-{nanos:x}", std::process::id()))
+        .unwrap_or_else(|_| unreachable!("digits and hex form an identifier"))
+}

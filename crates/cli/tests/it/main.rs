@@ -1,0 +1,179 @@
+//! The one integration-test binary of `toolledger-cli`: the real `toolledger` binary,
+//! spawned as a user or an operator script would.
+
+mod concurrency;
+mod errors;
+mod flows;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use serde_json::Value;
+use toolledger_contract::{Registry, approval_sha256, load_case};
+
+/// A working directory with a recognisable secret in its path: no error may print it.
+#[derive(Debug)]
+pub struct Dir(PathBuf);
+
+pub const SECRET: &str = "secret-dir-7731";
+
+impl Dir {
+    pub fn new() -> Dir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "toolledger-cli-{}-{}/{SECRET}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = Dir(dir);
+        dir.write(
+            "case.json",
+            &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),
+        );
+        dir
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn write(&self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.0.join(name), bytes).unwrap();
+    }
+
+    /// Writes the PASS case changed by `change`, with its approval rebound.
+    pub fn write_case(&self, name: &str, change: impl FnOnce(&mut Value)) {
+        let mut value: Value = serde_json::from_slice(
+            &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),
+        )
+        .unwrap();
+        change(&mut value);
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let case = load_case(text.as_bytes(), &Registry::builtin(), None).unwrap();
+        let registry = Registry::builtin();
+        let tool = registry.tool("refund_order").unwrap();
+        let binding = case.approval_binding(&tool.name, &tool.revisions);
+        let digest = approval_sha256(
+            &case.approval.approval_id,
+            &case.approval.approver_id,
+            case.approval.approved_at,
+            case.approval.expires_at,
+            &binding,
+        );
+        value["approval"]["approval_sha256"] = Value::from(digest.as_str());
+        self.write(name, serde_json::to_string_pretty(&value).unwrap().as_bytes());
+    }
+
+    /// Runs `toolledger <args>` in this directory.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[])
+    }
+
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
+        command.current_dir(&self.0).args(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Run::from(command.output().unwrap())
+    }
+
+    pub fn db_int(&self, sql: &str) -> i64 {
+        rusqlite::Connection::open(self.join("toolledger.sqlite3"))
+            .unwrap()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
+    }
+}
+
+impl Default for Dir {
+    fn default() -> Dir {
+        Dir::new()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if let Some(parent) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(parent);
+        }
+    }
+}
+
+/// One finished process.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Run {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+    }
+}
+
+impl Run {
+    /// The single JSON object on stdout, checked to be canonical and newline-terminated.
+    pub fn answer(&self) -> Value {
+        assert!(self.stdout.ends_with('\n'), "stdout does not end in a newline: {:?}", self.stdout);
+        let line = self.stdout.strip_suffix('\n').unwrap();
+        assert!(!line.contains('\n'), "more than one line on stdout");
+        let value = toolledger_json::parse_strict(line.as_bytes(), &Default::default()).unwrap();
+        assert_eq!(toolledger_json::canonicalize(&value), line, "stdout is not canonical");
+        value
+    }
+
+    pub fn text(&self, pointer: &str) -> String {
+        self.answer().pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_owned()
+    }
+
+    /// Asserts an exit-2 error of `code`: stdout empty, one JSON line on stderr, and no
+    /// path or OS text in it.
+    pub fn assert_error(&self, code: &str) {
+        assert_eq!(self.code, 2, "{self:?}");
+        assert_eq!(self.stdout, "", "{self:?}");
+        assert!(self.stderr.ends_with('\n') && self.stderr.lines().count() == 1, "{self:?}");
+        let value =
+            toolledger_json::parse_strict(self.stderr.trim_end().as_bytes(), &Default::default())
+                .unwrap();
+        let error = value["error"].as_object().unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 1);
+        assert_eq!(error.len(), 2, "{self:?}");
+        assert_eq!(error["code"], Value::from(code), "{self:?}");
+        let message = error["message"].as_str().unwrap();
+        assert!(!message.is_empty());
+        for leak in [
+            SECRET,
+            ".json",
+            ".sqlite3",
+            "/tmp",
+            "No such file",
+            "os error",
+            "Permission",
+            "SELECT",
+            "INSERT",
+            "panicked",
+            "src/",
+        ] {
+            assert!(!self.stderr.contains(leak), "stderr leaks {leak:?}: {}", self.stderr);
+        }
+    }
+}
+
+pub fn workspace(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
