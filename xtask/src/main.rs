@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [--quick] | cargo xtask tidy"
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy"
             );
             ExitCode::from(2)
         }
@@ -167,7 +167,7 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
     let quick = args.iter().any(|arg| arg == "--quick");
     let names: Vec<&str> =
         args.iter().map(String::as_str).filter(|arg| *arg != "--quick").collect();
-    const KNOWN: [&str; 1] = ["json"];
+    const KNOWN: [&str; 2] = ["json", "report"];
     if let Some(unknown) = names.iter().find(|name| !KNOWN.contains(name)) {
         eprintln!("unknown bench {unknown:?}; known: {}", KNOWN.join(", "));
         return ExitCode::from(2);
@@ -186,6 +186,25 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
                     "toolledger-json",
                     "--bench",
                     "corpus",
+                    "--",
+                    "--out",
+                    &out,
+                ];
+                if quick {
+                    args.push("--quick");
+                }
+                cargo(root, &args, &[])
+            }
+            "report" => {
+                let out = root.join("target/bench/report.json");
+                let out = out.to_string_lossy();
+                let mut args = vec![
+                    "bench",
+                    "--locked",
+                    "-p",
+                    "toolledger-cli",
+                    "--bench",
+                    "report",
                     "--",
                     "--out",
                     &out,

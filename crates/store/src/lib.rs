@@ -22,6 +22,7 @@
 
 mod audit;
 mod error;
+mod gate;
 mod model;
 mod schema;
 mod sqlite;

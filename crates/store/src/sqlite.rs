@@ -4,7 +4,7 @@
 //! first read, so two writers never both read "absent" and both insert). A transaction
 //! dropped without commit rolls back: `?` on any error inside one is always safe.
 
-use std::path::Path;
+use std::{path::Path, sync::MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
@@ -14,6 +14,7 @@ use crate::{
     AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore,
     LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation, StoreError,
     error::sqlite,
+    gate::Gate,
     schema,
     verify::{self, RawOperation},
 };
@@ -22,6 +23,28 @@ use crate::{
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
+    gate: Gate,
+}
+
+/// A write transaction holding the file's writer gate. Fields drop in order: the
+/// transaction ends (rolls back unless committed) before the gate opens.
+struct Write<'a> {
+    tx: Transaction<'a>,
+    _gate: MutexGuard<'a, ()>,
+}
+
+impl<'a> std::ops::Deref for Write<'a> {
+    type Target = Transaction<'a>;
+
+    fn deref(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+}
+
+impl Write<'_> {
+    fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().map_err(sqlite)
+    }
 }
 
 impl SqliteStore {
@@ -35,7 +58,8 @@ impl SqliteStore {
     /// [`StoreError::Sqlite`] when the file is not SQLite, cannot be opened, or cannot
     /// use WAL; [`StoreError::SchemaUnsupported`] as above.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        Ok(SqliteStore { conn: schema::open(path)? })
+        let conn = schema::open(path)?;
+        Ok(SqliteStore { conn, gate: Gate::of(path) })
     }
 
     /// Opens an existing store for [`LedgerStore::audit`]. Creates nothing: a missing or
@@ -45,11 +69,16 @@ impl SqliteStore {
     ///
     /// As [`SqliteStore::open`], plus [`StoreError::Missing`].
     pub fn open_existing(path: &Path) -> Result<SqliteStore, StoreError> {
-        Ok(SqliteStore { conn: schema::open_existing(path)? })
+        let conn = schema::open_existing(path)?;
+        Ok(SqliteStore { conn, gate: Gate::of(path) })
     }
 
-    fn immediate(&mut self) -> Result<Transaction<'_>, StoreError> {
-        self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)
+    /// `BEGIN IMMEDIATE` behind the file's writer gate.
+    fn immediate(&mut self) -> Result<Write<'_>, StoreError> {
+        let SqliteStore { conn, gate } = self;
+        let gate = gate.enter();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
+        Ok(Write { tx, _gate: gate })
     }
 }
 
@@ -338,7 +367,7 @@ impl LedgerStore for SqliteStore {
         insert_call(&tx, call, Purpose::Dispatch, id, now)?;
         let reserved =
             by_scope(&tx, scope)?.ok_or(StoreError::Sqlite("the reserved row vanished"))?;
-        tx.commit().map_err(sqlite)?;
+        tx.commit()?;
         Ok(Reservation::Reserved(Box::new(reserved)))
     }
 
@@ -388,7 +417,7 @@ impl LedgerStore for SqliteStore {
         .map_err(sqlite)?
         .execute(params![id, now.get()])
         .map_err(sqlite)?;
-        tx.commit().map_err(sqlite)?;
+        tx.commit()?;
         Ok(Claim::Claimed { attempt: attempts + 1 })
     }
 
@@ -404,7 +433,7 @@ impl LedgerStore for SqliteStore {
         }
         let id = op_id(&tx, status_ref)?.ok_or(StoreError::Sqlite("the operation vanished"))?;
         insert_call(&tx, call, Purpose::QueryStatus, id, now)?;
-        tx.commit().map_err(sqlite)?;
+        tx.commit()?;
         Ok(None)
     }
 
@@ -429,7 +458,7 @@ impl LedgerStore for SqliteStore {
         .map_err(sqlite)?;
         let stored = downstream_receipt(&tx, &receipt.downstream_request_ref)?
             .ok_or(StoreError::Sqlite("the receipt vanished"))?;
-        tx.commit().map_err(sqlite)?;
+        tx.commit()?;
         Ok(stored)
     }
 
@@ -504,7 +533,7 @@ impl LedgerStore for SqliteStore {
         .map_err(sqlite)?
         .execute(params![id, now.get()])
         .map_err(sqlite)?;
-        tx.commit().map_err(sqlite)?;
+        tx.commit()?;
         Ok(Finalize::Finalized)
     }
 

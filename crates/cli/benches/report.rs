@@ -1,0 +1,929 @@
+//! `cargo xtask bench`: toolledger against the physical limit, in one run.
+//!
+//! Every figure is reported next to a baseline measured in the same run, on the same
+//! disk, with the same pragmas (plain rusqlite, bundled SQLite, WAL, synchronous FULL),
+//! and subject and baseline rounds alternate so machine drift hits both. The report is
+//! written to `target/bench/report.json` and printed as a table.
+//!
+//! Usage: `report [--quick] [--out PATH]`. `--quick` is a smoke run: smaller ledgers and
+//! fewer rounds, so its figures are noisy and its "1m" ledger holds 20,000 operations.
+
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Arc, Barrier},
+    thread,
+    time::{Duration, Instant},
+};
+
+use rusqlite::{Connection, params};
+use serde_json::{Value, json};
+use toolledger_contract::{
+    Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef, approval_sha256,
+    digest::{
+        downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id, status_ref,
+    },
+    load_case,
+};
+use toolledger_engine::{FailurePoint, SqliteEngine, audit_sqlite, open_sqlite};
+use toolledger_json::{Limits, canonicalize, parse_strict};
+use toolledger_store::{LedgerStore, SqliteStore};
+
+const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json");
+
+struct Settings {
+    /// Alternating rounds per comparison.
+    rounds: usize,
+    /// Operations per round.
+    ops: usize,
+    /// Operations in the "big" ledger.
+    big: usize,
+    /// Operations in the audited ledger.
+    audited: usize,
+}
+
+fn main() {
+    let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/report.json");
+    let mut quick = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--out" => out = PathBuf::from(args.next().expect("--out takes a path")),
+            "--quick" => quick = true,
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let settings = if quick {
+        Settings { rounds: 3, ops: 60, big: 20_000, audited: 5_000 }
+    } else {
+        Settings { rounds: 7, ops: 300, big: 1_000_000, audited: 50_000 }
+    };
+    let work = TempDir::new();
+    let mut report = serde_json::Map::new();
+    let mut put = |key: &str, value: Value| {
+        report.insert(key.to_owned(), value);
+    };
+    put("quick", json!(quick));
+    put("sqlite_version", json!(rusqlite::version()));
+    put("cores", json!(thread::available_parallelism().map(usize::from).unwrap_or(1)));
+
+    // 1 + 2: the durable pipeline, raw and through the engine, alternating.
+    println!(
+        "pipeline: raw 4-commit pipeline vs fresh dispatch ({} rounds x {} ops)",
+        settings.rounds, settings.ops
+    );
+    let cases = Cases::new();
+    let (mut raw_rates, mut fresh_rates, mut commit_rates) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        commit_rates
+            .push(raw_commit_rate(&work.file(&format!("commit-{round}")), settings.ops * 2));
+        raw_rates.push(raw_pipeline(
+            &work.file(&format!("raw-{round}")),
+            &cases,
+            round * settings.ops,
+            settings.ops,
+        ));
+        fresh_rates.push(fresh_dispatch(
+            &work.file(&format!("fresh-{round}")),
+            &cases,
+            round * settings.ops,
+            settings.ops,
+        ));
+    }
+    let raw_pipeline_ops = median(raw_rates);
+    let fresh_ops = median(fresh_rates);
+    put("raw_commit_per_s", json!(median(commit_rates)));
+    put("raw_pipeline_ops_per_s", json!(raw_pipeline_ops));
+    put("fresh_dispatch_ops_per_s", json!(fresh_ops));
+    put("pipeline_vs_raw", json!(fresh_ops / raw_pipeline_ops));
+
+    // Replay, status reconciliation, claims, on a small ledger.
+    let small = work.file("small");
+    let mut small_engine = engine(&small);
+    let keys = settings.ops;
+    for index in 0..keys {
+        small_engine.dispatch(&cases.get(index), &worker(), None).unwrap();
+    }
+    // 4: scaling needs the 1M ledger, also the raw SELECT baseline's table.
+    println!("building a ledger of {} operations (one transaction, synchronous=OFF)", settings.big);
+    let big = work.file("big");
+    let built = Instant::now();
+    fill(&big, settings.big);
+    put("big_ledger_operations", json!(settings.big));
+    put("big_ledger_build_s", json!(built.elapsed().as_secs_f64()));
+    let mut big_engine = engine(&big);
+    for index in 0..keys {
+        big_engine.dispatch(&cases.get(index), &worker(), None).unwrap();
+    }
+
+    println!("replay vs raw unique-key SELECT on {} rows", settings.big);
+    let (mut select_rates, mut replay_small, mut replay_big) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..settings.rounds {
+        select_rates.push(raw_select(&big, settings.big, settings.ops * 20));
+        replay_small.push(replay(&mut small_engine, &cases, keys, settings.ops * 4));
+        replay_big.push(replay(&mut big_engine, &cases, keys, settings.ops * 4));
+    }
+    let select = median(select_rates);
+    let (replay_1k, replay_1m) = (median(replay_small), median(replay_big));
+    put("raw_unique_select_per_s", json!(select));
+    put("replay_per_s", json!(replay_1k));
+    put("replay_big_ledger_per_s", json!(replay_1m));
+    put("replay_vs_raw_select", json!(replay_1m / select));
+
+    println!("scaling: fresh dispatch with 1K and {} existing operations", settings.big);
+    let thousand = work.file("thousand");
+    fill(&thousand, 1_000);
+    let mut thousand_engine = engine(&thousand);
+    let (mut fresh_1k, mut fresh_1m) = (Vec::new(), Vec::new());
+    let base = 100_000;
+    for round in 0..settings.rounds {
+        let start = base + round * settings.ops;
+        fresh_1k.push(timed_rate(settings.ops, |index| {
+            thousand_engine.dispatch(&cases.get(start + index), &worker(), None).unwrap();
+        }));
+        fresh_1m.push(timed_rate(settings.ops, |index| {
+            big_engine.dispatch(&cases.get(start + index), &worker(), None).unwrap();
+        }));
+    }
+    let (fresh_1k, fresh_1m) = (median(fresh_1k), median(fresh_1m));
+    let replay_thousand = {
+        for index in 0..keys {
+            thousand_engine.dispatch(&cases.get(index), &worker(), None).unwrap();
+        }
+        median(
+            (0..settings.rounds)
+                .map(|_| replay(&mut thousand_engine, &cases, keys, settings.ops * 4))
+                .collect(),
+        )
+    };
+    put("fresh_1k_ops_per_s", json!(fresh_1k));
+    put("fresh_1m_ops_per_s", json!(fresh_1m));
+    put("replay_1k_per_s", json!(replay_thousand));
+    put("replay_1m_per_s", json!(replay_1m));
+    put("scaling_fresh_1m_vs_1k", json!(fresh_1m / fresh_1k));
+    put("scaling_replay_1m_vs_1k", json!(replay_1m / replay_thousand));
+    drop(big_engine);
+
+    println!("status reconciliation and worker claims");
+    let reconcile = work.file("reconcile");
+    let mut reconcile_engine = engine(&reconcile);
+    let status_base = 200_000;
+    let mut refs = Vec::new();
+    for index in 0..settings.ops {
+        let answer = reconcile_engine
+            .dispatch(
+                &cases.get(status_base + index),
+                &worker(),
+                Some(FailurePoint::AfterDownstreamCommit),
+            )
+            .unwrap();
+        refs.push(answer.package()["status_ref"].as_str().unwrap().to_owned());
+    }
+    let status_rate = timed_rate(settings.ops, |index| {
+        let answer =
+            reconcile_engine.status(&cases.get(status_base + index), &refs[index]).unwrap();
+        assert_eq!(answer.code(), "OK");
+    });
+    put("status_reconciliations_per_s", json!(status_rate));
+    let claim_base = 300_000;
+    let mut pending = Vec::new();
+    for index in 0..settings.ops {
+        let answer = reconcile_engine
+            .dispatch(
+                &cases.get(claim_base + index),
+                &worker(),
+                Some(FailurePoint::AfterIntentCommit),
+            )
+            .unwrap();
+        pending.push(StatusRef::new(answer.package()["status_ref"].as_str().unwrap()).unwrap());
+    }
+    let mut claimer = SqliteStore::open(&reconcile).unwrap();
+    let lease = LeaseSeconds::new(30).unwrap();
+    let now = cases.base.clock.now;
+    let claim_rate = timed_rate(settings.ops, |index| {
+        claimer.claim(&pending[index], &worker(), now, lease).unwrap();
+    });
+    put("claims_per_s", json!(claim_rate));
+
+    // The audit of a ledger of valid, finished operations.
+    println!("audit of {} finished operations", settings.audited);
+    let audited = work.file("audited");
+    fill_valid(&audited, &cases, settings.audited);
+    let started = Instant::now();
+    let answer = audit_sqlite(&audited).unwrap();
+    let audit_s = started.elapsed().as_secs_f64();
+    assert_eq!(answer.code(), "OK", "{}", answer.package());
+    let rows: i64 =
+        answer.package()["counts"].as_object().unwrap().values().map(|n| n.as_i64().unwrap()).sum();
+    put("audit_operations", json!(settings.audited));
+    put("audit_rows", json!(rows));
+    put("audit_s", json!(audit_s));
+    put("audit_rows_per_s", json!(rows as f64 / audit_s));
+    put("audit_operations_per_s", json!(settings.audited as f64 / audit_s));
+
+    // 3: contention, 8 threads on one file.
+    println!("contention: 8 threads, distinct keys, one file");
+    let per_thread = settings.ops / 4;
+    let (mut ours, mut raws) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds.min(3) {
+        raws.push(raw_contention(
+            &work.file(&format!("raw-contention-{round}")),
+            &cases,
+            400_000 + round * 8 * per_thread,
+            per_thread,
+        ));
+        ours.push(contention(
+            &work.file(&format!("contention-{round}")),
+            &cases,
+            500_000 + round * 8 * per_thread,
+            per_thread,
+        ));
+    }
+    let ours = Contention::median(ours);
+    let raws = Contention::median(raws);
+    put("contention_ops_per_s", json!(ours.ops_per_s));
+    put("contention_p50_ms", json!(ours.p50_ms));
+    put("contention_p99_ms", json!(ours.p99_ms));
+    put("contention_max_ms", json!(ours.max_ms));
+    put("raw_contention_ops_per_s", json!(raws.ops_per_s));
+    put("raw_contention_p50_ms", json!(raws.p50_ms));
+    put("raw_contention_p99_ms", json!(raws.p99_ms));
+    put("raw_contention_max_ms", json!(raws.max_ms));
+    put("contention_vs_raw", json!(ours.ops_per_s / raws.ops_per_s));
+    put("contention_little_bound_ms", json!(8.0 * 1000.0 / raw_pipeline_ops));
+
+    // 5: JSON.
+    println!("json: parse_strict + canonicalize vs serde_json");
+    let (ours_mb, serde_mb) = json_corpus(settings.rounds * 3);
+    put("json_mb_per_s", json!(ours_mb));
+    put("serde_json_mb_per_s", json!(serde_mb));
+    put("json_vs_serde", json!(serde_mb / ours_mb));
+
+    // 6: the CLI as a whole process.
+    println!("cli: whole-process wall time");
+    let runs = if quick { 15 } else { 61 };
+    let (replay_ms, version_ms, true_ms) = cli(&work, runs);
+    put("cli_dispatch_replay_ms", json!(replay_ms));
+    put("cli_version_ms", json!(version_ms));
+    put("process_spawn_true_ms", json!(true_ms));
+    put("cli_replay_over_version", json!(replay_ms / version_ms));
+
+    let report = Value::Object(report);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    std::fs::write(&out, format!("{}\n", serde_json::to_string_pretty(&report).unwrap())).unwrap();
+    print_table(&report);
+    println!("written to {}", out.display());
+}
+
+fn print_table(report: &Value) {
+    let f = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
+    println!();
+    println!("{:<40} {:>14} {:>14} {:>9}  target", "figure", "toolledger", "baseline", "ratio");
+    let rows: [(&str, &str, &str, &str, &str); 8] = [
+        (
+            "fresh dispatch ops/s vs raw pipeline",
+            "fresh_dispatch_ops_per_s",
+            "raw_pipeline_ops_per_s",
+            "pipeline_vs_raw",
+            ">= 0.90",
+        ),
+        (
+            "replay/s vs raw unique SELECT/s",
+            "replay_big_ledger_per_s",
+            "raw_unique_select_per_s",
+            "replay_vs_raw_select",
+            ">= 0.25",
+        ),
+        (
+            "8-thread ops/s vs raw 8-thread",
+            "contention_ops_per_s",
+            "raw_contention_ops_per_s",
+            "contention_vs_raw",
+            ">= 1.0",
+        ),
+        (
+            "8-thread p99 ms",
+            "contention_p99_ms",
+            "raw_contention_p99_ms",
+            "contention_p99_ms",
+            "<= 5",
+        ),
+        (
+            "fresh ops/s, 1M vs 1K ledger",
+            "fresh_1m_ops_per_s",
+            "fresh_1k_ops_per_s",
+            "scaling_fresh_1m_vs_1k",
+            ">= 0.80",
+        ),
+        (
+            "replay/s, 1M vs 1K ledger",
+            "replay_1m_per_s",
+            "replay_1k_per_s",
+            "scaling_replay_1m_vs_1k",
+            ">= 0.80",
+        ),
+        (
+            "json MB/s vs serde_json",
+            "json_mb_per_s",
+            "serde_json_mb_per_s",
+            "json_vs_serde",
+            "<= 1.5 (time)",
+        ),
+        (
+            "cli replay ms vs --version ms",
+            "cli_dispatch_replay_ms",
+            "cli_version_ms",
+            "cli_replay_over_version",
+            "-",
+        ),
+    ];
+    for (label, subject, baseline, ratio, target) in rows {
+        println!(
+            "{label:<40} {:>14.2} {:>14.2} {:>9.3}  {target}",
+            f(subject),
+            f(baseline),
+            f(ratio)
+        );
+    }
+    println!(
+        "{:<40} {:>14.0} {:>14} {:>9}  >= 100000",
+        "audit rows/s",
+        f("audit_rows_per_s"),
+        "",
+        ""
+    );
+    println!(
+        "{:<40} {:>14.0} {:>14} {:>9}",
+        "status reconciliations/s",
+        f("status_reconciliations_per_s"),
+        "",
+        ""
+    );
+    println!(
+        "{:<40} {:>14.0} {:>14.0} {:>9}",
+        "claims/s vs raw single-row commits/s",
+        f("claims_per_s"),
+        f("raw_commit_per_s"),
+        ""
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Inputs
+
+/// Distinct, valid cases: the PASS case under key `k-<index>`, its approval rebound.
+struct Cases {
+    base: Case,
+    registry: Registry,
+}
+
+impl Cases {
+    fn new() -> Cases {
+        Cases {
+            base: load_case(CASE, &Registry::builtin(), None).unwrap(),
+            registry: Registry::builtin(),
+        }
+    }
+
+    fn get(&self, index: usize) -> Case {
+        let mut case = self.base.clone();
+        case.host.idempotency_key = IdempotencyKey::new(&format!("k-{index}")).unwrap();
+        let tool = self.registry.tool("refund_order").unwrap();
+        let binding = case.approval_binding(&tool.name, &tool.revisions);
+        case.approval.approval_sha256 = approval_sha256(
+            &case.approval.approval_id,
+            &case.approval.approver_id,
+            case.approval.approved_at,
+            case.approval.expires_at,
+            &binding,
+        );
+        case
+    }
+
+    fn scope(&self, index: usize) -> Scope {
+        let case = self.get(index);
+        Scope {
+            tenant_id: case.principal.tenant_id,
+            subject_id: case.principal.subject_id,
+            tool_name: "refund_order".to_owned(),
+            idempotency_key: case.host.idempotency_key,
+        }
+    }
+}
+
+fn worker() -> toolledger_contract::Identifier {
+    toolledger_contract::Identifier::new("bench-worker").unwrap()
+}
+
+fn engine(path: &Path) -> SqliteEngine<NoRoles> {
+    open_sqlite(path, NoRoles, Registry::builtin()).unwrap()
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!("toolledger-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(format!("{name}.sqlite3"))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn timed_rate(count: usize, mut each: impl FnMut(usize)) -> f64 {
+    let started = Instant::now();
+    for index in 0..count {
+        each(index);
+    }
+    count as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A raw connection with the store's pragmas.
+fn raw(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::from_millis(5000)).unwrap();
+    conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get::<_, String>(0)).unwrap();
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").unwrap();
+    conn
+}
+
+// ---------------------------------------------------------------------------------
+// Raw baselines
+
+fn raw_commit_rate(path: &Path, count: usize) -> f64 {
+    let conn = raw(path);
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL) STRICT").unwrap();
+    let mut insert = conn.prepare("INSERT INTO t (v) VALUES (?1)").unwrap();
+    timed_rate(count, |index| {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        insert.execute([format!("row-{index}")]).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+    })
+}
+
+/// The values one operation writes, computed before any timing.
+struct Row {
+    scope: Scope,
+    status_ref: String,
+    downstream_request_ref: String,
+    request_sha256: String,
+    arguments_json: String,
+    receipt_ref: String,
+    receipt_json: String,
+    output_json: String,
+    result_sha256: String,
+    approval_sha256: String,
+}
+
+fn row(cases: &Cases, index: usize) -> Row {
+    let case = cases.get(index);
+    let scope = cases.scope(index);
+    let tool = cases.registry.tool("refund_order").unwrap();
+    let binding = case.approval_binding(&tool.name, &tool.revisions);
+    let request = binding.request_sha256.clone();
+    let dr = downstream_request_ref(&scope, &request);
+    let output = json!({"refund_id": refund_id(&dr), "order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "status": "refunded"});
+    let receipt =
+        downstream_receipt(&dr, &request, "refund_order", &tool.revisions.output, &output);
+    Row {
+        status_ref: status_ref(&scope).as_str().to_owned(),
+        downstream_request_ref: dr,
+        request_sha256: request.as_str().to_owned(),
+        arguments_json: canonicalize(&case.proposal.arguments),
+        receipt_ref: downstream_receipt_ref(&receipt),
+        receipt_json: canonicalize(&receipt),
+        output_json: canonicalize(&output),
+        result_sha256: toolledger_contract::digest::result_sha256(
+            "refund_order",
+            &tool.revisions.output,
+            &output,
+        )
+        .as_str()
+        .to_owned(),
+        approval_sha256: case.approval.approval_sha256.as_str().to_owned(),
+        scope,
+    }
+}
+
+const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
+    downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, effect_revision, \
+    handler_revision, producer_revision, policy_revision, provider, api_family, adapter_revision, \
+    provider_response_id, provider_call_id, operation_id, approval_id, approver_id, approval_sha256, approved_at, \
+    approval_expires_at, status, created_at, updated_at) VALUES (?1, ?2, 'refund_order', ?3, ?4, ?5, ?6, ?7, \
+    'refund_order.input.v2', 'refund_order.output.v2', 'refund_order.effect.v1', 'refund_order.handler.v1', \
+    'toolledger.producer.v1', 'refund_order.policy.v1', 'openai', 'responses', 'openai-responses-2026-05', \
+    'resp-001', ?8, 'op-001', 'appr-001', 'approver-1', ?9, 1767225500, 1767229100, ?10, 1767225600, 1767225600) \
+    ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING";
+
+/// The bare 4-commit pipeline on the store's own tables: the same rows and the same
+/// transactions as a fresh dispatch, with no validation, JSON or hashing.
+fn raw_pipeline(path: &Path, cases: &Cases, first: usize, count: usize) -> f64 {
+    drop(SqliteStore::open(path).unwrap()); // the store's schema
+    let rows: Vec<Row> = (first..first + count).map(|index| row(cases, index)).collect();
+    let ledger = raw(path);
+    let downstream = raw(path);
+    timed_rate(count, |index| raw_operation(&ledger, &downstream, &rows[index]))
+}
+
+fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
+    // A: operation + outbox + call identity.
+    ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
+    ledger
+        .prepare_cached(INSERT_OPERATION)
+        .unwrap()
+        .execute(params![
+            row.scope.tenant_id.as_str(),
+            row.scope.subject_id.as_str(),
+            row.scope.idempotency_key.as_str(),
+            row.status_ref,
+            row.downstream_request_ref,
+            row.request_sha256,
+            row.arguments_json,
+            format!("call-{}", row.scope.idempotency_key),
+            row.approval_sha256,
+            "pending"
+        ])
+        .unwrap();
+    let id = ledger.last_insert_rowid();
+    ledger
+        .prepare_cached("INSERT INTO outbox (op_id, state, attempt_count, created_at, updated_at) VALUES (?1, 'pending', 0, 1767225600, 1767225600)")
+        .unwrap()
+        .execute([id])
+        .unwrap();
+    ledger
+        .prepare_cached(
+            "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, provider_call_id, \
+             purpose, op_id, created_at) VALUES ('openai', 'responses', 'openai-responses-2026-05', 'resp-001', ?1, 'dispatch', ?2, 1767225600)",
+        )
+        .unwrap()
+        .execute(params![format!("call-{}", row.scope.idempotency_key), id])
+        .unwrap();
+    ledger.execute_batch("COMMIT").unwrap();
+    // Claim.
+    ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
+    ledger
+        .prepare_cached("UPDATE outbox SET state = 'processing', lease_owner = 'w', lease_until = 1767225630, attempt_count = attempt_count + 1 WHERE op_id = ?1")
+        .unwrap()
+        .execute([id])
+        .unwrap();
+    ledger
+        .prepare_cached("UPDATE operations SET status = 'processing' WHERE id = ?1")
+        .unwrap()
+        .execute([id])
+        .unwrap();
+    ledger.execute_batch("COMMIT").unwrap();
+    // B: the downstream's own commit.
+    downstream.execute_batch("BEGIN IMMEDIATE").unwrap();
+    downstream
+        .prepare_cached(
+            "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, created_at) \
+             VALUES (?1, ?2, ?3, ?4, 1767225600) ON CONFLICT (downstream_request_ref) DO NOTHING",
+        )
+        .unwrap()
+        .execute(params![row.downstream_request_ref, row.request_sha256, row.receipt_ref, row.receipt_json])
+        .unwrap();
+    downstream.execute_batch("COMMIT").unwrap();
+    // C: local receipt + succeeded + delivered.
+    ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
+    ledger
+        .prepare_cached(
+            "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, \
+             finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'worker', 1767225600)",
+        )
+        .unwrap()
+        .execute(params![id, row.downstream_request_ref, row.receipt_ref, row.receipt_json, row.output_json, row.result_sha256])
+        .unwrap();
+    ledger
+        .prepare_cached("UPDATE operations SET status = 'succeeded' WHERE id = ?1")
+        .unwrap()
+        .execute([id])
+        .unwrap();
+    ledger
+        .prepare_cached("UPDATE outbox SET state = 'delivered' WHERE op_id = ?1")
+        .unwrap()
+        .execute([id])
+        .unwrap();
+    ledger.execute_batch("COMMIT").unwrap();
+}
+
+/// Random unique-key lookups of operations rows by scope on the big ledger.
+fn raw_select(path: &Path, rows: usize, count: usize) -> f64 {
+    let conn = raw(path);
+    let mut select = conn
+        .prepare(
+            "SELECT id, status_ref, request_sha256, arguments_json, status FROM operations \
+             WHERE tenant_id = ?1 AND subject_id = ?2 AND tool_name = ?3 AND idempotency_key = ?4",
+        )
+        .unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let keys: Vec<String> = (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            format!("fill-{}", state % rows as u64)
+        })
+        .collect();
+    timed_rate(count, |index| {
+        let found: i64 = select
+            .query_row(params!["tenant-a", "user-1", "refund_order", keys[index]], |row| row.get(0))
+            .unwrap();
+        std::hint::black_box(found);
+    })
+}
+
+/// `count` filler operations (succeeded, with receipts) in one transaction with
+/// synchronous=OFF; then the file is closed, to be reopened with the real pragmas.
+/// Their digests are not real: the engine never reads them, only their indexes count.
+fn fill(path: &Path, count: usize) {
+    drop(SqliteStore::open(path).unwrap());
+    let mut conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut operation = tx.prepare(INSERT_OPERATION).unwrap();
+        let mut outbox = tx
+            .prepare("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
+            .unwrap();
+        let mut local = tx
+            .prepare("INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, '{}', '{}', ?4, 'worker', 1767225600)")
+            .unwrap();
+        let mut downstream = tx
+            .prepare("INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, created_at) VALUES (?1, ?2, ?3, '{}', 1767225600)")
+            .unwrap();
+        let hex =
+            |index: usize, salt: u64| format!("{:032x}", (index as u128) << 64 | u128::from(salt));
+        for index in 0..count {
+            let dr = format!("dr_{}", hex(index, 1));
+            let rc = format!("rc_{}", hex(index, 2));
+            let digest = format!("{}{}", hex(index, 3), hex(index, 4));
+            operation
+                .execute(params![
+                    "tenant-a",
+                    "user-1",
+                    format!("fill-{index}"),
+                    format!("sr_{}", hex(index, 5)),
+                    dr,
+                    digest,
+                    r#"{"amount_minor":2599,"currency":"USD","order_id":"ord-1001","reason":"damaged"}"#,
+                    format!("call-fill-{index}"),
+                    digest,
+                    "succeeded"
+                ])
+                .unwrap();
+            let id = tx.last_insert_rowid();
+            outbox.execute([id]).unwrap();
+            local.execute(params![id, dr, rc, digest]).unwrap();
+            downstream.execute(params![dr, digest, rc]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// `count` real, finished operations written directly (valid digests), for the audit.
+fn fill_valid(path: &Path, cases: &Cases, count: usize) {
+    drop(SqliteStore::open(path).unwrap());
+    let rows: Vec<Row> = (0..count).map(|index| row(cases, 600_000 + index)).collect();
+    let mut conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
+    let tx = conn.transaction().unwrap();
+    for row in &rows {
+        tx.prepare_cached(INSERT_OPERATION)
+            .unwrap()
+            .execute(params![
+                row.scope.tenant_id.as_str(),
+                row.scope.subject_id.as_str(),
+                row.scope.idempotency_key.as_str(),
+                row.status_ref,
+                row.downstream_request_ref,
+                row.request_sha256,
+                row.arguments_json,
+                "call-001",
+                row.approval_sha256,
+                "succeeded"
+            ])
+            .unwrap();
+        let id = tx.last_insert_rowid();
+        tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
+            .unwrap()
+            .execute([id])
+            .unwrap();
+        tx.prepare_cached("INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'worker', 1767225600)")
+            .unwrap()
+            .execute(params![id, row.downstream_request_ref, row.receipt_ref, row.receipt_json, row.output_json, row.result_sha256])
+            .unwrap();
+        tx.prepare_cached("INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, created_at) VALUES (?1, ?2, ?3, ?4, 1767225600)")
+            .unwrap()
+            .execute(params![row.downstream_request_ref, row.request_sha256, row.receipt_ref, row.receipt_json])
+            .unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+// ---------------------------------------------------------------------------------
+// toolledger
+
+fn fresh_dispatch(path: &Path, cases: &Cases, first: usize, count: usize) -> f64 {
+    let prepared: Vec<Case> = (first..first + count).map(|index| cases.get(index)).collect();
+    let mut engine = engine(path);
+    timed_rate(count, |index| {
+        let answer = engine.dispatch(&prepared[index], &worker(), None).unwrap();
+        assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
+    })
+}
+
+fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count: usize) -> f64 {
+    let prepared: Vec<Case> = (0..keys).map(|index| cases.get(index)).collect();
+    timed_rate(count, |index| {
+        let answer = engine.dispatch(&prepared[index % keys], &worker(), None).unwrap();
+        assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
+    })
+}
+
+struct Contention {
+    ops_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Contention {
+    fn from(latencies: &mut [f64], wall_s: f64) -> Contention {
+        latencies.sort_by(f64::total_cmp);
+        let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
+        Contention {
+            ops_per_s: latencies.len() as f64 / wall_s,
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        }
+    }
+
+    /// The round with the median throughput.
+    fn median(mut rounds: Vec<Contention>) -> Contention {
+        rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+        let middle = rounds.len() / 2;
+        rounds.swap_remove(middle)
+    }
+}
+
+fn threads(per_thread: usize, work: impl Fn(usize, usize) + Send + Sync + 'static) -> Contention {
+    let work = Arc::new(work);
+    let barrier = Arc::new(Barrier::new(8));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            let (work, barrier) = (Arc::clone(&work), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                (0..per_thread)
+                    .map(|index| {
+                        let started = Instant::now();
+                        work(thread, index);
+                        started.elapsed().as_secs_f64() * 1000.0
+                    })
+                    .collect::<Vec<f64>>()
+            })
+        })
+        .collect();
+    let mut latencies: Vec<f64> =
+        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
+    Contention::from(&mut latencies, started.elapsed().as_secs_f64())
+}
+
+/// 8 threads, each with its own engine, dispatching distinct keys into one file.
+fn contention(path: &Path, cases: &Cases, first: usize, per_thread: usize) -> Contention {
+    drop(engine(path));
+    let prepared: Vec<Vec<Case>> = (0..8)
+        .map(|thread| {
+            (0..per_thread).map(|index| cases.get(first + thread * per_thread + index)).collect()
+        })
+        .collect();
+    let engines: Vec<std::sync::Mutex<SqliteEngine<NoRoles>>> =
+        (0..8).map(|_| std::sync::Mutex::new(engine(path))).collect();
+    let shared = Arc::new((prepared, engines));
+    threads(per_thread, move |thread, index| {
+        let (prepared, engines) = &*shared;
+        let mut engine = engines[thread].lock().unwrap();
+        let answer = engine.dispatch(&prepared[thread][index], &worker(), None).unwrap();
+        assert_eq!(answer.code(), "OK");
+    })
+}
+
+/// 8 threads, each with its own raw connections, running the bare pipeline with
+/// nothing but `busy_timeout` between them.
+fn raw_contention(path: &Path, cases: &Cases, first: usize, per_thread: usize) -> Contention {
+    drop(SqliteStore::open(path).unwrap());
+    let rows: Vec<Vec<Row>> = (0..8)
+        .map(|thread| {
+            (0..per_thread).map(|index| row(cases, first + thread * per_thread + index)).collect()
+        })
+        .collect();
+    let connections: Vec<std::sync::Mutex<(Connection, Connection)>> =
+        (0..8).map(|_| std::sync::Mutex::new((raw(path), raw(path)))).collect();
+    let shared = Arc::new((rows, connections));
+    threads(per_thread, move |thread, index| {
+        let (rows, connections) = &*shared;
+        let pair = connections[thread].lock().unwrap();
+        raw_operation(&pair.0, &pair.1, &rows[thread][index]);
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// JSON and the CLI
+
+fn json_corpus(rounds: usize) -> (f64, f64) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../json/benches/corpus");
+    let mut inputs: Vec<Vec<u8>> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .map(|path| std::fs::read(path).unwrap())
+        .collect();
+    inputs.sort();
+    let bytes: usize = inputs.iter().map(Vec::len).sum();
+    let passes = 30;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let started = Instant::now();
+        for _ in 0..passes {
+            for input in &inputs {
+                let value = parse_strict(std::hint::black_box(input), &Limits::default()).unwrap();
+                std::hint::black_box(canonicalize(&value));
+            }
+        }
+        ours.push((bytes * passes) as f64 / 1e6 / started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        for _ in 0..passes {
+            for input in &inputs {
+                let value: Value = serde_json::from_slice(std::hint::black_box(input)).unwrap();
+                std::hint::black_box(serde_json::to_vec(&value).unwrap());
+            }
+        }
+        theirs.push((bytes * passes) as f64 / 1e6 / started.elapsed().as_secs_f64());
+    }
+    (median(ours), median(theirs))
+}
+
+/// Median wall time (ms) of: `toolledger dispatch` on the replay path of a warm store;
+/// `toolledger --version` (the same process start and argument parsing, no I/O); and
+/// spawning `true` (the cost of a process at all).
+fn cli(work: &TempDir, runs: usize) -> (f64, f64, f64) {
+    let binary = env!("CARGO_BIN_EXE_toolledger");
+    let db = work.file("cli");
+    let case = work.0.join("case.json");
+    std::fs::write(&case, CASE).unwrap();
+    let dispatch = || {
+        Command::new(binary)
+            .arg("--db")
+            .arg(&db)
+            .arg("--fixture")
+            .arg(&case)
+            .arg("dispatch")
+            .output()
+            .unwrap()
+    };
+    assert!(dispatch().status.success());
+    let time = |mut command: Box<dyn FnMut()>| {
+        let mut samples = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let started = Instant::now();
+            command();
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        median(samples)
+    };
+    let mut replay_samples = Vec::new();
+    let mut version_samples = Vec::new();
+    let mut true_samples = Vec::new();
+    // Interleave the three so drift hits each alike.
+    for _ in 0..3 {
+        replay_samples.push(time(Box::new(|| assert!(dispatch().status.success()))));
+        version_samples.push(time(Box::new(move || {
+            assert!(Command::new(binary).arg("--version").output().unwrap().status.success());
+        })));
+        true_samples.push(time(Box::new(|| {
+            assert!(Command::new("true").output().unwrap().status.success());
+        })));
+    }
+    (median(replay_samples), median(version_samples), median(true_samples))
+}
