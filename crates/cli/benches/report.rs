@@ -53,6 +53,8 @@ fn main() {
         match arg.as_str() {
             "--out" => out = PathBuf::from(args.next().expect("--out takes a path")),
             "--quick" => quick = true,
+            // A loop of one flow alone, for a profiler: `--profile replay|audit`.
+            "--profile" => return profile(&args.next().expect("--profile takes a flow")),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -277,6 +279,31 @@ fn main() {
     std::fs::write(&out, format!("{}\n", serde_json::to_string_pretty(&report).unwrap())).unwrap();
     print_table(&report);
     println!("written to {}", out.display());
+}
+
+fn profile(flow: &str) {
+    let work = TempDir::new();
+    let cases = Cases::new();
+    let path = work.file("profile");
+    match flow {
+        "replay" => {
+            let mut engine = engine(&path);
+            for index in 0..100 {
+                engine.dispatch(&cases.get(index), &worker(), None).unwrap();
+            }
+            let rate = replay(&mut engine, &cases, 100, 200_000);
+            println!("{rate:.0} replays/s");
+        }
+        "audit" => {
+            fill_valid(&path, &cases, 20_000);
+            for _ in 0..5 {
+                let started = Instant::now();
+                audit_sqlite(&path).unwrap();
+                println!("{:.0} operations/s", 20_000.0 / started.elapsed().as_secs_f64());
+            }
+        }
+        other => panic!("no flow {other}"),
+    }
 }
 
 fn print_table(report: &Value) {

@@ -5,11 +5,11 @@
 //! for expiry. The worker instead recomputes the digest from what the ledger stored, so
 //! any swapped field fails closed before the side effect.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{
     IdempotencyKey, Identifier, ProviderProfile, Revisions, Sha256Hex, UnixSeconds,
-    digest::sha256_canonical,
+    digest::{Member, Members, hash_members, object_value, revisions_member},
 };
 
 /// An approval as the host supplies it.
@@ -52,6 +52,34 @@ pub struct ApprovalBinding {
     pub revisions: Revisions,
 }
 
+fn approval_members<'a>(
+    approval_id: &'a Identifier,
+    approver_id: &'a Identifier,
+    approved_at: UnixSeconds,
+    expires_at: UnixSeconds,
+    binding: &'a ApprovalBinding,
+) -> Members<'a> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/approval")),
+        ("approval_id", Member::Str(approval_id.as_str())),
+        ("approver_id", Member::Str(approver_id.as_str())),
+        ("tenant_id", Member::Str(binding.tenant_id.as_str())),
+        ("subject_id", Member::Str(binding.subject_id.as_str())),
+        ("provider", Member::Str(&binding.profile.provider)),
+        ("api_family", Member::Str(&binding.profile.api_family)),
+        ("adapter_revision", Member::Str(&binding.profile.adapter_revision)),
+        ("provider_response_id", Member::Str(binding.provider_response_id.as_str())),
+        ("provider_call_id", Member::Str(binding.provider_call_id.as_str())),
+        ("operation_id", Member::Str(binding.operation_id.as_str())),
+        ("idempotency_key", Member::Str(binding.idempotency_key.as_str())),
+        ("tool_name", Member::Str(&binding.tool_name)),
+        ("request_sha256", Member::Str(binding.request_sha256.as_str())),
+        ("revisions", revisions_member(&binding.revisions)),
+        ("approved_at", Member::Int(approved_at.get())),
+        ("expires_at", Member::Int(expires_at.get())),
+    ]
+}
+
 /// The approval preimage of SPEC §4.2.
 pub fn approval_preimage(
     approval_id: &Identifier,
@@ -60,25 +88,7 @@ pub fn approval_preimage(
     expires_at: UnixSeconds,
     binding: &ApprovalBinding,
 ) -> Value {
-    json!({
-        "domain": "tool-result-v2/approval",
-        "approval_id": approval_id.as_str(),
-        "approver_id": approver_id.as_str(),
-        "tenant_id": binding.tenant_id.as_str(),
-        "subject_id": binding.subject_id.as_str(),
-        "provider": binding.profile.provider,
-        "api_family": binding.profile.api_family,
-        "adapter_revision": binding.profile.adapter_revision,
-        "provider_response_id": binding.provider_response_id.as_str(),
-        "provider_call_id": binding.provider_call_id.as_str(),
-        "operation_id": binding.operation_id.as_str(),
-        "idempotency_key": binding.idempotency_key.as_str(),
-        "tool_name": binding.tool_name,
-        "request_sha256": binding.request_sha256.as_str(),
-        "revisions": binding.revisions.to_json(),
-        "approved_at": approved_at.get(),
-        "expires_at": expires_at.get(),
-    })
+    object_value(&approval_members(approval_id, approver_id, approved_at, expires_at, binding))
 }
 
 /// `approval_sha256`.
@@ -89,7 +99,7 @@ pub fn approval_sha256(
     expires_at: UnixSeconds,
     binding: &ApprovalBinding,
 ) -> Sha256Hex {
-    sha256_canonical(&approval_preimage(approval_id, approver_id, approved_at, expires_at, binding))
+    hash_members(&approval_members(approval_id, approver_id, approved_at, expires_at, binding))
 }
 
 /// Why an approval was refused.

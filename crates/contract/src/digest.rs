@@ -6,28 +6,116 @@
 //! matching function without the suffix hashes it. `docs/contract.md` lists them all
 //! and `docs/contract-vectors.json` pins them with test vectors.
 
-use std::fmt::Write as _;
-
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use toolledger_json::canonicalize;
+use toolledger_json::{canonicalize_into, canonicalize_str_into};
 
 use crate::{IdempotencyKey, Identifier, Revisions, Sha256Hex, StatusRef};
 
+/// One member value of a preimage.
+///
+/// Each preimage is defined once, as a list of members; the same list yields both the
+/// JSON object (`*_preimage`, for documents and test vectors) and its digest, which is
+/// written straight into canonical bytes without building that object.
+#[derive(Debug, Clone)]
+pub(crate) enum Member<'a> {
+    Str(&'a str),
+    Int(i64),
+    Json(&'a Value),
+    Object(Vec<(&'static str, Member<'a>)>),
+}
+
+impl Member<'_> {
+    fn to_value(&self) -> Value {
+        match self {
+            Member::Str(text) => Value::from(*text),
+            Member::Int(number) => Value::from(*number),
+            Member::Json(value) => (*value).clone(),
+            Member::Object(members) => object_value(members),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Member::Str(text) => canonicalize_str_into(text, out),
+            Member::Int(number) => canonicalize_into(&Value::from(*number), out),
+            Member::Json(value) => canonicalize_into(value, out),
+            Member::Object(members) => write_object(members, out),
+        }
+    }
+}
+
+/// The members of a preimage object. Names are static ASCII, so their byte order is
+/// their UTF-16 order.
+pub(crate) type Members<'a> = Vec<(&'static str, Member<'a>)>;
+
+pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
+    Value::Object(
+        members
+            .iter()
+            .map(|(name, member)| ((*name).to_owned(), member.to_value()))
+            .collect::<Map<_, _>>(),
+    )
+}
+
+fn write_object(members: &[(&'static str, Member<'_>)], out: &mut String) {
+    let mut order: Vec<&(&'static str, Member<'_>)> = members.iter().collect();
+    order.sort_unstable_by_key(|(name, _)| *name);
+    out.push('{');
+    for (index, (name, member)) in order.into_iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        canonicalize_str_into(name, out);
+        out.push(':');
+        member.write(out);
+    }
+    out.push('}');
+}
+
+fn hex(bytes: &[u8]) -> Sha256Hex {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        for nibble in [byte >> 4, byte & 0xF] {
+            text.push(char::from(DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0')));
+        }
+    }
+    Sha256Hex::new(&text).unwrap_or_else(|_| unreachable!("64 lowercase hex digits"))
+}
+
+/// `H(x)` of a preimage given as members.
+pub(crate) fn hash_members(members: &[(&'static str, Member<'_>)]) -> Sha256Hex {
+    let mut canonical = String::with_capacity(512);
+    write_object(members, &mut canonical);
+    hex(&Sha256::digest(canonical.as_bytes()))
+}
+
+fn short_members(prefix: &str, members: &[(&'static str, Member<'_>)]) -> String {
+    let digest = hash_members(members);
+    format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
+}
+
 /// `H(x)`: SHA-256 of the canonical form of `preimage`, as lowercase hex.
 pub fn sha256_canonical(preimage: &Value) -> Sha256Hex {
-    let digest = Sha256::digest(canonicalize(preimage).as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    Sha256Hex::new(&hex).unwrap_or_else(|_| unreachable!("64 lowercase hex digits"))
+    hex(&Sha256::digest(toolledger_json::canonicalize(preimage).as_bytes()))
 }
 
 /// `prefix` + the first 32 hex digits of `H(preimage)`.
 pub fn short_ref(prefix: &str, preimage: &Value) -> String {
     let digest = sha256_canonical(preimage);
     format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
+}
+
+pub(crate) fn revisions_member(revisions: &Revisions) -> Member<'_> {
+    Member::Object(vec![
+        ("input", Member::Str(&revisions.input)),
+        ("output", Member::Str(&revisions.output)),
+        ("effect", Member::Str(&revisions.effect)),
+        ("handler", Member::Str(&revisions.handler)),
+        ("producer", Member::Str(&revisions.producer)),
+        ("policy", Member::Str(&revisions.policy)),
+    ])
 }
 
 /// Why a call is being answered: dispatching it, or querying an earlier one's status.
@@ -103,6 +191,25 @@ pub struct Scope {
     pub idempotency_key: IdempotencyKey,
 }
 
+fn request_members<'a>(
+    tenant_id: &'a Identifier,
+    subject_id: &'a Identifier,
+    tool_name: &'a str,
+    arguments: &'a Value,
+    revisions: &'a Revisions,
+) -> Members<'a> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/request")),
+        ("tenant_id", Member::Str(tenant_id.as_str())),
+        ("subject_id", Member::Str(subject_id.as_str())),
+        ("tool_name", Member::Str(tool_name)),
+        ("arguments", Member::Json(arguments)),
+        ("input_revision", Member::Str(&revisions.input)),
+        ("output_revision", Member::Str(&revisions.output)),
+        ("effect_revision", Member::Str(&revisions.effect)),
+    ]
+}
+
 /// The request preimage: intent only, **without** the idempotency key.
 pub fn request_preimage(
     tenant_id: &Identifier,
@@ -111,16 +218,7 @@ pub fn request_preimage(
     arguments: &Value,
     revisions: &Revisions,
 ) -> Value {
-    json!({
-        "domain": "tool-result-v2/request",
-        "tenant_id": tenant_id.as_str(),
-        "subject_id": subject_id.as_str(),
-        "tool_name": tool_name,
-        "arguments": arguments,
-        "input_revision": revisions.input,
-        "output_revision": revisions.output,
-        "effect_revision": revisions.effect,
-    })
+    object_value(&request_members(tenant_id, subject_id, tool_name, arguments, revisions))
 }
 
 /// `request_sha256`.
@@ -131,56 +229,72 @@ pub fn request_sha256(
     arguments: &Value,
     revisions: &Revisions,
 ) -> Sha256Hex {
-    sha256_canonical(&request_preimage(tenant_id, subject_id, tool_name, arguments, revisions))
+    hash_members(&request_members(tenant_id, subject_id, tool_name, arguments, revisions))
+}
+
+fn downstream_request_members<'a>(scope: &'a Scope, request_sha256: &'a Sha256Hex) -> Members<'a> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/downstream-request")),
+        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
+        ("subject_id", Member::Str(scope.subject_id.as_str())),
+        ("tool_name", Member::Str(&scope.tool_name)),
+        ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
+        ("request_sha256", Member::Str(request_sha256.as_str())),
+    ]
 }
 
 /// `downstream_request_ref` preimage.
 pub fn downstream_request_preimage(scope: &Scope, request_sha256: &Sha256Hex) -> Value {
-    json!({
-        "domain": "tool-result-v2/downstream-request",
-        "tenant_id": scope.tenant_id.as_str(),
-        "subject_id": scope.subject_id.as_str(),
-        "tool_name": scope.tool_name,
-        "idempotency_key": scope.idempotency_key.as_str(),
-        "request_sha256": request_sha256.as_str(),
-    })
+    object_value(&downstream_request_members(scope, request_sha256))
 }
 
 /// `dr_` + 32 hex: the scope the downstream is idempotent on.
 pub fn downstream_request_ref(scope: &Scope, request_sha256: &Sha256Hex) -> String {
-    short_ref("dr_", &downstream_request_preimage(scope, request_sha256))
+    short_members("dr_", &downstream_request_members(scope, request_sha256))
+}
+
+fn status_ref_members(scope: &Scope) -> Members<'_> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/status-ref")),
+        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
+        ("subject_id", Member::Str(scope.subject_id.as_str())),
+        ("tool_name", Member::Str(&scope.tool_name)),
+        ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
+    ]
 }
 
 /// `status_ref` preimage.
 pub fn status_ref_preimage(scope: &Scope) -> Value {
-    json!({
-        "domain": "tool-result-v2/status-ref",
-        "tenant_id": scope.tenant_id.as_str(),
-        "subject_id": scope.subject_id.as_str(),
-        "tool_name": scope.tool_name,
-        "idempotency_key": scope.idempotency_key.as_str(),
-    })
+    object_value(&status_ref_members(scope))
 }
 
 /// `sr_` + 32 hex: the opaque name of an operation.
 pub fn status_ref(scope: &Scope) -> StatusRef {
-    let text = short_ref("sr_", &status_ref_preimage(scope));
+    let text = short_members("sr_", &status_ref_members(scope));
     StatusRef::new(&text).unwrap_or_else(|_| unreachable!("sr_ and 32 lowercase hex digits"))
+}
+
+fn result_members<'a>(
+    tool_name: &'a str,
+    output_revision: &'a str,
+    output: &'a Value,
+) -> Members<'a> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/result")),
+        ("tool_name", Member::Str(tool_name)),
+        ("output_revision", Member::Str(output_revision)),
+        ("output", Member::Json(output)),
+    ]
 }
 
 /// `result_sha256` preimage.
 pub fn result_preimage(tool_name: &str, output_revision: &str, output: &Value) -> Value {
-    json!({
-        "domain": "tool-result-v2/result",
-        "tool_name": tool_name,
-        "output_revision": output_revision,
-        "output": output,
-    })
+    object_value(&result_members(tool_name, output_revision, output))
 }
 
 /// `result_sha256`.
 pub fn result_sha256(tool_name: &str, output_revision: &str, output: &Value) -> Sha256Hex {
-    sha256_canonical(&result_preimage(tool_name, output_revision, output))
+    hash_members(&result_members(tool_name, output_revision, output))
 }
 
 /// The downstream receipt the stand-in stores and returns.
@@ -191,14 +305,14 @@ pub fn downstream_receipt(
     output_revision: &str,
     output: &Value,
 ) -> Value {
-    json!({
-        "domain": "tool-result-v2/downstream-receipt",
-        "downstream_request_ref": downstream_request_ref,
-        "request_sha256": request_sha256.as_str(),
-        "tool_name": tool_name,
-        "output_revision": output_revision,
-        "output": output,
-    })
+    object_value(&[
+        ("domain", Member::Str("tool-result-v2/downstream-receipt")),
+        ("downstream_request_ref", Member::Str(downstream_request_ref)),
+        ("request_sha256", Member::Str(request_sha256.as_str())),
+        ("tool_name", Member::Str(tool_name)),
+        ("output_revision", Member::Str(output_revision)),
+        ("output", Member::Json(output)),
+    ])
 }
 
 /// `rc_` + 32 hex of the receipt itself.
@@ -206,15 +320,22 @@ pub fn downstream_receipt_ref(receipt: &Value) -> String {
     short_ref("rc_", receipt)
 }
 
+fn refund_id_members(downstream_request_ref: &str) -> Members<'_> {
+    vec![
+        ("domain", Member::Str("tool-result-v2/refund-id")),
+        ("downstream_request_ref", Member::Str(downstream_request_ref)),
+    ]
+}
+
 /// `refund_id` preimage (the stand-in derives the refund id from the request scope, so
 /// the same request always yields the same refund).
 pub fn refund_id_preimage(downstream_request_ref: &str) -> Value {
-    json!({"domain": "tool-result-v2/refund-id", "downstream_request_ref": downstream_request_ref})
+    object_value(&refund_id_members(downstream_request_ref))
 }
 
 /// `rf_` + 32 hex.
 pub fn refund_id(downstream_request_ref: &str) -> String {
-    short_ref("rf_", &refund_id_preimage(downstream_request_ref))
+    short_members("rf_", &refund_id_members(downstream_request_ref))
 }
 
 /// Which half of a call identity a status-query id replaces.
@@ -226,26 +347,30 @@ pub enum StatusQueryPart {
     Call,
 }
 
+fn status_query_members<'a>(
+    part: StatusQueryPart,
+    case_id: &'a Identifier,
+    status_ref: &'a StatusRef,
+) -> Members<'a> {
+    let (kind, id_name) = match part {
+        StatusQueryPart::Response => ("response", "provider_response_id"),
+        StatusQueryPart::Call => ("call", "provider_call_id"),
+    };
+    vec![
+        ("domain", Member::Str("tool-result-v2/status-query")),
+        ("kind", Member::Str(kind)),
+        (id_name, Member::Str(case_id.as_str())),
+        ("status_ref", Member::Str(status_ref.as_str())),
+    ]
+}
+
 /// The preimage of a status query's derived response or call id.
 pub fn status_query_preimage(
     part: StatusQueryPart,
     case_id: &Identifier,
     status_ref: &StatusRef,
 ) -> Value {
-    match part {
-        StatusQueryPart::Response => json!({
-            "domain": "tool-result-v2/status-query",
-            "kind": "response",
-            "provider_response_id": case_id.as_str(),
-            "status_ref": status_ref.as_str(),
-        }),
-        StatusQueryPart::Call => json!({
-            "domain": "tool-result-v2/status-query",
-            "kind": "call",
-            "provider_call_id": case_id.as_str(),
-            "status_ref": status_ref.as_str(),
-        }),
-    }
+    object_value(&status_query_members(part, case_id, status_ref))
 }
 
 /// `qs_` + 32 hex: the host-owned id a status query answers under.
@@ -254,7 +379,7 @@ pub fn status_query_id(
     case_id: &Identifier,
     status_ref: &StatusRef,
 ) -> Identifier {
-    let text = short_ref("qs_", &status_query_preimage(part, case_id, status_ref));
+    let text = short_members("qs_", &status_query_members(part, case_id, status_ref));
     Identifier::new(&text).unwrap_or_else(|_| unreachable!("qs_ and 32 lowercase hex digits"))
 }
 
@@ -287,29 +412,76 @@ pub struct HostView {
     pub status_ref: StatusRef,
 }
 
+/// The twelve `host_view` member names, in SPEC §4.5 order.
+pub(crate) const HOST_VIEW_MEMBERS: [&str; 12] = [
+    "provider",
+    "api_family",
+    "adapter_revision",
+    "provider_response_id",
+    "provider_call_id",
+    "purpose",
+    "operation_id",
+    "idempotency_key",
+    "revisions",
+    "downstream_request_ref",
+    "downstream_receipt_ref",
+    "status_ref",
+];
+
 impl HostView {
+    fn members(&self) -> Members<'_> {
+        vec![
+            ("provider", Member::Str(&self.provider)),
+            ("api_family", Member::Str(&self.api_family)),
+            ("adapter_revision", Member::Str(&self.adapter_revision)),
+            ("provider_response_id", Member::Str(self.provider_response_id.as_str())),
+            ("provider_call_id", Member::Str(self.provider_call_id.as_str())),
+            ("purpose", Member::Str(self.purpose.as_str())),
+            ("operation_id", Member::Str(self.operation_id.as_str())),
+            ("idempotency_key", Member::Str(self.idempotency_key.as_str())),
+            ("revisions", revisions_member(&self.revisions)),
+            ("downstream_request_ref", Member::Str(&self.downstream_request_ref)),
+            ("downstream_receipt_ref", Member::Str(&self.downstream_receipt_ref)),
+            ("status_ref", Member::Str(self.status_ref.as_str())),
+        ]
+    }
+
     /// The `host_view` object.
     pub fn to_json(&self) -> Value {
-        json!({
-            "provider": self.provider,
-            "api_family": self.api_family,
-            "adapter_revision": self.adapter_revision,
-            "provider_response_id": self.provider_response_id.as_str(),
-            "provider_call_id": self.provider_call_id.as_str(),
-            "purpose": self.purpose.as_str(),
-            "operation_id": self.operation_id.as_str(),
-            "idempotency_key": self.idempotency_key.as_str(),
-            "revisions": self.revisions.to_json(),
-            "downstream_request_ref": self.downstream_request_ref,
-            "downstream_receipt_ref": self.downstream_receipt_ref,
-            "status_ref": self.status_ref.as_str(),
-        })
+        object_value(&self.members())
     }
+}
+
+/// The host view's members taken from a JSON object that has exactly the twelve names
+/// (a package being verified from its own bytes).
+pub(crate) fn host_view_members(host_view: &Map<String, Value>) -> Members<'_> {
+    HOST_VIEW_MEMBERS
+        .iter()
+        .map(|name| (*name, Member::Json(host_view.get(*name).unwrap_or(&Value::Null))))
+        .collect()
+}
+
+fn call_binding_members<'a>(
+    mut members: Members<'a>,
+    tool_name: &'a str,
+    request_sha256: &'a str,
+    result_sha256: &'a str,
+    delivery: &'a str,
+) -> Members<'a> {
+    members.extend([
+        ("domain", Member::Str("tool-result-v2/call-binding")),
+        ("tool_name", Member::Str(tool_name)),
+        ("request_sha256", Member::Str(request_sha256)),
+        ("result_sha256", Member::Str(result_sha256)),
+        ("delivery", Member::Str(delivery)),
+    ]);
+    members
 }
 
 /// The call-binding preimage: the host view's members plus `domain`, `tool_name`,
 /// `request_sha256`, `result_sha256` and `delivery`. Takes the host view as JSON so a
-/// package can be checked from its own bytes.
+/// package can be checked from its own bytes; a host view lacking one of the twelve
+/// members has `null` in its place.
 pub fn call_binding_preimage(
     host_view: &Value,
     tool_name: &str,
@@ -317,13 +489,32 @@ pub fn call_binding_preimage(
     result_sha256: &str,
     delivery: &str,
 ) -> Value {
-    let mut preimage = host_view.as_object().cloned().unwrap_or_default();
-    preimage.insert("domain".to_owned(), json!("tool-result-v2/call-binding"));
-    preimage.insert("tool_name".to_owned(), json!(tool_name));
-    preimage.insert("request_sha256".to_owned(), json!(request_sha256));
-    preimage.insert("result_sha256".to_owned(), json!(result_sha256));
-    preimage.insert("delivery".to_owned(), json!(delivery));
-    Value::Object(preimage)
+    let empty = Map::new();
+    let host_view = host_view.as_object().unwrap_or(&empty);
+    object_value(&call_binding_members(
+        host_view_members(host_view),
+        tool_name,
+        request_sha256,
+        result_sha256,
+        delivery,
+    ))
+}
+
+/// `call_binding_sha256` of a host view given as JSON (see [`call_binding_preimage`]).
+pub(crate) fn call_binding_sha256_of_json(
+    host_view: &Map<String, Value>,
+    tool_name: &str,
+    request_sha256: &str,
+    result_sha256: &str,
+    delivery: &str,
+) -> Sha256Hex {
+    hash_members(&call_binding_members(
+        host_view_members(host_view),
+        tool_name,
+        request_sha256,
+        result_sha256,
+        delivery,
+    ))
 }
 
 /// `call_binding_sha256`.
@@ -334,8 +525,8 @@ pub fn call_binding_sha256(
     result_sha256: &Sha256Hex,
     delivery: Delivery,
 ) -> Sha256Hex {
-    sha256_canonical(&call_binding_preimage(
-        &host_view.to_json(),
+    hash_members(&call_binding_members(
+        host_view.members(),
         tool_name,
         request_sha256.as_str(),
         result_sha256.as_str(),

@@ -8,10 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     BlockCode, Delivery, HostView, Sha256Hex, StatusRef,
-    digest::{
-        call_binding_preimage, call_binding_sha256, result_preimage, result_sha256,
-        sha256_canonical,
-    },
+    digest::{HOST_VIEW_MEMBERS, call_binding_sha256, call_binding_sha256_of_json, result_sha256},
 };
 
 /// The `contract` member of every PASS result.
@@ -79,21 +76,6 @@ pub enum PackageError {
     BindingMismatch,
 }
 
-const HOST_VIEW_MEMBERS: [&str; 12] = [
-    "provider",
-    "api_family",
-    "adapter_revision",
-    "provider_response_id",
-    "provider_call_id",
-    "purpose",
-    "operation_id",
-    "idempotency_key",
-    "revisions",
-    "downstream_request_ref",
-    "downstream_receipt_ref",
-    "status_ref",
-];
-
 fn object_with<'v>(
     value: &'v Value,
     members: &[&str],
@@ -142,8 +124,7 @@ pub fn verify_package(package: &Value) -> Result<(), PackageError> {
         return Err(PackageError::Malformed("contract"));
     }
     let tool_name = text(result, "tool_name", "tool_name")?;
-    let host_view_value = &result["host_view"];
-    let host_view = object_with(host_view_value, &HOST_VIEW_MEMBERS, "host_view")?;
+    let host_view = object_with(&result["host_view"], &HOST_VIEW_MEMBERS, "host_view")?;
     if text(host_view, "status_ref", "host_view.status_ref")?
         != text(top, "status_ref", "status_ref")?
     {
@@ -162,18 +143,17 @@ pub fn verify_package(package: &Value) -> Result<(), PackageError> {
     let request_sha256 = text(digests, "request_sha256", "request_sha256")?;
     Sha256Hex::new(request_sha256).map_err(|_| PackageError::Malformed("request_sha256"))?;
 
-    let result_sha256 =
-        sha256_canonical(&result_preimage(tool_name, output_revision, &result["model_view"]));
+    let result_sha256 = result_sha256(tool_name, output_revision, &result["model_view"]);
     if text(digests, "result_sha256", "result_sha256")? != result_sha256.as_str() {
         return Err(PackageError::ResultMismatch);
     }
-    let binding = sha256_canonical(&call_binding_preimage(
-        host_view_value,
+    let binding = call_binding_sha256_of_json(
+        host_view,
         tool_name,
         request_sha256,
         result_sha256.as_str(),
         delivery,
-    ));
+    );
     if text(digests, "call_binding_sha256", "call_binding_sha256")? != binding.as_str() {
         return Err(PackageError::BindingMismatch);
     }

@@ -15,13 +15,13 @@
 mod downstream;
 mod error;
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use serde_json::{Value, json};
 use toolledger_contract::{
     ApprovalRefusal, BlockCode, BusinessState, Case, Clock, Delivery, HostView, Identifier,
-    PrincipalResolver, Purpose, Registry, Scope, StatusRef, ToolSpec, authorize, block_package,
-    check_business,
+    PrincipalResolver, Purpose, Registry, Scope, Sha256Hex, StatusRef, ToolSpec, authorize,
+    block_package, check_business,
     digest::{
         StatusQueryPart, downstream_request_ref, request_sha256, result_sha256, status_query_id,
         status_ref,
@@ -170,33 +170,38 @@ fn pass(
     Answer::Pass { delivery: Some(delivery), package }
 }
 
-/// Whether a stored intent and a new one are the same intent: request digest, the six
-/// revisions, canonical arguments, scope, and provider/API/adapter.
-fn same_intent(stored: &NewOperation, new: &NewOperation) -> bool {
-    stored.request_sha256 == new.request_sha256
-        && stored.revisions == new.revisions
-        && stored.arguments == new.arguments
-        && stored.scope == new.scope
-        && stored.profile == new.profile
+/// Whether a stored intent is the case's: request digest, the six revisions, canonical
+/// arguments, scope, and provider/API/adapter.
+fn same_intent(stored: &NewOperation, request: &Sha256Hex, tool: &ToolSpec, case: &Case) -> bool {
+    stored.request_sha256 == *request
+        && stored.revisions == tool.revisions
+        && stored.arguments == case.proposal.arguments
+        && stored.scope.tenant_id == case.principal.tenant_id
+        && stored.scope.subject_id == case.principal.subject_id
+        && stored.scope.tool_name == tool.name
+        && stored.scope.idempotency_key == case.host.idempotency_key
+        && stored.profile == case.host.profile
 }
 
-/// The intent a case proposes, under `tool`.
-fn intent_of(case: &Case, tool: &ToolSpec) -> NewOperation {
-    let scope = Scope {
+fn scope_of(case: &Case, tool: &ToolSpec) -> Scope {
+    Scope {
         tenant_id: case.principal.tenant_id.clone(),
         subject_id: case.principal.subject_id.clone(),
         tool_name: tool.name.clone(),
         idempotency_key: case.host.idempotency_key.clone(),
-    };
+    }
+}
+
+/// The intent a case proposes, under `tool`, with its scope and request digest.
+fn intent_of(
+    case: &Case,
+    tool: &ToolSpec,
+    scope: Scope,
+    request_sha256: Sha256Hex,
+) -> NewOperation {
     NewOperation {
         status_ref: status_ref(&scope),
-        request_sha256: request_sha256(
-            &scope.tenant_id,
-            &scope.subject_id,
-            &tool.name,
-            &case.proposal.arguments,
-            &tool.revisions,
-        ),
+        request_sha256,
         arguments: case.proposal.arguments.clone(),
         revisions: tool.revisions.clone(),
         profile: case.host.profile.clone(),
@@ -214,7 +219,7 @@ pub struct Engine<S, D, R> {
     store: S,
     downstream: D,
     resolver: R,
-    registry: Registry,
+    registry: Arc<Registry>,
 }
 
 /// The engine every command uses: a SQLite ledger and the offline stand-in downstream
@@ -286,7 +291,7 @@ pub fn audit_answer(report: &AuditReport) -> Answer {
 impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// An engine over these parts. `registry` is the *current* contract.
     pub fn new(store: S, downstream: D, resolver: R, registry: Registry) -> Engine<S, D, R> {
-        Engine { store, downstream, resolver, registry }
+        Engine { store, downstream, resolver, registry: Arc::new(registry) }
     }
 
     /// The ledger, for callers that read it directly (tests, tools).
@@ -306,7 +311,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         worker: &Identifier,
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError> {
-        let Some(tool) = self.registry.tool(&case.proposal.tool_name).cloned() else {
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
             return Ok(block(BlockCode::InputInvalid, None));
         };
         if tool.input.validate(&case.proposal.arguments, None).is_err() {
@@ -315,25 +321,23 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
         let arguments = &case.proposal.arguments;
         let roles = self.resolver.current_roles(tenant, subject)?;
-        let Ok(order) = authorize(&tool, arguments, tenant, subject, &roles, &case.business_state)
+        let Ok(order) = authorize(tool, arguments, tenant, subject, &roles, &case.business_state)
         else {
             return Ok(block(BlockCode::NotFound, None));
         };
-        let intent = intent_of(case, &tool);
+        let scope = scope_of(case, tool);
+        let request = request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions);
         let call = CallIdentity {
             profile: case.host.profile.clone(),
             provider_response_id: case.host.provider_response_id.clone(),
             provider_call_id: case.host.provider_call_id.clone(),
         };
-        if self
-            .store
-            .recorded_call(&call)?
-            .is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus)
-        {
+        let lookup = self.store.dispatch_lookup(&scope, &call)?;
+        if lookup.call.is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus) {
             return Ok(block(BlockCode::CallPurposeConflict, None));
         }
-        if let Some(stored) = self.store.operation_by_scope(&intent.scope)? {
-            return self.settled(&stored, &intent, case);
+        if let Some(stored) = lookup.operation {
+            return self.settled(&stored, &request, tool, case);
         }
 
         // A new intent: business state, approval, and authorization once more just
@@ -348,12 +352,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Err(ApprovalRefusal::Expired) => return Ok(block(BlockCode::ApprovalExpired, None)),
         }
         let roles = self.resolver.current_roles(tenant, subject)?;
-        if authorize(&tool, arguments, tenant, subject, &roles, &case.business_state).is_err() {
+        if authorize(tool, arguments, tenant, subject, &roles, &case.business_state).is_err() {
             return Ok(block(BlockCode::NotFound, None));
         }
+        let intent = intent_of(case, tool, scope, request);
         let reserved = match self.store.reserve(&intent, &call, case.clock.now)? {
             Reservation::Reserved(operation) => operation,
-            Reservation::Exists(stored) => return self.settled(&stored, &intent, case),
+            Reservation::Exists(stored) => {
+                return self.settled(&stored, &intent.request_sha256, tool, case);
+            }
             Reservation::CallPurposeConflict => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
             }
@@ -369,11 +376,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     fn settled(
         &mut self,
         stored: &Operation,
-        intent: &NewOperation,
+        request: &Sha256Hex,
+        tool: &ToolSpec,
         case: &Case,
     ) -> Result<Answer, EngineError> {
         self.check_stored_arguments(stored)?;
-        if !same_intent(&stored.intent, intent) {
+        if !same_intent(&stored.intent, request, tool, case) {
             return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
         }
         if stored.status != OperationStatus::Succeeded {
@@ -441,7 +449,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
         }
         let intent = &operation.intent;
-        let Some(tool) = self.registry.tool(&intent.scope.tool_name).cloned() else {
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
             return Ok(block(BlockCode::ContractDrift, Some(&operation)));
         };
         let current_request = request_sha256(
@@ -460,7 +469,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let roles =
             self.resolver.current_roles(&intent.scope.tenant_id, &intent.scope.subject_id)?;
         let Ok(order) = authorize(
-            &tool,
+            tool,
             &intent.arguments,
             &intent.scope.tenant_id,
             &intent.scope.subject_id,
@@ -474,7 +483,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
 
         let request = DownstreamRequest {
-            downstream_request_ref: downstream_request_ref(&intent.scope, &intent.request_sha256),
+            downstream_request_ref: operation.downstream_request_ref.clone(),
             request_sha256: intent.request_sha256.clone(),
             tool_name: tool.name.clone(),
             output_revision: intent.revisions.output.clone(),
@@ -484,7 +493,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if failure == Some(FailurePoint::AfterDownstreamCommit) {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
         }
-        let local = verify_receipt(&operation, &tool, receipt)?;
+        let local = verify_receipt(&operation, tool, receipt)?;
         let finalizer = Finalizer::Lease { owner: worker.clone(), attempt };
         match self.store.finalize(status_ref, &finalizer, &local, clock.now)? {
             Finalize::Finalized => {
@@ -528,13 +537,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         state: &BusinessState,
     ) -> Result<Answer, EngineError> {
         let intent = &operation.intent;
-        let Some(tool) = self.registry.tool(&intent.scope.tool_name).cloned() else {
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
             return Ok(block(BlockCode::ContractDrift, Some(operation)));
         };
         let roles =
             self.resolver.current_roles(&intent.scope.tenant_id, &intent.scope.subject_id)?;
         if authorize(
-            &tool,
+            tool,
             &intent.arguments,
             &intent.scope.tenant_id,
             &intent.scope.subject_id,
@@ -558,12 +568,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         operation: &Operation,
         answering: &Answering<'_>,
     ) -> Result<Answer, EngineError> {
-        let receipt = self
-            .store
-            .local_receipt(operation)?
+        let receipt = operation
+            .receipt
+            .as_ref()
             .ok_or(violation("a succeeded operation has no local receipt"))?;
         self.check_output(operation, &receipt.output)?;
-        Ok(pass(Delivery::LocalReplay, operation, &receipt, answering))
+        Ok(pass(Delivery::LocalReplay, operation, receipt, answering))
     }
 
     /// Stored arguments that fail the input schema of their own revision contradict the
@@ -600,7 +610,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     ///
     /// [`EngineError`] when the resolver, the downstream or the store fails.
     pub fn status(&mut self, case: &Case, status_ref: &str) -> Result<Answer, EngineError> {
-        let Some(tool) = self.registry.tool(&case.proposal.tool_name).cloned() else {
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
             return Ok(block(BlockCode::InputInvalid, None));
         };
         if tool.input.validate(&case.proposal.arguments, None).is_err() {
@@ -608,7 +619,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
         let roles = self.resolver.current_roles(tenant, subject)?;
-        if authorize(&tool, &case.proposal.arguments, tenant, subject, &roles, &case.business_state)
+        if authorize(tool, &case.proposal.arguments, tenant, subject, &roles, &case.business_state)
             .is_err()
         {
             return Ok(block(BlockCode::NotFound, None));
@@ -647,12 +658,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
             }
         }
-        let expected = intent_of(case, &tool);
+        let expected_request =
+            request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
         let stored = &operation.intent;
-        if expected.request_sha256 != stored.request_sha256
-            || expected.scope.idempotency_key != stored.scope.idempotency_key
+        if expected_request != stored.request_sha256
+            || case.host.idempotency_key != stored.scope.idempotency_key
             || tool.revisions != stored.revisions
-            || expected.profile != stored.profile
+            || case.host.profile != stored.profile
         {
             return Ok(block(BlockCode::IdempotencyConflict, Some(&operation)));
         }
@@ -670,7 +682,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         else {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
         };
-        let local = verify_receipt(&operation, &tool, receipt)?;
+        let local = verify_receipt(&operation, tool, receipt)?;
         match self.store.finalize(&status_ref, &Finalizer::StatusQuery, &local, case.clock.now)? {
             Finalize::Finalized => {
                 Ok(pass(Delivery::ReceiptReconciled, &operation, &local, &answering))
@@ -693,8 +705,7 @@ fn verify_receipt(
     let intent = &operation.intent;
     let text = |name: &str| receipt.receipt.get(name).and_then(Value::as_str);
     if receipt.request_sha256 != intent.request_sha256
-        || receipt.downstream_request_ref
-            != downstream_request_ref(&intent.scope, &intent.request_sha256)
+        || receipt.downstream_request_ref != operation.downstream_request_ref
         || text("tool_name") != Some(tool.name.as_str())
         || text("output_revision") != Some(intent.revisions.output.as_str())
     {

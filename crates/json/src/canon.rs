@@ -97,7 +97,44 @@ pub(crate) fn utf16_cmp(a: &str, b: &str) -> Ordering {
     }
 }
 
+/// Whether any byte is `"`, `\` or below 0x20, eight bytes at a time.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte of `word` is zero: the classic has-zero-byte test.
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut lanes = [0u8; 8];
+        lanes.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(lanes);
+        // Below 0x20: subtracting 0x20 borrows into the high bit of a byte that had none.
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
+        if control
+            || has_zero(word ^ (ONES * u64::from(b'"')))
+            || has_zero(word ^ (ONES * u64::from(b'\\')))
+        {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+}
+
+/// Appends `text` as an RFC 8785 JSON string (quotes included) to `out`: the same bytes
+/// [`canonicalize`] writes for a string value, without building one.
+pub fn canonicalize_str_into(text: &str, out: &mut String) {
+    write_string(text, out);
+}
+
 fn write_string(text: &str, out: &mut String) {
+    // Most strings need no escape: one scan, one copy.
+    if !needs_escape(text.as_bytes()) {
+        out.reserve(text.len() + 2);
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     out.push('"');
     let mut run = 0;
     for (index, byte) in text.bytes().enumerate() {
@@ -132,6 +169,28 @@ fn write_string(text: &str, out: &mut String) {
 mod tests {
     use super::utf16_cmp;
     use std::cmp::Ordering;
+
+    #[test]
+    fn needs_escape_agrees_with_a_byte_by_byte_scan() {
+        let interesting =
+            [b'a', b'"', b'\\', 0x00, 0x1f, 0x20, 0x7f, 0x80, 0xff, 0x21, 0x5c ^ 0x80, 0x22 ^ 0x80];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for length in 0..40 {
+            for _ in 0..200 {
+                let bytes: Vec<u8> = (0..length)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        interesting[(state % interesting.len() as u64) as usize]
+                    })
+                    .collect();
+                let expected =
+                    bytes.iter().any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
+                assert_eq!(super::needs_escape(&bytes), expected, "{bytes:?}");
+            }
+        }
+    }
 
     #[test]
     fn utf16_order_matches_encode_utf16() {

@@ -41,7 +41,7 @@ mod number;
 mod parse;
 
 pub use crate::{
-    canon::{canonicalize, canonicalize_into},
+    canon::{canonicalize, canonicalize_into, canonicalize_str_into},
     domain::{V2_INTEGER_MAX, V2_INTEGER_MIN, check_v2_domain},
     error::JsonError,
     parse::{Limits, parse_strict},

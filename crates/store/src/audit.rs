@@ -7,8 +7,8 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::{
     AuditFinding, AuditReport, StoreError,
     error::sqlite,
-    sqlite::raw_operation,
-    verify::{self, canonical_json},
+    sqlite::{OPERATION_COLUMNS, OPERATION_FROM, raw_operation},
+    verify::{self, Flaw},
 };
 
 /// The checks, in the order they are reported.
@@ -87,62 +87,30 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
         failed("succeeded_iff_local_receipt_iff_delivered", Some(status_ref));
     }
 
-    // Every row re-verified as a read would: canonical JSON first, then digests.
-    let sql = format!(
-        "SELECT {}, l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256 FROM operations o \
-         LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id ORDER BY o.id",
-        "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
-         o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
-         o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
-         o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
-         o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
-         b.state, b.lease_owner, b.lease_until, b.attempt_count"
-    );
+    // Every operation re-verified as a read would, its local receipt with it.
+    let sql = format!("SELECT {OPERATION_COLUMNS} {OPERATION_FROM} ORDER BY o.id");
     let mut statement = tx.prepare(&sql).map_err(sqlite)?;
     let mut rows = statement.query([]).map_err(sqlite)?;
     while let Some(row) = rows.next().map_err(sqlite)? {
         let raw = raw_operation(row).map_err(sqlite)?;
-        let local: Option<(String, String, String, String)> =
-            match row.get::<_, Option<String>>(31).map_err(sqlite)? {
-                Some(receipt_ref) => Some((
-                    receipt_ref,
-                    row.get(32).map_err(sqlite)?,
-                    row.get(33).map_err(sqlite)?,
-                    row.get(34).map_err(sqlite)?,
-                )),
-                None => None,
-            };
         let status_ref = raw.status_ref.clone();
-        let json_ok = canonical_json(&raw.arguments_json).is_ok()
-            && local.as_ref().is_none_or(|(_, receipt, output, _)| {
-                canonical_json(receipt).is_ok() && canonical_json(output).is_ok()
-            });
-        if !json_ok {
-            failed("json_canonical", Some(status_ref));
-            continue;
-        }
-        let dr_ref = raw.downstream_request_ref.clone();
-        let verified = verify::operation(raw).and_then(|operation| match local {
-            Some((receipt_ref, receipt_json, output_json, result)) => {
-                let receipt = verify::downstream(
-                    dr_ref,
-                    operation.intent.request_sha256.as_str(),
-                    receipt_ref,
-                    &receipt_json,
-                )?;
-                verify::local(&operation, receipt, &output_json, &result).map(|_| ())
-            }
-            None => Ok(()),
-        });
-        if verified.is_err() {
-            failed("digests_recompute", Some(status_ref));
+        match verify::operation(raw) {
+            Ok(_) => {}
+            Err(Flaw::NotCanonical(_)) => failed("json_canonical", Some(status_ref)),
+            Err(Flaw::Contradiction(_)) => failed("digests_recompute", Some(status_ref)),
         }
     }
     drop(rows);
     drop(statement);
 
+    // Downstream receipts: one byte-identical to its operation's local receipt was
+    // verified with it; every other one is verified on its own.
     let mut statement = tx
-        .prepare("SELECT downstream_request_ref, request_sha256, receipt_ref, receipt_json FROM downstream_receipts ORDER BY rowid")
+        .prepare(
+            "SELECT d.downstream_request_ref, d.request_sha256, d.receipt_ref, d.receipt_json, \
+             l.receipt_ref, l.receipt_json FROM downstream_receipts d \
+             LEFT JOIN local_receipts l ON l.downstream_request_ref = d.downstream_request_ref ORDER BY d.rowid",
+        )
         .map_err(sqlite)?;
     let mut rows = statement.query([]).map_err(sqlite)?;
     while let Some(row) = rows.next().map_err(sqlite)? {
@@ -152,11 +120,17 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
             row.get(2).map_err(sqlite)?,
             row.get(3).map_err(sqlite)?,
         );
-        if canonical_json(&receipt_json).is_err() {
-            failed("json_canonical", Some(receipt_ref));
-        } else if verify::downstream(dr_ref, &request, receipt_ref.clone(), &receipt_json).is_err()
+        let local: (Option<String>, Option<String>) =
+            (row.get(4).map_err(sqlite)?, row.get(5).map_err(sqlite)?);
+        if local.0.as_deref() == Some(receipt_ref.as_str())
+            && local.1.as_deref() == Some(receipt_json.as_str())
         {
-            failed("digests_recompute", Some(receipt_ref));
+            continue;
+        }
+        match verify::downstream(dr_ref, &request, receipt_ref.clone(), &receipt_json) {
+            Ok(_) => {}
+            Err(Flaw::NotCanonical(_)) => failed("json_canonical", Some(receipt_ref)),
+            Err(Flaw::Contradiction(_)) => failed("digests_recompute", Some(receipt_ref)),
         }
     }
     drop(rows);

@@ -34,9 +34,9 @@ pub use crate::{
     audit::{CHECKS, TABLES},
     error::StoreError,
     model::{
-        AuditFinding, AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer,
-        LocalReceipt, NewOperation, Now, Operation, OperationStatus, OutboxEvent, RecordedCall,
-        Reservation,
+        AuditFinding, AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt,
+        Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
+        OutboxEvent, RecordedCall, Reservation,
     },
     schema::{SCHEMA_ID, USER_VERSION},
     sqlite::SqliteStore,
@@ -62,6 +62,18 @@ pub trait LedgerStore {
         &mut self,
         status_ref: &StatusRef,
     ) -> Result<Option<Operation>, StoreError>;
+
+    /// How `call` is recorded and the operation of `scope`, read together from one
+    /// snapshot: everything dispatch needs before it decides.
+    ///
+    /// # Errors
+    ///
+    /// As [`LedgerStore::operation_by_scope`].
+    fn dispatch_lookup(
+        &mut self,
+        scope: &Scope,
+        call: &CallIdentity,
+    ) -> Result<DispatchLookup, StoreError>;
 
     /// What is recorded of a call identity.
     ///
@@ -130,13 +142,6 @@ pub trait LedgerStore {
         &mut self,
         downstream_request_ref: &str,
     ) -> Result<Option<DownstreamReceipt>, StoreError>;
-
-    /// The local receipt of `operation`, verified against it.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`].
-    fn local_receipt(&mut self, operation: &Operation) -> Result<Option<LocalReceipt>, StoreError>;
 
     /// Commit C, conditional on the operation not having succeeded and, for a worker, on
     /// it still holding the lease (owner and attempt).

@@ -76,15 +76,19 @@ pub struct NewOperation {
 }
 
 /// An operation as stored, verified on the way out (canonical JSON, every digest
-/// recomputed from the row's own fields).
+/// recomputed from the row's own fields), with its local receipt when it has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Operation {
     /// What was accepted.
     pub intent: NewOperation,
+    /// `dr_…` of the intent, recomputed.
+    pub downstream_request_ref: String,
     /// Where it is now.
     pub status: OperationStatus,
     /// Its outbox event.
     pub outbox: OutboxEvent,
+    /// Its local receipt (commit C), verified against it.
+    pub receipt: Option<LocalReceipt>,
     /// When it was accepted.
     pub created_at: i64,
 }
@@ -193,6 +197,15 @@ pub struct RecordedCall {
     pub purpose: Purpose,
     /// The operation it belongs to.
     pub status_ref: StatusRef,
+}
+
+/// What dispatch reads before deciding, from one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchLookup {
+    /// How the dispatching call's identity is recorded, if it is.
+    pub call: Option<RecordedCall>,
+    /// The operation of the scope, verified, if the scope is taken.
+    pub operation: Option<Operation>,
 }
 
 /// One audit check's name and result.

@@ -11,8 +11,8 @@ use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
 use toolledger_json::canonicalize;
 
 use crate::{
-    AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore,
-    LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation, StoreError,
+    AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
+    LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation, StoreError,
     error::sqlite,
     gate::Gate,
     schema,
@@ -83,12 +83,17 @@ impl SqliteStore {
 }
 
 /// The columns of an operation joined with its outbox event, in [`raw_operation`] order.
-const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
+pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
     o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
     o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
     o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
-    b.state, b.lease_owner, b.lease_until, b.attempt_count";
+    b.state, b.lease_owner, b.lease_until, b.attempt_count, \
+    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256";
+
+/// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
+/// receipt. One statement, one read transaction.
+pub(crate) const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id";
 
 pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
     Ok(RawOperation {
@@ -125,6 +130,10 @@ pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
         lease_owner: row.get(28)?,
         lease_until: row.get(29)?,
         attempt_count: row.get(30)?,
+        local: match row.get::<_, Option<String>>(31)? {
+            Some(receipt_ref) => Some((receipt_ref, row.get(32)?, row.get(33)?, row.get(34)?)),
+            None => None,
+        },
     })
 }
 
@@ -133,16 +142,14 @@ fn select_operation(
     filter: &str,
     key: &[&dyn rusqlite::ToSql],
 ) -> Result<Option<Operation>, StoreError> {
-    let sql = format!(
-        "SELECT {OPERATION_COLUMNS} FROM operations o LEFT JOIN outbox b ON b.op_id = o.id WHERE {filter}"
-    );
+    let sql = format!("SELECT {OPERATION_COLUMNS} {OPERATION_FROM} WHERE {filter}");
     let raw = conn
         .prepare_cached(&sql)
         .map_err(sqlite)?
         .query_row(key, raw_operation)
         .optional()
         .map_err(sqlite)?;
-    raw.map(verify::operation).transpose()
+    Ok(raw.map(verify::operation).transpose()?)
 }
 
 fn by_scope(conn: &Connection, scope: &Scope) -> Result<Option<Operation>, StoreError> {
@@ -186,15 +193,16 @@ fn recorded_call(
         )
         .optional()
         .map_err(sqlite)?;
-    row.map(|(purpose, status_ref)| {
-        Ok(RecordedCall {
-            purpose: Purpose::parse(&purpose)
-                .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
-            status_ref: StatusRef::new(&status_ref)
-                .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
-        })
+    row.map(|(purpose, status_ref)| recorded_from(&purpose, &status_ref)).transpose()
+}
+
+fn recorded_from(purpose: &str, status_ref: &str) -> Result<RecordedCall, StoreError> {
+    Ok(RecordedCall {
+        purpose: Purpose::parse(purpose)
+            .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
+        status_ref: StatusRef::new(status_ref)
+            .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
     })
-    .transpose()
 }
 
 fn insert_call(
@@ -232,33 +240,6 @@ fn op_id(tx: &Transaction<'_>, status_ref: &StatusRef) -> Result<Option<i64>, St
         .map_err(sqlite)
 }
 
-fn local_receipt(
-    conn: &Connection,
-    operation: &Operation,
-) -> Result<Option<LocalReceipt>, StoreError> {
-    let row: Option<(String, String, String, String, String)> = conn
-        .prepare_cached(
-            "SELECT l.downstream_request_ref, l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256 \
-             FROM local_receipts l JOIN operations o ON o.id = l.op_id WHERE o.status_ref = ?1",
-        )
-        .map_err(sqlite)?
-        .query_row([operation.intent.status_ref.as_str()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
-        })
-        .optional()
-        .map_err(sqlite)?;
-    row.map(|(dr_ref, receipt_ref, receipt_json, output_json, result)| {
-        let receipt = verify::downstream(
-            dr_ref,
-            operation.intent.request_sha256.as_str(),
-            receipt_ref,
-            &receipt_json,
-        )?;
-        verify::local(operation, receipt, &output_json, &result)
-    })
-    .transpose()
-}
-
 fn downstream_receipt(
     conn: &Connection,
     downstream_request_ref: &str,
@@ -271,13 +252,67 @@ fn downstream_receipt(
         .query_row([downstream_request_ref], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .optional()
         .map_err(sqlite)?;
-    row.map(|(request, receipt_ref, receipt_json)| {
-        verify::downstream(downstream_request_ref.to_owned(), &request, receipt_ref, &receipt_json)
-    })
-    .transpose()
+    Ok(row
+        .map(|(request, receipt_ref, receipt_json)| {
+            verify::downstream(
+                downstream_request_ref.to_owned(),
+                &request,
+                receipt_ref,
+                &receipt_json,
+            )
+        })
+        .transpose()?)
 }
 
 impl LedgerStore for SqliteStore {
+    fn dispatch_lookup(
+        &mut self,
+        scope: &Scope,
+        call: &CallIdentity,
+    ) -> Result<DispatchLookup, StoreError> {
+        // One statement, so both facts come from one snapshot: the single row always
+        // exists; the operation's columns are NULL when the scope is free.
+        let sql = format!(
+            "SELECT {OPERATION_COLUMNS}, o.id, c.purpose, co.status_ref FROM (SELECT 1) \
+             LEFT JOIN operations o ON o.tenant_id = ?1 AND o.subject_id = ?2 AND o.tool_name = ?3 AND o.idempotency_key = ?4 \
+             LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
+             LEFT JOIN call_identities c ON c.provider = ?5 AND c.api_family = ?6 AND c.provider_response_id = ?7 \
+             AND c.provider_call_id = ?8 LEFT JOIN operations co ON co.id = c.op_id"
+        );
+        let mut statement = self.conn.prepare_cached(&sql).map_err(sqlite)?;
+        let (raw, recorded) = statement
+            .query_row(
+                params![
+                    scope.tenant_id.as_str(),
+                    scope.subject_id.as_str(),
+                    scope.tool_name,
+                    scope.idempotency_key.as_str(),
+                    call.profile.provider,
+                    call.profile.api_family,
+                    call.provider_response_id.as_str(),
+                    call.provider_call_id.as_str()
+                ],
+                |row| {
+                    let raw = match row.get::<_, Option<i64>>(35)? {
+                        Some(_) => Some(raw_operation(row)?),
+                        None => None,
+                    };
+                    let recorded: Option<(String, String)> =
+                        match row.get::<_, Option<String>>(36)? {
+                            Some(purpose) => Some((purpose, row.get(37)?)),
+                            None => None,
+                        };
+                    Ok((raw, recorded))
+                },
+            )
+            .map_err(sqlite)?;
+        let call = recorded
+            .map(|(purpose, status_ref)| recorded_from(&purpose, &status_ref))
+            .transpose()?;
+        let operation = raw.map(verify::operation).transpose()?;
+        Ok(DispatchLookup { call, operation })
+    }
+
     fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
         by_scope(&self.conn, scope)
     }
@@ -467,10 +502,6 @@ impl LedgerStore for SqliteStore {
         downstream_request_ref: &str,
     ) -> Result<Option<DownstreamReceipt>, StoreError> {
         downstream_receipt(&self.conn, downstream_request_ref)
-    }
-
-    fn local_receipt(&mut self, operation: &Operation) -> Result<Option<LocalReceipt>, StoreError> {
-        local_receipt(&self.conn, operation)
     }
 
     fn finalize(

@@ -17,17 +17,38 @@ use crate::{
     StoreError,
 };
 
-fn violation(what: &'static str) -> StoreError {
-    StoreError::ContractViolation(what)
+/// What is wrong with a stored row. The audit reports the two kinds under different
+/// checks; every other reader answers `STORE_CONTRACT_VIOLATION` for either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flaw {
+    /// A JSON column is not strict, canonical JSON in the v2 domain.
+    NotCanonical(&'static str),
+    /// A digest, ref or binding does not recompute from the row's own fields.
+    Contradiction(&'static str),
+}
+
+impl From<Flaw> for StoreError {
+    fn from(flaw: Flaw) -> StoreError {
+        match flaw {
+            Flaw::NotCanonical(what) | Flaw::Contradiction(what) => {
+                StoreError::ContractViolation(what)
+            }
+        }
+    }
+}
+
+fn violation(what: &'static str) -> Flaw {
+    Flaw::Contradiction(what)
 }
 
 /// Strict parse, v2 domain, and byte equality with the canonical form.
-pub(crate) fn canonical_json(text: &str) -> Result<Value, StoreError> {
+pub(crate) fn canonical_json(text: &str) -> Result<Value, Flaw> {
     let value = parse_strict(text.as_bytes(), &Limits::default())
-        .map_err(|_| violation("stored JSON is not strict"))?;
-    check_v2_domain(&value).map_err(|_| violation("stored JSON is outside the v2 domain"))?;
+        .map_err(|_| Flaw::NotCanonical("stored JSON is not strict"))?;
+    check_v2_domain(&value)
+        .map_err(|_| Flaw::NotCanonical("stored JSON is outside the v2 domain"))?;
     if canonicalize(&value) != text {
-        return Err(violation("stored JSON is not canonical"));
+        return Err(Flaw::NotCanonical("stored JSON is not canonical"));
     }
     Ok(value)
 }
@@ -61,22 +82,24 @@ pub(crate) struct RawOperation {
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
     pub(crate) attempt_count: Option<i64>,
+    /// The local receipt's `receipt_ref`, `receipt_json`, `output_json`, `result_sha256`.
+    pub(crate) local: Option<(String, String, String, String)>,
 }
 
-fn id(text: &str) -> Result<Identifier, StoreError> {
+fn id(text: &str) -> Result<Identifier, Flaw> {
     Identifier::new(text).map_err(|_| violation("stored identifier is malformed"))
 }
 
-fn digest(text: &str) -> Result<Sha256Hex, StoreError> {
+fn digest(text: &str) -> Result<Sha256Hex, Flaw> {
     Sha256Hex::new(text).map_err(|_| violation("stored digest is malformed"))
 }
 
-fn instant(seconds: i64) -> Result<UnixSeconds, StoreError> {
+fn instant(seconds: i64) -> Result<UnixSeconds, Flaw> {
     UnixSeconds::new(seconds).map_err(|_| violation("stored instant is out of range"))
 }
 
 /// Checks a raw row against itself and returns the typed operation.
-pub(crate) fn operation(raw: RawOperation) -> Result<Operation, StoreError> {
+pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     let [input, output, effect, handler, producer, policy] = raw.revisions;
     let revisions = Revisions { input, output, effect, handler, producer, policy };
     let scope = Scope {
@@ -98,7 +121,8 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, StoreError> {
     if status_ref(&scope) != stored_ref {
         return Err(violation("stored status ref does not recompute"));
     }
-    if downstream_request_ref(&scope, &request) != raw.downstream_request_ref {
+    let downstream_request_ref = downstream_request_ref(&scope, &request);
+    if downstream_request_ref != raw.downstream_request_ref {
         return Err(violation("stored downstream request ref does not recompute"));
     }
     let profile = ProviderProfile {
@@ -133,8 +157,9 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, StoreError> {
     let (Some(state), Some(attempt_count)) = (raw.outbox_state, raw.attempt_count) else {
         return Err(violation("operation has no outbox event"));
     };
-    Ok(Operation {
+    let mut operation = Operation {
         intent,
+        downstream_request_ref,
         status,
         outbox: OutboxEvent {
             state,
@@ -142,8 +167,19 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, StoreError> {
             lease_until: raw.lease_until,
             attempt_count,
         },
+        receipt: None,
         created_at: raw.created_at,
-    })
+    };
+    if let Some((receipt_ref, receipt_json, output_json, result)) = raw.local {
+        let receipt = downstream(
+            operation.downstream_request_ref.clone(),
+            operation.intent.request_sha256.as_str(),
+            receipt_ref,
+            &receipt_json,
+        )?;
+        operation.receipt = Some(local(&operation, receipt, &output_json, &result)?);
+    }
+    Ok(operation)
 }
 
 /// What the approval of a stored intent is bound to: everything from the ledger.
@@ -177,7 +213,7 @@ pub(crate) fn downstream(
     request: &str,
     receipt_ref: String,
     receipt_json: &str,
-) -> Result<DownstreamReceipt, StoreError> {
+) -> Result<DownstreamReceipt, Flaw> {
     let receipt = canonical_json(receipt_json)?;
     let members = receipt.as_object().ok_or(violation("receipt is not an object"))?;
     if members.len() != RECEIPT_MEMBERS.len()
@@ -205,17 +241,16 @@ pub(crate) fn downstream(
     })
 }
 
-/// Checks a stored local receipt against itself and its operation.
-pub(crate) fn local(
+/// Checks a stored local receipt against itself and its (verified) operation.
+fn local(
     operation: &Operation,
     receipt: DownstreamReceipt,
     output_json: &str,
     result: &str,
-) -> Result<LocalReceipt, StoreError> {
+) -> Result<LocalReceipt, Flaw> {
     let intent = &operation.intent;
     if receipt.request_sha256 != intent.request_sha256
-        || downstream_request_ref(&intent.scope, &intent.request_sha256)
-            != receipt.downstream_request_ref
+        || receipt.downstream_request_ref != operation.downstream_request_ref
         || receipt.receipt.get("tool_name").and_then(Value::as_str)
             != Some(intent.scope.tool_name.as_str())
         || receipt.receipt.get("output_revision").and_then(Value::as_str)
@@ -223,9 +258,15 @@ pub(crate) fn local(
     {
         return Err(violation("local receipt is not bound to its operation"));
     }
-    let output = canonical_json(output_json)?;
-    if receipt.receipt.get("output") != Some(&output) {
-        return Err(violation("local receipt output differs from its receipt"));
+    // The receipt was read strictly and canonically, so its output's canonical form
+    // equal to the stored column proves the column canonical and the same.
+    let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
+    if canonicalize(&output) != output_json {
+        return Err(if canonical_json(output_json).is_err() {
+            Flaw::NotCanonical("stored output is not canonical")
+        } else {
+            violation("local receipt output differs from its receipt")
+        });
     }
     let result = digest(result)?;
     if result_sha256(&intent.scope.tool_name, &intent.revisions.output, &output) != result {

@@ -194,3 +194,94 @@ fn contract_vectors_file_is_generated_by_this_code() {
         assert!(kinds.contains(&kind), "no vector of kind {kind}");
     }
 }
+
+/// Each digest function writes canonical bytes straight from its members; each must
+/// equal `H` of the preimage object it documents.
+#[test]
+fn digest_functions_equal_h_of_their_preimages() {
+    use toolledger_contract::{
+        approval_sha256,
+        digest::{
+            call_binding_sha256, downstream_request_ref, refund_id, request_sha256, result_sha256,
+            status_query_id, status_ref,
+        },
+    };
+    let all = vectors();
+    for vector in all.as_array().unwrap() {
+        let preimage = &vector["preimage"];
+        assert_eq!(sha256_canonical(preimage).as_str(), vector["sha256"].as_str().unwrap());
+    }
+    let case = pass_case();
+    let registry = Registry::builtin();
+    let tool = registry.tool("refund_order").unwrap();
+    let binding = case.approval_binding(&tool.name, &tool.revisions);
+    let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
+    let fast = |kind: &str, value: &str| (kind.to_owned(), value.to_owned());
+    let scope = Scope {
+        tenant_id: tenant.clone(),
+        subject_id: subject.clone(),
+        tool_name: tool.name.clone(),
+        idempotency_key: case.host.idempotency_key.clone(),
+    };
+    let request =
+        request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
+    let sr = status_ref(&scope);
+    let dr = downstream_request_ref(&scope, &request);
+    let output = json!({"refund_id": refund_id(&dr), "order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "status": "refunded"});
+    let result = result_sha256(&tool.name, &tool.revisions.output, &output);
+    let view = HostView {
+        provider: "openai".to_owned(),
+        api_family: "responses".to_owned(),
+        adapter_revision: "openai-responses-2026-05".to_owned(),
+        provider_response_id: case.host.provider_response_id.clone(),
+        provider_call_id: case.host.provider_call_id.clone(),
+        purpose: Purpose::Dispatch,
+        operation_id: case.host.operation_id.clone(),
+        idempotency_key: case.host.idempotency_key.clone(),
+        revisions: tool.revisions.clone(),
+        downstream_request_ref: dr.clone(),
+        downstream_receipt_ref: short_ref(
+            "rc_",
+            &downstream_receipt(&dr, &request, &tool.name, &tool.revisions.output, &output),
+        ),
+        status_ref: sr.clone(),
+    };
+    let computed = [
+        fast("request", request.as_str()),
+        fast(
+            "approval",
+            approval_sha256(
+                &case.approval.approval_id,
+                &case.approval.approver_id,
+                case.approval.approved_at,
+                case.approval.expires_at,
+                &binding,
+            )
+            .as_str(),
+        ),
+        fast("downstream_request_ref", &dr),
+        fast("status_ref", sr.as_str()),
+        fast("refund_id", &refund_id(&dr)),
+        fast("result", result.as_str()),
+        fast(
+            "call_binding",
+            call_binding_sha256(&view, &tool.name, &request, &result, Delivery::Fresh).as_str(),
+        ),
+        fast(
+            "status_query_response",
+            status_query_id(StatusQueryPart::Response, &case.host.provider_response_id, &sr)
+                .as_str(),
+        ),
+        fast(
+            "status_query_call",
+            status_query_id(StatusQueryPart::Call, &case.host.provider_call_id, &sr).as_str(),
+        ),
+    ];
+    for (kind, value) in computed {
+        let vector =
+            all.as_array().unwrap().iter().find(|vector| vector["kind"] == kind.as_str()).unwrap();
+        let expected =
+            vector["value"].as_str().unwrap_or_else(|| vector["sha256"].as_str().unwrap());
+        assert_eq!(value, expected, "{kind}");
+    }
+}
