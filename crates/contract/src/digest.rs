@@ -60,7 +60,9 @@ pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
 
 fn write_object(members: &[(&'static str, Member<'_>)], out: &mut String) {
     let mut order: Vec<&(&'static str, Member<'_>)> = members.iter().collect();
-    order.sort_unstable_by_key(|(name, _)| *name);
+    if !order.is_sorted_by_key(|(name, _)| *name) {
+        order.sort_unstable_by_key(|(name, _)| *name);
+    }
     out.push('{');
     for (index, (name, member)) in order.into_iter().enumerate() {
         if index > 0 {
@@ -109,12 +111,12 @@ pub fn short_ref(prefix: &str, preimage: &Value) -> String {
 
 pub(crate) fn revisions_member(revisions: &Revisions) -> Member<'_> {
     Member::Object(vec![
-        ("input", Member::Str(&revisions.input)),
-        ("output", Member::Str(&revisions.output)),
         ("effect", Member::Str(&revisions.effect)),
         ("handler", Member::Str(&revisions.handler)),
-        ("producer", Member::Str(&revisions.producer)),
+        ("input", Member::Str(&revisions.input)),
+        ("output", Member::Str(&revisions.output)),
         ("policy", Member::Str(&revisions.policy)),
+        ("producer", Member::Str(&revisions.producer)),
     ])
 }
 
@@ -199,14 +201,14 @@ fn request_members<'a>(
     revisions: &'a Revisions,
 ) -> Members<'a> {
     vec![
-        ("domain", Member::Str("tool-result-v2/request")),
-        ("tenant_id", Member::Str(tenant_id.as_str())),
-        ("subject_id", Member::Str(subject_id.as_str())),
-        ("tool_name", Member::Str(tool_name)),
         ("arguments", Member::Json(arguments)),
+        ("domain", Member::Str("tool-result-v2/request")),
+        ("effect_revision", Member::Str(&revisions.effect)),
         ("input_revision", Member::Str(&revisions.input)),
         ("output_revision", Member::Str(&revisions.output)),
-        ("effect_revision", Member::Str(&revisions.effect)),
+        ("subject_id", Member::Str(subject_id.as_str())),
+        ("tenant_id", Member::Str(tenant_id.as_str())),
+        ("tool_name", Member::Str(tool_name)),
     ]
 }
 
@@ -235,11 +237,11 @@ pub fn request_sha256(
 fn downstream_request_members<'a>(scope: &'a Scope, request_sha256: &'a Sha256Hex) -> Members<'a> {
     vec![
         ("domain", Member::Str("tool-result-v2/downstream-request")),
-        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
-        ("subject_id", Member::Str(scope.subject_id.as_str())),
-        ("tool_name", Member::Str(&scope.tool_name)),
         ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
         ("request_sha256", Member::Str(request_sha256.as_str())),
+        ("subject_id", Member::Str(scope.subject_id.as_str())),
+        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
+        ("tool_name", Member::Str(&scope.tool_name)),
     ]
 }
 
@@ -256,10 +258,10 @@ pub fn downstream_request_ref(scope: &Scope, request_sha256: &Sha256Hex) -> Stri
 fn status_ref_members(scope: &Scope) -> Members<'_> {
     vec![
         ("domain", Member::Str("tool-result-v2/status-ref")),
-        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
-        ("subject_id", Member::Str(scope.subject_id.as_str())),
-        ("tool_name", Member::Str(&scope.tool_name)),
         ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
+        ("subject_id", Member::Str(scope.subject_id.as_str())),
+        ("tenant_id", Member::Str(scope.tenant_id.as_str())),
+        ("tool_name", Member::Str(&scope.tool_name)),
     ]
 }
 
@@ -281,9 +283,9 @@ fn result_members<'a>(
 ) -> Members<'a> {
     vec![
         ("domain", Member::Str("tool-result-v2/result")),
-        ("tool_name", Member::Str(tool_name)),
-        ("output_revision", Member::Str(output_revision)),
         ("output", Member::Json(output)),
+        ("output_revision", Member::Str(output_revision)),
+        ("tool_name", Member::Str(tool_name)),
     ]
 }
 
@@ -318,6 +320,14 @@ pub fn downstream_receipt(
 /// `rc_` + 32 hex of the receipt itself.
 pub fn downstream_receipt_ref(receipt: &Value) -> String {
     short_ref("rc_", receipt)
+}
+
+/// `prefix` + the first 32 hex digits of the SHA-256 of `canonical`, which the caller
+/// has already established is the canonical form of a preimage (a stored column read
+/// back and compared byte for byte): the same ref without canonicalizing again.
+pub fn short_ref_of_canonical(prefix: &str, canonical: &str) -> String {
+    let digest = hex(&Sha256::digest(canonical.as_bytes()));
+    format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
 }
 
 fn refund_id_members(downstream_request_ref: &str) -> Members<'_> {

@@ -40,7 +40,10 @@ pub use crate::{
     digest::{Delivery, HostView, Purpose, Scope},
     error::{BlockCode, ContractError, InvalidValue},
     ids::{IdempotencyKey, Identifier, LeaseSeconds, Sha256Hex, StatusRef, UnixSeconds},
-    package::{CONTRACT, PackageError, block_package, pass_package, verify_package},
+    package::{
+        CONTRACT, PackageError, block_package, pass_package, pass_package_with_result,
+        verify_package,
+    },
     registry::{
         Charset, Effect, Field, FieldRule, ProviderProfile, Registry, Revisions, Schema,
         SchemaError, ToolSpec,

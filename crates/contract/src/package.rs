@@ -23,8 +23,21 @@ pub fn pass_package(
     request_sha256: &Sha256Hex,
 ) -> Value {
     let result_sha256 = result_sha256(tool_name, &host_view.revisions.output, output);
+    pass_package_with_result(delivery, tool_name, output, &result_sha256, host_view, request_sha256)
+}
+
+/// [`pass_package`] for a caller that already holds `result_sha256` of `output`, verified
+/// (a local receipt read back from the ledger).
+pub fn pass_package_with_result(
+    delivery: Delivery,
+    tool_name: &str,
+    output: &Value,
+    result_sha256: &Sha256Hex,
+    host_view: &HostView,
+    request_sha256: &Sha256Hex,
+) -> Value {
     let call_binding =
-        call_binding_sha256(host_view, tool_name, request_sha256, &result_sha256, delivery);
+        call_binding_sha256(host_view, tool_name, request_sha256, result_sha256, delivery);
     json!({
         "gate": "PASS",
         "code": "OK",

@@ -26,7 +26,7 @@ use toolledger_contract::{
         StatusQueryPart, downstream_request_ref, request_sha256, result_sha256, status_query_id,
         status_ref,
     },
-    pass_package,
+    pass_package_with_result,
 };
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore,
@@ -160,10 +160,11 @@ fn pass(
         downstream_receipt_ref: receipt.downstream.receipt_ref.clone(),
         status_ref: intent.status_ref.clone(),
     };
-    let package = pass_package(
+    let package = pass_package_with_result(
         delivery,
         &intent.scope.tool_name,
         &receipt.output,
+        &receipt.result_sha256,
         &host_view,
         &intent.request_sha256,
     );
@@ -368,7 +369,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if failure == Some(FailurePoint::AfterIntentCommit) {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));
         }
-        self.work(&intent.status_ref, &case.clock, &case.business_state, worker, failure, true)
+        self.work(
+            &intent.status_ref,
+            &case.clock,
+            &case.business_state,
+            worker,
+            failure,
+            Some(*reserved),
+        )
     }
 
     /// The answer for a scope already in the ledger: conflict, replay, or unknown —
@@ -413,7 +421,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let Ok(status_ref) = StatusRef::new(status_ref) else {
             return Ok(block(BlockCode::NotFound, None));
         };
-        self.work(&status_ref, clock, state, worker, failure, false)
+        self.work(&status_ref, clock, state, worker, failure, None)
     }
 
     fn work(
@@ -423,10 +431,17 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         state: &BusinessState,
         worker: &Identifier,
         failure: Option<FailurePoint>,
-        in_dispatch: bool,
+        reserved: Option<Operation>,
     ) -> Result<Answer, EngineError> {
-        let Some(operation) = self.store.operation_by_status_ref(status_ref)? else {
-            return Ok(block(BlockCode::NotFound, None));
+        // Dispatch's in-process worker starts from the operation it has just reserved;
+        // `process` reads it.
+        let in_dispatch = reserved.is_some();
+        let operation = match reserved {
+            Some(operation) => operation,
+            None => match self.store.operation_by_status_ref(status_ref)? {
+                Some(operation) => operation,
+                None => return Ok(block(BlockCode::NotFound, None)),
+            },
         };
         self.check_stored_arguments(&operation)?;
         if operation.status == OperationStatus::Succeeded {

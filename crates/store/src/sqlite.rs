@@ -4,7 +4,7 @@
 //! first read, so two writers never both read "absent" and both insert). A transaction
 //! dropped without commit rolls back: `?` on any error inside one is always safe.
 
-use std::{path::Path, sync::MutexGuard};
+use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
@@ -12,9 +12,10 @@ use toolledger_json::canonicalize;
 
 use crate::{
     AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
-    LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation, StoreError,
+    LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus, OutboxEvent,
+    RecordedCall, Reservation, StoreError,
     error::sqlite,
-    gate::Gate,
+    gate::{Entered, Gate},
     schema,
     verify::{self, RawOperation},
 };
@@ -30,7 +31,7 @@ pub struct SqliteStore {
 /// transaction ends (rolls back unless committed) before the gate opens.
 struct Write<'a> {
     tx: Transaction<'a>,
-    _gate: MutexGuard<'a, ()>,
+    _gate: Entered<'a>,
 }
 
 impl<'a> std::ops::Deref for Write<'a> {
@@ -334,6 +335,10 @@ impl LedgerStore for SqliteStore {
         call: &CallIdentity,
         now: Now,
     ) -> Result<Reservation, StoreError> {
+        let downstream_request_ref = toolledger_contract::digest::downstream_request_ref(
+            &intent.scope,
+            &intent.request_sha256,
+        );
         let tx = self.immediate()?;
         if recorded_call(&tx, call)?
             .is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus)
@@ -361,7 +366,7 @@ impl LedgerStore for SqliteStore {
                 scope.tool_name,
                 scope.idempotency_key.as_str(),
                 intent.status_ref.as_str(),
-                toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256),
+                downstream_request_ref,
                 intent.request_sha256.as_str(),
                 canonicalize(&intent.arguments),
                 revisions.input,
@@ -400,8 +405,20 @@ impl LedgerStore for SqliteStore {
         .execute(params![id, now.get()])
         .map_err(sqlite)?;
         insert_call(&tx, call, Purpose::Dispatch, id, now)?;
-        let reserved =
-            by_scope(&tx, scope)?.ok_or(StoreError::Sqlite("the reserved row vanished"))?;
+        // What was just written, as a read would return it: pending, unclaimed.
+        let reserved = Operation {
+            intent: intent.clone(),
+            downstream_request_ref,
+            status: OperationStatus::Pending,
+            outbox: OutboxEvent {
+                state: "pending".to_owned(),
+                lease_owner: None,
+                lease_until: None,
+                attempt_count: 0,
+            },
+            receipt: None,
+            created_at: now.get(),
+        };
         tx.commit()?;
         Ok(Reservation::Reserved(Box::new(reserved)))
     }
@@ -417,35 +434,39 @@ impl LedgerStore for SqliteStore {
             .checked_add(lease)
             .ok_or(StoreError::Sqlite("the lease would end after year 9999"))?;
         let tx = self.immediate()?;
-        let row: Option<(i64, String, Option<i64>, i64)> = tx
+        // One conditional update claims a pending event or an expired lease (live while
+        // now < lease_until) and answers the new attempt.
+        let claimed: Option<(i64, i64)> = tx
             .prepare_cached(
-                "SELECT o.id, b.state, b.lease_until, b.attempt_count FROM operations o \
-                 JOIN outbox b ON b.op_id = o.id WHERE o.status_ref = ?1",
+                "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
+                 attempt_count = attempt_count + 1, updated_at = ?4 \
+                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
+                 AND (state = 'pending' OR (state = 'processing' AND lease_until <= ?4)) \
+                 RETURNING op_id, attempt_count",
             )
             .map_err(sqlite)?
-            .query_row([status_ref.as_str()], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
+            .query_row(
+                params![status_ref.as_str(), owner.as_str(), lease_until.get(), now.get()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
             .optional()
             .map_err(sqlite)?;
-        let Some((id, state, until, attempts)) = row else {
-            return Ok(Claim::Missing);
+        let Some((id, attempt)) = claimed else {
+            // Nothing claimed (and nothing written): say why.
+            let state: Option<String> = tx
+                .prepare_cached(
+                    "SELECT b.state FROM operations o JOIN outbox b ON b.op_id = o.id WHERE o.status_ref = ?1",
+                )
+                .map_err(sqlite)?
+                .query_row([status_ref.as_str()], |row| row.get(0))
+                .optional()
+                .map_err(sqlite)?;
+            return Ok(match state.as_deref() {
+                None => Claim::Missing,
+                Some("delivered") => Claim::Delivered,
+                Some(_) => Claim::LeaseHeld,
+            });
         };
-        match state.as_str() {
-            "delivered" => return Ok(Claim::Delivered),
-            // A lease is live while now < lease_until; at lease_until it may be reclaimed.
-            "processing" if until.is_some_and(|until| now.get() < until) => {
-                return Ok(Claim::LeaseHeld);
-            }
-            _ => {}
-        }
-        tx.prepare_cached(
-            "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
-             attempt_count = attempt_count + 1, updated_at = ?4 WHERE op_id = ?1 AND attempt_count = ?5",
-        )
-        .map_err(sqlite)?
-        .execute(params![id, owner.as_str(), lease_until.get(), now.get(), attempts])
-        .map_err(sqlite)?;
         tx.prepare_cached(
             "UPDATE operations SET status = 'processing', updated_at = ?2 WHERE id = ?1",
         )
@@ -453,7 +474,7 @@ impl LedgerStore for SqliteStore {
         .execute(params![id, now.get()])
         .map_err(sqlite)?;
         tx.commit()?;
-        Ok(Claim::Claimed { attempt: attempts + 1 })
+        Ok(Claim::Claimed { attempt })
     }
 
     fn record_status_query(
@@ -478,7 +499,7 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
         let tx = self.immediate()?;
-        tx.prepare_cached(
+        let inserted = tx.prepare_cached(
             "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, \
              created_at) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (downstream_request_ref) DO NOTHING",
         )
@@ -491,6 +512,11 @@ impl LedgerStore for SqliteStore {
             now.get()
         ])
         .map_err(sqlite)?;
+        if inserted == 1 {
+            // This call wrote it: what is stored is exactly `receipt`.
+            tx.commit()?;
+            return Ok(receipt.clone());
+        }
         let stored = downstream_receipt(&tx, &receipt.downstream_request_ref)?
             .ok_or(StoreError::Sqlite("the receipt vanished"))?;
         tx.commit()?;
@@ -512,31 +538,38 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<Finalize, StoreError> {
         let tx = self.immediate()?;
-        let row: Option<(i64, String, Option<String>, i64, String)> = tx
+        // The operation succeeds only if it has not already, and (for a worker) only while
+        // the caller still holds the lease: one conditional update, answering its id.
+        let (owner, attempt) = match by {
+            Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
+            Finalizer::StatusQuery => (None, None),
+        };
+        let id: Option<i64> = tx
             .prepare_cached(
-                "SELECT o.id, o.status, b.lease_owner, b.attempt_count, b.state FROM operations o \
-                 JOIN outbox b ON b.op_id = o.id WHERE o.status_ref = ?1",
+                "UPDATE outbox SET state = 'delivered', updated_at = ?4 \
+                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1 AND status <> 'succeeded') \
+                 AND (?2 IS NULL OR (state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3)) \
+                 RETURNING op_id",
             )
             .map_err(sqlite)?
-            .query_row([status_ref.as_str()], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
-            })
+            .query_row(params![status_ref.as_str(), owner, attempt, now.get()], |row| row.get(0))
             .optional()
             .map_err(sqlite)?;
-        let Some((id, status, owner, attempts, state)) = row else {
-            return Err(StoreError::Sqlite("the operation vanished"));
+        let Some(id) = id else {
+            // Nothing written: say why.
+            let status: Option<String> = tx
+                .prepare_cached("SELECT status FROM operations WHERE status_ref = ?1")
+                .map_err(sqlite)?
+                .query_row([status_ref.as_str()], |row| row.get(0))
+                .optional()
+                .map_err(sqlite)?;
+            return match status.as_deref() {
+                None => Err(StoreError::Sqlite("the operation vanished")),
+                Some("succeeded") => Ok(Finalize::AlreadySucceeded),
+                Some(_) if owner.is_some() => Ok(Finalize::LeaseLost),
+                Some(_) => Err(StoreError::Sqlite("the operation has no outbox event")),
+            };
         };
-        if status == "succeeded" {
-            return Ok(Finalize::AlreadySucceeded);
-        }
-        if let Finalizer::Lease { owner: mine, attempt } = by {
-            if state != "processing"
-                || owner.as_deref() != Some(mine.as_str())
-                || attempts != *attempt
-            {
-                return Ok(Finalize::LeaseLost);
-            }
-        }
         let downstream = &receipt.downstream;
         tx.prepare_cached(
             "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, \
@@ -558,12 +591,6 @@ impl LedgerStore for SqliteStore {
             .map_err(sqlite)?
             .execute(params![id, now.get()])
             .map_err(sqlite)?;
-        tx.prepare_cached(
-            "UPDATE outbox SET state = 'delivered', updated_at = ?2 WHERE op_id = ?1",
-        )
-        .map_err(sqlite)?
-        .execute(params![id, now.get()])
-        .map_err(sqlite)?;
         tx.commit()?;
         Ok(Finalize::Finalized)
     }

@@ -7,7 +7,7 @@ use toolledger_contract::{
     Approval, ApprovalBinding, IdempotencyKey, Identifier, ProviderProfile, Revisions, Scope,
     Sha256Hex, StatusRef, UnixSeconds,
     digest::{
-        downstream_receipt_ref, downstream_request_ref, request_sha256, result_sha256, status_ref,
+        downstream_request_ref, request_sha256, result_sha256, short_ref_of_canonical, status_ref,
     },
 };
 use toolledger_json::{Limits, canonicalize, check_v2_domain, parse_strict};
@@ -230,7 +230,8 @@ pub(crate) fn downstream(
     {
         return Err(violation("receipt is not bound to its request"));
     }
-    if downstream_receipt_ref(&receipt) != receipt_ref {
+    // The column was just proven canonical, so its bytes are the preimage's.
+    if short_ref_of_canonical("rc_", receipt_json) != receipt_ref {
         return Err(violation("receipt ref does not recompute"));
     }
     Ok(DownstreamReceipt {
