@@ -447,18 +447,19 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if operation.status == OperationStatus::Succeeded {
             return self.worker_replay(&operation, state);
         }
-        let attempt = match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
-            Claim::Claimed { attempt } => attempt,
-            Claim::LeaseHeld if in_dispatch => {
-                return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
-            }
-            Claim::LeaseHeld => return Ok(block(BlockCode::LeaseHeld, Some(&operation))),
-            Claim::Delivered => return self.reread_and_replay(status_ref, state),
-            Claim::Missing => return Ok(block(BlockCode::NotFound, None)),
-        };
-        // Read again after the claim: every stored digest, the approval's included, is
-        // recomputed from the ledger right before the side effect.
-        let operation = self.reread(status_ref)?;
+        let (attempt, claimed) =
+            match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
+                Claim::Claimed { attempt, operation } => (attempt, *operation),
+                Claim::LeaseHeld if in_dispatch => {
+                    return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
+                }
+                Claim::LeaseHeld => return Ok(block(BlockCode::LeaseHeld, Some(&operation))),
+                Claim::Delivered => return self.reread_and_replay(status_ref, state),
+                Claim::Missing => return Ok(block(BlockCode::NotFound, None)),
+            };
+        // The operation as the claim read it back: every stored digest, the approval's
+        // included, was recomputed from the ledger right before the side effect.
+        let operation = claimed;
         self.check_stored_arguments(&operation)?;
         if failure == Some(FailurePoint::AfterClaim) {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));

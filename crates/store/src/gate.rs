@@ -4,36 +4,45 @@
 //! write lock otherwise meet `SQLITE_BUSY` and sleep in SQLite's busy handler, whose
 //! back-off leaves the file idle while they sleep (8 threads saw waits of up to a
 //! second). Taking this in-process gate around every write transaction hands the write
-//! lock from one connection to the next at once instead. The gate is a ticket lock, so
-//! writers enter in arrival order and none waits behind more than the writers that came
-//! before it. Writers in other processes still rely on `busy_timeout`.
+//! lock from one connection to the next at once instead. Writers enter in arrival
+//! order, none waits behind more than the writers that came before it, and a release
+//! wakes only the next writer. Writers in other processes still rely on `busy_timeout`.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     path::{Path, PathBuf},
-    sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak},
+    sync::{Arc, Mutex, OnceLock, PoisonError, Weak},
+    thread::{self, Thread},
 };
 
-/// Tickets handed out and the ticket being served.
+/// Who holds the gate and who waits for it, in arrival order.
 #[derive(Debug, Default)]
-struct Tickets {
-    next: u64,
-    serving: u64,
+struct State {
+    held: bool,
+    /// The last ticket handed over to a waiter.
+    granted: u64,
+    next_ticket: u64,
+    waiting: VecDeque<(u64, Thread)>,
 }
 
 #[derive(Debug, Default)]
 struct Shared {
-    tickets: Mutex<Tickets>,
-    turn: Condvar,
+    state: Mutex<State>,
 }
 
 /// The gate of one file: held for the whole of each write transaction.
 #[derive(Debug, Clone)]
 pub(crate) struct Gate(Arc<Shared>);
 
-/// Holding the gate; dropping it lets the next writer in.
+/// Holding the gate; dropping it hands it to the next writer, or opens it.
 #[derive(Debug)]
 pub(crate) struct Entered<'a>(&'a Shared);
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 impl Gate {
     /// The gate of the file at `path`, shared by every connection of this process to
@@ -52,16 +61,23 @@ impl Gate {
         Gate(gate)
     }
 
-    /// Waits for this caller's turn. A panic while the gate was held does not block it:
-    /// the transaction it guarded rolled back, and the guard's drop still hands on the
-    /// turn.
+    /// Waits for this caller's turn: at once when the gate is open, else behind every
+    /// writer that came before. Only the writer whose turn it is gets woken.
     pub(crate) fn enter(&self) -> Entered<'_> {
         let shared = &*self.0;
-        let mut tickets = shared.tickets.lock().unwrap_or_else(PoisonError::into_inner);
-        let mine = tickets.next;
-        tickets.next += 1;
-        while tickets.serving != mine {
-            tickets = shared.turn.wait(tickets).unwrap_or_else(PoisonError::into_inner);
+        let mut state = shared.state();
+        if !state.held {
+            state.held = true;
+            return Entered(shared);
+        }
+        state.next_ticket += 1;
+        let ticket = state.next_ticket;
+        state.waiting.push_back((ticket, thread::current()));
+        while state.granted != ticket {
+            drop(state);
+            // A spurious wake-up just loops: the turn is marked by `granted`.
+            thread::park();
+            state = shared.state();
         }
         Entered(shared)
     }
@@ -69,10 +85,16 @@ impl Gate {
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        let mut tickets = self.0.tickets.lock().unwrap_or_else(PoisonError::into_inner);
-        tickets.serving += 1;
-        drop(tickets);
-        self.0.turn.notify_all();
+        let mut state = self.0.state();
+        match state.waiting.pop_front() {
+            // Hand the gate straight over; it stays held.
+            Some((ticket, waiter)) => {
+                state.granted = ticket;
+                drop(state);
+                waiter.unpark();
+            }
+            None => state.held = false,
+        }
     }
 }
 

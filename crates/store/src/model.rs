@@ -112,6 +112,9 @@ pub enum Claim {
     Claimed {
         /// `attempt_count` after the claim: the caller's fencing token for commit C.
         attempt: i64,
+        /// The operation as of the claim, read and verified inside the claim's
+        /// transaction: what the worker must recheck before the side effect.
+        operation: Box<Operation>,
     },
     /// Someone else holds an unexpired lease.
     LeaseHeld,

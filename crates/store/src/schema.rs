@@ -173,8 +173,14 @@ fn raw_open(path: &Path, create: bool) -> Result<Connection, StoreError> {
     }
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite)?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS)).map_err(sqlite)?;
+    // Room for every statement the store prepares (rusqlite keeps 16 by default, fewer
+    // than the store's hot statements, which then were prepared again and again).
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     Ok(conn)
 }
+
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
 
 /// How many times opening is retried when SQLite answers busy without waiting.
 const OPEN_ATTEMPTS: u32 = 500;

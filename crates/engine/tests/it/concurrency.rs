@@ -114,7 +114,7 @@ fn eight_workers_claiming_one_event_get_exactly_one_owner() {
         .collect();
     let claims: Vec<Claim> = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
     assert_eq!(
-        claims.iter().filter(|claim| matches!(claim, Claim::Claimed { attempt: 1 })).count(),
+        claims.iter().filter(|claim| matches!(claim, Claim::Claimed { attempt: 1, .. })).count(),
         1,
         "{claims:?}"
     );
