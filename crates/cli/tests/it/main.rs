@@ -1,6 +1,7 @@
 //! The one integration-test binary of `toolledger-cli`: the real `toolledger` binary,
 //! spawned as a user or an operator script would.
 
+mod blocks;
 mod concurrency;
 mod errors;
 mod flows;
