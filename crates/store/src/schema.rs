@@ -238,5 +238,9 @@ pub(crate) fn open_existing(path: &Path) -> Result<Connection, StoreError> {
         return Err(StoreError::Missing);
     }
     connection_pragmas(&conn)?;
+    // The audit reads every page, several times over: map the file instead of copying
+    // each page through read(2), and keep more of it cached between its passes.
+    conn.execute_batch("PRAGMA mmap_size = 268435456; PRAGMA cache_size = -65536;")
+        .map_err(sqlite)?;
     Ok(conn)
 }
