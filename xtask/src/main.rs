@@ -167,54 +167,33 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
     let quick = args.iter().any(|arg| arg == "--quick");
     let names: Vec<&str> =
         args.iter().map(String::as_str).filter(|arg| *arg != "--quick").collect();
-    const KNOWN: [&str; 2] = ["json", "report"];
-    if let Some(unknown) = names.iter().find(|name| !KNOWN.contains(name)) {
-        eprintln!("unknown bench {unknown:?}; known: {}", KNOWN.join(", "));
-        return ExitCode::from(2);
+    // Each bench by name: the package and the bench target that run it.
+    const BENCHES: [(&str, &str, &str); 2] =
+        [("json", "toolledger-json", "corpus"), ("report", "toolledger-cli", "report")];
+    let mut selected = Vec::new();
+    for name in &names {
+        match BENCHES.iter().find(|(known, _, _)| known == name) {
+            Some(bench) => selected.push(*bench),
+            None => {
+                eprintln!("unknown bench {name:?}; known: json, report");
+                return ExitCode::from(2);
+            }
+        }
     }
-    let selected: Vec<&str> = if names.is_empty() { KNOWN.to_vec() } else { names };
+    if selected.is_empty() {
+        selected = BENCHES.to_vec();
+    }
     let mut outcomes = Vec::new();
-    for name in selected {
-        outcomes.push(step(&format!("bench {name}"), || match name {
-            "json" => {
-                let out = root.join("target/bench/json.json");
-                let out = out.to_string_lossy();
-                let mut args = vec![
-                    "bench",
-                    "--locked",
-                    "-p",
-                    "toolledger-json",
-                    "--bench",
-                    "corpus",
-                    "--",
-                    "--out",
-                    &out,
-                ];
-                if quick {
-                    args.push("--quick");
-                }
-                cargo(root, &args, &[])
+    for (name, package, target) in selected {
+        outcomes.push(step(&format!("bench {name}"), || {
+            let out = root.join(format!("target/bench/{name}.json"));
+            let out = out.to_string_lossy();
+            let mut args =
+                vec!["bench", "--locked", "-p", package, "--bench", target, "--", "--out", &out];
+            if quick {
+                args.push("--quick");
             }
-            "report" => {
-                let out = root.join("target/bench/report.json");
-                let out = out.to_string_lossy();
-                let mut args = vec![
-                    "bench",
-                    "--locked",
-                    "-p",
-                    "toolledger-cli",
-                    "--bench",
-                    "report",
-                    "--",
-                    "--out",
-                    &out,
-                ];
-                if quick {
-                    args.push("--quick");
-                }
-                cargo(root, &args, &[])
-            }
-            _ => Err(format!("no bench named {name}")),
+            cargo(root, &args, &[])
         }));
     }
     report(&outcomes)

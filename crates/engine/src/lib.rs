@@ -19,7 +19,7 @@ use std::{path::Path, sync::Arc};
 
 use serde_json::{Value, json};
 use toolledger_contract::{
-    ApprovalRefusal, BlockCode, BusinessState, Case, Clock, Delivery, HostView, Identifier,
+    ApprovalRefusal, BlockCode, BusinessState, Case, Clock, Delivery, HostView, Identifier, Order,
     PrincipalResolver, Purpose, Registry, Scope, Sha256Hex, StatusRef, ToolSpec, authorize,
     block_package, check_business,
     digest::{
@@ -313,19 +313,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError> {
         let registry = Arc::clone(&self.registry);
-        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
-            return Ok(block(BlockCode::InputInvalid, None));
+        let (tool, order) = match self.admit(&registry, case)? {
+            Ok(admitted) => admitted,
+            Err(refused) => return Ok(refused),
         };
-        if tool.input.validate(&case.proposal.arguments, None).is_err() {
-            return Ok(block(BlockCode::InputInvalid, None));
-        }
         let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
         let arguments = &case.proposal.arguments;
-        let roles = self.resolver.current_roles(tenant, subject)?;
-        let Ok(order) = authorize(tool, arguments, tenant, subject, &roles, &case.business_state)
-        else {
-            return Ok(block(BlockCode::NotFound, None));
-        };
         let scope = scope_of(case, tool);
         let request = request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions);
         let call = CallIdentity {
@@ -377,6 +370,37 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             failure,
             Some(*reserved),
         )
+    }
+
+    /// The checks every case-driven flow starts with: the tool is registered and the
+    /// arguments pass its input schema (`INPUT_INVALID`), then the current principal may
+    /// act on the resource (`NOT_FOUND`, alike for missing and not theirs). On success,
+    /// the tool and the order it concerns.
+    #[allow(clippy::type_complexity, reason = "a refusal is an answer, an error is not")]
+    fn admit<'r, 'c>(
+        &mut self,
+        registry: &'r Registry,
+        case: &'c Case,
+    ) -> Result<Result<(&'r ToolSpec, &'c Order), Answer>, EngineError> {
+        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
+            return Ok(Err(block(BlockCode::InputInvalid, None)));
+        };
+        if tool.input.validate(&case.proposal.arguments, None).is_err() {
+            return Ok(Err(block(BlockCode::InputInvalid, None)));
+        }
+        let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
+        let roles = self.resolver.current_roles(tenant, subject)?;
+        match authorize(
+            tool,
+            &case.proposal.arguments,
+            tenant,
+            subject,
+            &roles,
+            &case.business_state,
+        ) {
+            Ok(order) => Ok(Ok((tool, order))),
+            Err(_) => Ok(Err(block(BlockCode::NotFound, None))),
+        }
     }
 
     /// The answer for a scope already in the ledger: conflict, replay, or unknown —
@@ -627,19 +651,11 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// [`EngineError`] when the resolver, the downstream or the store fails.
     pub fn status(&mut self, case: &Case, status_ref: &str) -> Result<Answer, EngineError> {
         let registry = Arc::clone(&self.registry);
-        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
-            return Ok(block(BlockCode::InputInvalid, None));
+        let tool = match self.admit(&registry, case)? {
+            Ok((tool, _)) => tool,
+            Err(refused) => return Ok(refused),
         };
-        if tool.input.validate(&case.proposal.arguments, None).is_err() {
-            return Ok(block(BlockCode::InputInvalid, None));
-        }
         let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
-        let roles = self.resolver.current_roles(tenant, subject)?;
-        if authorize(tool, &case.proposal.arguments, tenant, subject, &roles, &case.business_state)
-            .is_err()
-        {
-            return Ok(block(BlockCode::NotFound, None));
-        }
         let Ok(status_ref) = StatusRef::new(status_ref) else {
             return Ok(block(BlockCode::NotFound, None));
         };
