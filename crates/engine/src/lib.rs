@@ -339,8 +339,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if check_business(arguments, order).is_err() {
             return Ok(block(BlockCode::BusinessStateInvalid, None));
         }
-        let binding = case.approval_binding(&tool.name, &tool.revisions);
-        match case.approval.admits(&binding, &case.eligible_approvers, case.clock.now) {
+        let intent = intent_of(case, tool, scope, request);
+        match case.approval.admits(
+            &approval_binding(&intent),
+            &case.eligible_approvers,
+            case.clock.now,
+        ) {
             Ok(()) => {}
             Err(ApprovalRefusal::Invalid) => return Ok(block(BlockCode::ApprovalInvalid, None)),
             Err(ApprovalRefusal::Expired) => return Ok(block(BlockCode::ApprovalExpired, None)),
@@ -349,7 +353,6 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if authorize(tool, arguments, tenant, subject, &roles, &case.business_state).is_err() {
             return Ok(block(BlockCode::NotFound, None));
         }
-        let intent = intent_of(case, tool, scope, request);
         let reserved = match self.store.reserve(&intent, &call, case.clock.now)? {
             Reservation::Reserved(operation) => operation,
             Reservation::Exists(stored) => {
@@ -503,9 +506,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
             return Ok(block(BlockCode::ContractDrift, Some(&operation)));
         }
-        if !intent.approval.is_bound_to(&approval_binding(intent)) {
-            return Err(violation("stored approval digest does not recompute"));
-        }
+        // The approval digest was recomputed from the ledger by the claim's read-back,
+        // which refuses a row whose stored approval does not recompute.
         let roles =
             self.resolver.current_roles(&intent.scope.tenant_id, &intent.scope.subject_id)?;
         let Ok(order) = authorize(
