@@ -177,17 +177,13 @@ fn main() {
     let reconcile = work.file("reconcile");
     let mut reconcile_engine = engine(&reconcile);
     let status_base = 200_000;
-    let mut refs = Vec::new();
-    for index in 0..settings.ops {
-        let answer = reconcile_engine
-            .dispatch(
-                &cases.get(status_base + index),
-                &worker(),
-                Some(FailurePoint::AfterDownstreamCommit),
-            )
-            .unwrap();
-        refs.push(answer.package()["status_ref"].as_str().unwrap().to_owned());
-    }
+    let refs = stopped(
+        &mut reconcile_engine,
+        &cases,
+        status_base,
+        settings.ops,
+        FailurePoint::AfterDownstreamCommit,
+    );
     let status_rate = timed_rate(settings.ops, |index| {
         let answer =
             reconcile_engine.status(&cases.get(status_base + index), &refs[index]).unwrap();
@@ -195,22 +191,18 @@ fn main() {
     });
     put("status_reconciliations_per_s", json!(status_rate));
     let claim_base = 300_000;
-    let mut pending = Vec::new();
-    for index in 0..settings.ops {
-        let answer = reconcile_engine
-            .dispatch(
-                &cases.get(claim_base + index),
-                &worker(),
-                Some(FailurePoint::AfterIntentCommit),
-            )
-            .unwrap();
-        pending.push(StatusRef::new(answer.package()["status_ref"].as_str().unwrap()).unwrap());
-    }
+    let pending = stopped(
+        &mut reconcile_engine,
+        &cases,
+        claim_base,
+        settings.ops,
+        FailurePoint::AfterIntentCommit,
+    );
     let mut claimer = SqliteStore::open(&reconcile).unwrap();
     let lease = LeaseSeconds::new(30).unwrap();
     let now = cases.base.clock.now;
     let claim_rate = timed_rate(settings.ops, |index| {
-        claimer.claim(&pending[index], &worker(), now, lease).unwrap();
+        claimer.claim(&StatusRef::new(&pending[index]).unwrap(), &worker(), now, lease).unwrap();
     });
     put("claims_per_s", json!(claim_rate));
 
@@ -842,6 +834,22 @@ fn fresh_dispatch(path: &Path, cases: &Cases, first: usize, count: usize) -> f64
         let answer = engine.dispatch(&prepared[index], &worker(), None).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
     })
+}
+
+/// Dispatches `count` cases from `first`, each stopped at `failure`; their status refs.
+fn stopped(
+    engine: &mut SqliteEngine<NoRoles>,
+    cases: &Cases,
+    first: usize,
+    count: usize,
+    failure: FailurePoint,
+) -> Vec<String> {
+    (first..first + count)
+        .map(|index| {
+            let answer = engine.dispatch(&cases.get(index), &worker(), Some(failure)).unwrap();
+            answer.package()["status_ref"].as_str().unwrap().to_owned()
+        })
+        .collect()
 }
 
 fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count: usize) -> f64 {

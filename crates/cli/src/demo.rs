@@ -73,6 +73,11 @@ impl Demo<'_> {
     }
 }
 
+/// How many downstream receipts an audit answer lists as awaiting reconciliation.
+fn unreconciled(answer: &Value) -> Option<usize> {
+    answer.pointer("/unreconciled_downstream_receipts").and_then(Value::as_array).map(Vec::len)
+}
+
 fn text(answer: &Value, pointer: &str) -> String {
     answer.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_owned()
 }
@@ -162,14 +167,7 @@ fn story(demo: &mut Demo<'_>) {
     demo.step(
         "6. The audit passes and lists the downstream receipt that awaits reconciliation.",
         &["--db", "crash.sqlite3", "audit"],
-        |outcome, answer| {
-            outcome.code == 0
-                && answer
-                    .pointer("/unreconciled_downstream_receipts")
-                    .and_then(Value::as_array)
-                    .map(Vec::len)
-                    == Some(1)
-        },
+        |outcome, answer| outcome.code == 0 && unreconciled(answer) == Some(1),
     );
     demo.step(
         "7. An explicit status query, under its own purpose-bound call identity, re-authorizes,\n   checks the receipt against the output contract, and records it (C).",
@@ -179,13 +177,6 @@ fn story(demo: &mut Demo<'_>) {
     demo.step(
         "8. The audit passes with nothing left to reconcile.",
         &["--db", "crash.sqlite3", "audit"],
-        |outcome, answer| {
-            outcome.code == 0
-                && answer
-                    .pointer("/unreconciled_downstream_receipts")
-                    .and_then(Value::as_array)
-                    .map(Vec::len)
-                    == Some(0)
-        },
+        |outcome, answer| outcome.code == 0 && unreconciled(answer) == Some(0),
     );
 }
