@@ -83,11 +83,8 @@ fn text(answer: &Value, pointer: &str) -> String {
 }
 
 pub(crate) fn demo() -> Outcome {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.subsec_nanos())
-        .unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!("toolledger-demo-{}-{nanos}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("toolledger-demo-{}", crate::clock::unique_suffix()));
     let prepared = std::fs::create_dir_all(&dir)
         .and_then(|()| std::fs::write(dir.join("case.json"), CASE))
         .and_then(|()| std::fs::write(dir.join("conflict.json"), conflicting_case()));

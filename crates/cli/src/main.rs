@@ -8,6 +8,7 @@
 
 mod args;
 mod claims;
+mod clock;
 mod demo;
 mod run;
 

@@ -196,10 +196,6 @@ fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
 
 /// A worker id unique to this process: its pid and the instant it started.
 fn default_worker() -> Identifier {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_nanos())
-        .unwrap_or_default();
-    Identifier::new(&format!("worker-{}-{nanos:x}", std::process::id()))
-        .unwrap_or_else(|_| unreachable!("digits and hex form an identifier"))
+    Identifier::new(&format!("worker-{}", crate::clock::unique_suffix()))
+        .unwrap_or_else(|_| unreachable!("digits, '-' and hex form an identifier"))
 }
