@@ -5,6 +5,7 @@ mod blocks;
 mod concurrency;
 mod errors;
 mod flows;
+mod kill;
 
 use std::{
     path::{Path, PathBuf},
