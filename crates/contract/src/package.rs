@@ -38,24 +38,29 @@ pub fn pass_package_with_result(
 ) -> Value {
     let call_binding =
         call_binding_sha256(host_view, tool_name, request_sha256, result_sha256, delivery);
-    json!({
-        "gate": "PASS",
-        "code": "OK",
-        "status": "succeeded",
-        "delivery": delivery.as_str(),
-        "status_ref": host_view.status_ref.as_str(),
-        "result": {
-            "contract": CONTRACT,
-            "tool_name": tool_name,
-            "model_view": output,
-            "host_view": host_view.to_json(),
-            "digests": {
-                "request_sha256": request_sha256.as_str(),
-                "result_sha256": result_sha256.as_str(),
-                "call_binding_sha256": call_binding.as_str(),
-            },
-        },
-    })
+    // Built member by member: `json!` would re-serialize the output and the host view,
+    // which are `Value`s already.
+    let text = |text: &str| Value::String(text.to_owned());
+    let digests = Map::from_iter([
+        ("request_sha256".to_owned(), text(request_sha256.as_str())),
+        ("result_sha256".to_owned(), text(result_sha256.as_str())),
+        ("call_binding_sha256".to_owned(), text(call_binding.as_str())),
+    ]);
+    let result = Map::from_iter([
+        ("contract".to_owned(), text(CONTRACT)),
+        ("tool_name".to_owned(), text(tool_name)),
+        ("model_view".to_owned(), output.clone()),
+        ("host_view".to_owned(), host_view.to_json()),
+        ("digests".to_owned(), Value::Object(digests)),
+    ]);
+    Value::Object(Map::from_iter([
+        ("gate".to_owned(), text("PASS")),
+        ("code".to_owned(), text("OK")),
+        ("status".to_owned(), text("succeeded")),
+        ("delivery".to_owned(), text(delivery.as_str())),
+        ("status_ref".to_owned(), text(host_view.status_ref.as_str())),
+        ("result".to_owned(), Value::Object(result)),
+    ]))
 }
 
 /// Builds a BLOCK package. `status` and `status_ref` are the ledger's where SPEC §10
