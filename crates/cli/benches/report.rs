@@ -22,7 +22,7 @@ use std::{
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use toolledger_contract::{
-    Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef, approval_sha256,
+    Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef,
     digest::{
         downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id, status_ref,
     },
@@ -445,13 +445,7 @@ impl Cases {
         case.host.idempotency_key = IdempotencyKey::new(&format!("k-{index}")).unwrap();
         let tool = self.registry.tool("refund_order").unwrap();
         let binding = case.approval_binding(&tool.name, &tool.revisions);
-        case.approval.approval_sha256 = approval_sha256(
-            &case.approval.approval_id,
-            &case.approval.approver_id,
-            case.approval.approved_at,
-            case.approval.expires_at,
-            &binding,
-        );
+        case.approval.approval_sha256 = case.approval.digest_for(&binding);
         case
     }
 

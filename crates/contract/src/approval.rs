@@ -144,15 +144,21 @@ impl Approval {
         Ok(())
     }
 
-    /// Whether `approval_sha256` recomputes from this approval and `binding`. The worker
-    /// uses this alone: the approval was consumed when the intent was accepted.
-    pub fn is_bound_to(&self, binding: &ApprovalBinding) -> bool {
+    /// The `approval_sha256` this approval's own fields yield when bound to `binding`:
+    /// what an approver of that exact call signs off on.
+    pub fn digest_for(&self, binding: &ApprovalBinding) -> Sha256Hex {
         approval_sha256(
             &self.approval_id,
             &self.approver_id,
             self.approved_at,
             self.expires_at,
             binding,
-        ) == self.approval_sha256
+        )
+    }
+
+    /// Whether `approval_sha256` recomputes from this approval and `binding`. The worker
+    /// uses this alone: the approval was consumed when the intent was accepted.
+    pub fn is_bound_to(&self, binding: &ApprovalBinding) -> bool {
+        self.digest_for(binding) == self.approval_sha256
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use toolledger_contract::{Registry, approval_sha256, load_case};
+use toolledger_contract::{Registry, load_case};
 
 use crate::{Dir, Run};
 
@@ -140,15 +140,7 @@ fn every_block_code_is_reachable_from_the_command_line() {
             .unwrap();
     let mut revisions = Registry::builtin().tool("refund_order").unwrap().revisions.clone();
     revisions.handler = "refund_order.handler.v0".to_owned();
-    let mut binding = case.approval_binding("refund_order", &revisions);
-    binding.revisions = revisions;
-    let digest = approval_sha256(
-        &case.approval.approval_id,
-        &case.approval.approver_id,
-        case.approval.approved_at,
-        case.approval.expires_at,
-        &binding,
-    );
+    let digest = case.approval.digest_for(&case.approval_binding("refund_order", &revisions));
     rusqlite::Connection::open(drift.join("toolledger.sqlite3"))
         .unwrap()
         .execute(

@@ -14,7 +14,7 @@ use std::{
 };
 
 use serde_json::Value;
-use toolledger_contract::{Registry, approval_sha256, load_case};
+use toolledger_contract::{Registry, load_case};
 
 /// A working directory with a recognisable secret in its path: no error may print it.
 #[derive(Debug)]
@@ -63,13 +63,7 @@ impl Dir {
         let registry = Registry::builtin();
         let tool = registry.tool("refund_order").unwrap();
         let binding = case.approval_binding(&tool.name, &tool.revisions);
-        let digest = approval_sha256(
-            &case.approval.approval_id,
-            &case.approval.approver_id,
-            case.approval.approved_at,
-            case.approval.expires_at,
-            &binding,
-        );
+        let digest = case.approval.digest_for(&binding);
         value["approval"]["approval_sha256"] = Value::from(digest.as_str());
         self.write(name, serde_json::to_string_pretty(&value).unwrap().as_bytes());
     }

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 use toolledger_contract::{
-    ApprovalRefusal, Identifier, NoRoles, PrincipalResolver, Registry, UnixSeconds,
-    approval_sha256, authorize, check_business, load_case, load_claims,
+    ApprovalRefusal, Identifier, NoRoles, PrincipalResolver, Registry, UnixSeconds, authorize,
+    check_business, load_case, load_claims,
 };
 
 use crate::{bless, pass_case, pass_case_bytes, workspace};
@@ -32,13 +32,7 @@ fn the_pass_fixture_carries_a_correct_approval_digest() {
     let registry = Registry::builtin();
     let tool = registry.tool(&case.proposal.tool_name).unwrap();
     let binding = case.approval_binding(&tool.name, &tool.revisions);
-    let expected = approval_sha256(
-        &case.approval.approval_id,
-        &case.approval.approver_id,
-        case.approval.approved_at,
-        case.approval.expires_at,
-        &binding,
-    );
+    let expected = case.approval.digest_for(&binding);
     if bless() && expected != case.approval.approval_sha256 {
         let text = String::from_utf8(bytes).unwrap();
         let text = text.replace(case.approval.approval_sha256.as_str(), expected.as_str());

@@ -20,8 +20,7 @@ use std::{
 
 use serde_json::Value;
 use toolledger_contract::{
-    Case, ContractError, Identifier, PrincipalResolver, Registry, UnixSeconds, approval_sha256,
-    load_case,
+    Case, ContractError, Identifier, PrincipalResolver, Registry, UnixSeconds, load_case,
 };
 use toolledger_engine::{Answer, FailurePoint, SqliteEngine, open_sqlite};
 
@@ -184,13 +183,7 @@ pub fn rebind(case: &mut Case) {
     let registry = Registry::builtin();
     let tool = registry.tool("refund_order").unwrap();
     let binding = case.approval_binding(&tool.name, &tool.revisions);
-    case.approval.approval_sha256 = approval_sha256(
-        &case.approval.approval_id,
-        &case.approval.approver_id,
-        case.approval.approved_at,
-        case.approval.expires_at,
-        &binding,
-    );
+    case.approval.approval_sha256 = case.approval.digest_for(&binding);
 }
 
 pub fn id(text: &str) -> Identifier {
