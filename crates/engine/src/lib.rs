@@ -508,16 +508,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         // The approval digest was recomputed from the ledger by the claim's read-back,
         // which refuses a row whose stored approval does not recompute.
-        let roles =
-            self.resolver.current_roles(&intent.scope.tenant_id, &intent.scope.subject_id)?;
-        let Ok(order) = authorize(
-            tool,
-            &intent.arguments,
-            &intent.scope.tenant_id,
-            &intent.scope.subject_id,
-            &roles,
-            state,
-        ) else {
+        let Some(order) = self.worker_authorize(tool, intent, state)? else {
             return Ok(block(BlockCode::AuthorizationDenied, Some(&operation)));
         };
         if check_business(&intent.arguments, order).is_err() {
@@ -571,6 +562,20 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         self.worker_replay(&operation, state)
     }
 
+    /// The worker's authorization: the *current* roles of the operation's principal
+    /// (tenant, subject and arguments from the ledger, never the case) against the
+    /// business state it is handed. The order it concerns, or `None` when denied.
+    fn worker_authorize<'s>(
+        &mut self,
+        tool: &ToolSpec,
+        intent: &NewOperation,
+        state: &'s BusinessState,
+    ) -> Result<Option<&'s Order>, EngineError> {
+        let (tenant, subject) = (&intent.scope.tenant_id, &intent.scope.subject_id);
+        let roles = self.resolver.current_roles(tenant, subject)?;
+        Ok(authorize(tool, &intent.arguments, tenant, subject, &roles, state).ok())
+    }
+
     /// A worker meeting a finished operation re-authorizes, then answers `local_replay`
     /// with the ledger's first call ids and purpose `dispatch`.
     fn worker_replay(
@@ -583,18 +588,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let Some(tool) = registry.tool(&intent.scope.tool_name) else {
             return Ok(block(BlockCode::ContractDrift, Some(operation)));
         };
-        let roles =
-            self.resolver.current_roles(&intent.scope.tenant_id, &intent.scope.subject_id)?;
-        if authorize(
-            tool,
-            &intent.arguments,
-            &intent.scope.tenant_id,
-            &intent.scope.subject_id,
-            &roles,
-            state,
-        )
-        .is_err()
-        {
+        if self.worker_authorize(tool, intent, state)?.is_none() {
             return Ok(block(BlockCode::AuthorizationDenied, Some(operation)));
         }
         let answering = Answering {
