@@ -620,11 +620,10 @@ fn pipeline_round(
     (count as f64 / raw_s, count as f64 / fresh_s)
 }
 
-fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
-    // A: operation + outbox + call identity.
-    ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
-    ledger
-        .prepare_cached(INSERT_OPERATION)
+/// Inserts `row`'s operation with `status` under provider call `call_id`, as commit A's
+/// first statement does; its id.
+fn insert_operation(conn: &Connection, row: &Row, call_id: &str, status: &str) -> i64 {
+    conn.prepare_cached(INSERT_OPERATION)
         .unwrap()
         .execute(params![
             row.scope.tenant_id.as_str(),
@@ -634,12 +633,19 @@ fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
             row.downstream_request_ref,
             row.request_sha256,
             row.arguments_json,
-            format!("call-{}", row.scope.idempotency_key),
+            call_id,
             row.approval_sha256,
-            "pending"
+            status
         ])
         .unwrap();
-    let id = ledger.last_insert_rowid();
+    conn.last_insert_rowid()
+}
+
+fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
+    // A: operation + outbox + call identity.
+    ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let call_id = format!("call-{}", row.scope.idempotency_key);
+    let id = insert_operation(ledger, row, &call_id, "pending");
     ledger
         .prepare_cached("INSERT INTO outbox (op_id, state, attempt_count, created_at, updated_at) VALUES (?1, 'pending', 0, 1767225600, 1767225600)")
         .unwrap()
@@ -651,7 +657,7 @@ fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
              purpose, op_id, created_at) VALUES ('openai', 'responses', 'openai-responses-2026-05', 'resp-001', ?1, 'dispatch', ?2, 1767225600)",
         )
         .unwrap()
-        .execute(params![format!("call-{}", row.scope.idempotency_key), id])
+        .execute(params![call_id, id])
         .unwrap();
     ledger.execute_batch("COMMIT").unwrap();
     // Claim.
@@ -783,22 +789,8 @@ fn fill_valid(path: &Path, cases: &Cases, count: usize) {
     conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
     let tx = conn.transaction().unwrap();
     for row in &rows {
-        tx.prepare_cached(INSERT_OPERATION)
-            .unwrap()
-            .execute(params![
-                row.scope.tenant_id.as_str(),
-                row.scope.subject_id.as_str(),
-                row.scope.idempotency_key.as_str(),
-                row.status_ref,
-                row.downstream_request_ref,
-                row.request_sha256,
-                row.arguments_json,
-                "call-001",
-                row.approval_sha256,
-                "succeeded"
-            ])
-            .unwrap();
-        let id = tx.last_insert_rowid();
+        // The call the rows' approvals are bound to: these operations must verify.
+        let id = insert_operation(&tx, row, "call-001", "succeeded");
         tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
             .unwrap()
             .execute([id])
