@@ -16,24 +16,43 @@ use crate::{Db, Roles, at, case, case_with, dispatch, id, status_ref_of};
 
 const THREADS: usize = 8;
 
-/// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
-/// released at once. Every thread opens the store itself, so creation races too.
-fn race(db: &Db, cases: Vec<Case>) -> Vec<Answer> {
-    let barrier = Arc::new(Barrier::new(cases.len()));
-    let handles: Vec<_> = cases
-        .into_iter()
-        .enumerate()
-        .map(|(index, case)| {
-            let path = db.path.clone();
-            let barrier = Arc::clone(&barrier);
+/// Runs `work(i, setup(i))` on `THREADS` threads, each releasing its work at the same
+/// instant once every `setup` is done; the results in thread order.
+fn released_together<S, T>(
+    setup: impl Fn(usize) -> S + Send + Sync + 'static,
+    work: impl Fn(usize, S) -> T + Send + Sync + 'static,
+) -> Vec<T>
+where
+    T: Send + 'static,
+{
+    let (setup, work) = (Arc::new(setup), Arc::new(work));
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|index| {
+            let (setup, work, barrier) =
+                (Arc::clone(&setup), Arc::clone(&work), Arc::clone(&barrier));
             thread::spawn(move || {
+                let prepared = setup(index);
                 barrier.wait();
-                let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
-                engine.dispatch(&case, &id(&format!("worker-{index}")), None).unwrap()
+                work(index, prepared)
             })
         })
         .collect();
     handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+}
+
+/// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
+/// released at once. Every thread opens the store itself, so creation races too.
+fn race(db: &Db, cases: Vec<Case>) -> Vec<Answer> {
+    assert_eq!(cases.len(), THREADS);
+    let path = db.path.clone();
+    released_together(
+        move |index| cases[index].clone(),
+        move |index, case| {
+            let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
+            engine.dispatch(&case, &id(&format!("worker-{index}")), None).unwrap()
+        },
+    )
 }
 
 fn tally(answers: &[Answer]) -> BTreeMap<String, usize> {
@@ -93,26 +112,16 @@ fn eight_workers_claiming_one_event_get_exactly_one_owner() {
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
     let status_ref = StatusRef::new(&status_ref).unwrap();
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|index| {
-            let (path, barrier, status_ref) =
-                (db.path.clone(), Arc::clone(&barrier), status_ref.clone());
-            thread::spawn(move || {
-                let mut store = SqliteStore::open(&path).unwrap();
-                barrier.wait();
-                store
-                    .claim(
-                        &status_ref,
-                        &id(&format!("w{index}")),
-                        at(1_767_225_600),
-                        LeaseSeconds::new(30).unwrap(),
-                    )
-                    .unwrap()
-            })
-        })
-        .collect();
-    let claims: Vec<Claim> = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
+    let path = db.path.clone();
+    let claims: Vec<Claim> = released_together(
+        move |_| SqliteStore::open(&path).unwrap(),
+        move |index, mut store| {
+            let owner = id(&format!("w{index}"));
+            store
+                .claim(&status_ref, &owner, at(1_767_225_600), LeaseSeconds::new(30).unwrap())
+                .unwrap()
+        },
+    );
     assert_eq!(
         claims.iter().filter(|claim| matches!(claim, Claim::Claimed { attempt: 1, .. })).count(),
         1,
@@ -127,29 +136,16 @@ fn eight_processes_of_one_event_make_one_side_effect() {
     let db = Db::new();
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
-    let barrier = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|index| {
-            let (path, barrier, status_ref) =
-                (db.path.clone(), Arc::clone(&barrier), status_ref.clone());
-            thread::spawn(move || {
-                let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
-                let clock =
-                    Clock { now: at(1_767_225_600), lease_seconds: LeaseSeconds::new(30).unwrap() };
-                barrier.wait();
-                engine
-                    .process(
-                        &status_ref,
-                        &clock,
-                        &case().business_state,
-                        &id(&format!("w{index}")),
-                        None,
-                    )
-                    .unwrap()
-            })
-        })
-        .collect();
-    let answers: Vec<Answer> = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
+    let path = db.path.clone();
+    let answers: Vec<Answer> = released_together(
+        move |_| open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap(),
+        move |index, mut engine| {
+            let clock =
+                Clock { now: at(1_767_225_600), lease_seconds: LeaseSeconds::new(30).unwrap() };
+            let worker = id(&format!("w{index}"));
+            engine.process(&status_ref, &clock, &case().business_state, &worker, None).unwrap()
+        },
+    );
     let counts = tally(&answers);
     assert_eq!(counts.get("fresh"), Some(&1), "{counts:?}");
     assert_eq!(counts.values().sum::<usize>(), THREADS);
