@@ -24,7 +24,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-json" => &["serde_json", "thiserror"],
         "toolledger-contract" | "toolledger-engine" => BASE,
         "toolledger-store" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"],
-        "toolledger-cli" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap"],
+        "toolledger-cli" => {
+            &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap", "signal-hook", "libc"]
+        }
         _ => &[],
     }
 }

@@ -443,6 +443,9 @@ impl Cases {
     fn get(&self, index: usize) -> Case {
         let mut case = self.base.clone();
         case.host.idempotency_key = IdempotencyKey::new(&format!("k-{index}")).unwrap();
+        // Each intent is its own model call: one call is one intent.
+        case.host.provider_call_id =
+            toolledger_contract::Identifier::new(&format!("call-k-{index}")).unwrap();
         let tool = self.registry.tool("refund_order").unwrap();
         let binding = case.approval_binding(&tool.name, &tool.revisions);
         case.approval.approval_sha256 = case.approval.digest_for(&binding);

@@ -10,9 +10,14 @@ Exit codes:
   1  BLOCK: a business answer on stdout, e.g. OUTCOME_UNKNOWN, IDEMPOTENCY_CONFLICT, NOT_FOUND,
      LEASE_HELD, AUDIT_FAILED. OUTCOME_UNKNOWN means the side effect may have happened:
      query it with `status`, never retry it under a new key
-  2  error: stdout is empty and stderr holds one line {\"error\":{\"code\":...,\"message\":...}}
-     with code FIXTURE_IO_ERROR, FIXTURE_INVALID, CLAIMS_IO_ERROR, CLAIMS_INVALID, SQLITE_ERROR,
-     SCHEMA_UNSUPPORTED, STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR";
+  2  error, and nothing was accepted: stdout is empty and stderr holds one line
+     {\"error\":{\"code\":...,\"message\":...}} with code FIXTURE_IO_ERROR, FIXTURE_INVALID,
+     CLAIMS_IO_ERROR, CLAIMS_INVALID, SQLITE_ERROR, STORE_BUSY, SCHEMA_UNSUPPORTED,
+     STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR
+
+Once a command has accepted an intent, no later failure is exit 2: it is OUTCOME_UNKNOWN
+(exit 1) with the status_ref. An answer that cannot be written to stdout is exit 1 with
+nothing printed: query the status, never retry under a new key.";
 
 /// Durable idempotency, outbox and receipt reconciliation for an agent's side-effecting
 /// tool calls, on one SQLite file.
@@ -23,9 +28,16 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "toolledger", version, after_help = EXIT_CODES, disable_help_subcommand = true)]
 pub(crate) struct Cli {
-    /// The SQLite ledger file. Created when missing (except by `audit`)
-    #[arg(long, global = true, value_name = "PATH", default_value = "toolledger.sqlite3")]
-    pub(crate) db: PathBuf,
+    /// The SQLite ledger file [default: toolledger.sqlite3]. Created when missing
+    /// (except by `audit`)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) db: Option<PathBuf>,
+
+    /// The longest the whole command waits for locks other connections hold, in
+    /// milliseconds [default: 5000]. Past it: STORE_BUSY (or OUTCOME_UNKNOWN once an
+    /// intent was accepted)
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub(crate) busy_timeout_ms: Option<u64>,
 
     /// The case file (persistence-case/v1). Required by dispatch, process and status
     #[arg(long, global = true, value_name = "PATH")]
@@ -51,7 +63,7 @@ pub(crate) enum Command {
     /// same key is IDEMPOTENCY_CONFLICT
     Dispatch {
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
         now: Option<i64>,
         /// Stop right after this commit, as a crash would (for recovery drills)
         #[arg(long, value_name = "POINT")]
@@ -65,7 +77,7 @@ pub(crate) enum Command {
         #[arg(long, value_name = "R")]
         status_ref: String,
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
         now: Option<i64>,
         /// This worker's id [default: unique per process]
         #[arg(long, value_name = "W")]
@@ -81,7 +93,7 @@ pub(crate) enum Command {
         #[arg(long, value_name = "R")]
         status_ref: String,
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
         now: Option<i64>,
     },
     /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
@@ -108,4 +120,18 @@ pub(crate) enum ProcessFailure {
     Claim,
     #[value(name = "after_downstream_commit")]
     DownstreamCommit,
+}
+
+/// A Unix time written the one way JSON would: `-?(0|[1-9][0-9]*)`, no `+`, no leading
+/// zero, no `-0`, no spaces. Anything else is refused, never read as a near value.
+fn canonical_integer(text: &str) -> Result<i64, String> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|byte| byte.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && text != "-0";
+    if !canonical {
+        return Err("not a canonical integer".to_owned());
+    }
+    text.parse().map_err(|_| "out of range".to_owned())
 }

@@ -1,9 +1,12 @@
 //! The principal resolver of the command line: the claims file, re-read at every call so
 //! a revocation is seen at the next check.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use toolledger_contract::{ContractError, Identifier, NoRoles, PrincipalResolver, load_claims};
+use toolledger_json::Limits;
+
+use crate::files::{Unreadable, read_bounded};
 
 /// No claims file (nobody holds a role), or one read afresh at every call.
 #[derive(Debug, Clone)]
@@ -12,18 +15,36 @@ pub(crate) enum Claims {
     File(PathBuf),
 }
 
+/// Why the claims file was refused at the first check.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    Unreadable(Unreadable),
+    Invalid(ContractError),
+}
+
 impl Claims {
-    /// Reads and validates the file once, before anything else is opened.
-    pub(crate) fn check(&self) -> Result<(), ContractError> {
+    /// Reads and validates the file once, before anything else is opened, saying why
+    /// when it cannot be read.
+    pub(crate) fn check(&self) -> Result<(), Refused> {
         match self {
             Claims::None => Ok(()),
-            Claims::File(path) => load(path).map(|_| ()),
+            Claims::File(path) => {
+                let bytes = read_bounded(path, Limits::default().size_bytes_max)
+                    .map_err(Refused::Unreadable)?;
+                load_claims(&bytes).map(|_| ()).map_err(Refused::Invalid)
+            }
         }
     }
 }
 
-fn load(path: &PathBuf) -> Result<toolledger_contract::Claims, ContractError> {
-    let bytes = std::fs::read(path).map_err(|_| ContractError::ClaimsIo)?;
+/// The file, read afresh and bounded like the first check.
+fn load(path: &Path) -> Result<toolledger_contract::Claims, ContractError> {
+    let bytes = read_bounded(path, Limits::default().size_bytes_max).map_err(|why| match why {
+        Unreadable::TooLarge => ContractError::ClaimsInvalid {
+            reason: "the claims file is larger than the 65536-byte limit".to_owned(),
+        },
+        _ => ContractError::ClaimsIo,
+    })?;
     load_claims(&bytes)
 }
 

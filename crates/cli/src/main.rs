@@ -10,19 +10,58 @@ mod args;
 mod claims;
 mod clock;
 mod demo;
+mod files;
 mod run;
 
-use std::process::ExitCode;
+use std::{
+    fs::File,
+    io::Write,
+    os::fd::AsFd,
+    process::ExitCode,
+    sync::{Arc, atomic::AtomicBool},
+};
 
 fn main() -> ExitCode {
     // A panic is a bug, but it still answers in the documented shape: no panic message,
-    // no location, exit 2.
+    // no location, exit 2. Writing that line may itself fail (stderr closed or full):
+    // the failure is ignored, never a second panic.
     std::panic::set_hook(Box::new(|_| {
-        eprintln!("{}", run::error_line("INTERNAL_ERROR", "an internal error stopped the command"));
+        let line = run::error_line("INTERNAL_ERROR", "an internal error stopped the command");
+        let _ = writeln!(std::io::stderr(), "{line}");
         std::process::exit(2);
     }));
+    // A file-size limit (`ulimit -f`) sends SIGXFSZ, whose default action kills the
+    // process without an answer, possibly after an intent was accepted. Caught, the
+    // write fails with EFBIG instead and is answered like any other I/O error.
+    if signal_hook::flag::register(signal_hook::consts::SIGXFSZ, Arc::new(AtomicBool::new(false)))
+        .is_err()
+    {
+        return failed("INTERNAL_ERROR", "the command could not set up its signal handling");
+    }
+    // The answer is written through a duplicate of the standard output descriptor, so
+    // every write error is seen (Rust's own stdout treats EBADF as a sink). A descriptor
+    // closed by the caller was already reopened on /dev/null by Rust's runtime; one
+    // that cannot even be duplicated is refused before anything is done.
+    let mut stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => File::from(fd),
+        Err(_) => {
+            return failed("USAGE_ERROR", "standard output is unusable: no answer could be given");
+        }
+    };
     let outcome = run::run(std::env::args_os().collect());
-    print!("{}", outcome.stdout);
-    eprint!("{}", outcome.stderr);
+    let written = stdout.write_all(outcome.stdout.as_bytes()).and_then(|()| stdout.flush());
+    let _ = std::io::stderr().write_all(outcome.stderr.as_bytes());
+    if written.is_err() && !outcome.stdout.is_empty() {
+        // The answer is lost, and the command may have accepted an intent or caused the
+        // side effect: exit 1 ("not known to the caller: query it"), never 0 (which
+        // promises an answer on stdout) and never 2 (which says nothing happened).
+        return ExitCode::from(1);
+    }
     ExitCode::from(outcome.code)
+}
+
+/// Exit 2 with one JSON error line, written on a best-effort basis.
+fn failed(code: &str, message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "{}", run::error_line(code, message));
+    ExitCode::from(2)
 }

@@ -2,7 +2,11 @@
 //!
 //! Nothing here prints or exits, so the demo can run commands and read their answers.
 
-use std::{ffi::OsString, path::Path};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use clap::{
     Parser,
@@ -10,12 +14,14 @@ use clap::{
 };
 use serde_json::{Value, json};
 use toolledger_contract::{Case, ContractError, Identifier, Registry, load_case};
-use toolledger_engine::{Answer, EngineError, FailurePoint, audit_sqlite, open_sqlite};
-use toolledger_json::canonicalize;
+use toolledger_engine::{Answer, EngineError, FailurePoint, audit_sqlite_with, open_sqlite_with};
+use toolledger_engine::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
+use toolledger_json::{Limits, canonicalize};
 
 use crate::{
     args::{Cli, Command, DispatchFailure, ProcessFailure},
     claims::Claims,
+    files::read_bounded,
 };
 
 /// What a command printed and how it exits.
@@ -85,6 +91,9 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
             };
         }
     };
+    if let Err(failure) = check_options(&cli) {
+        return Outcome::error(failure.code, &failure.message);
+    }
     if matches!(cli.command, Command::Demo) {
         return crate::demo::demo();
     }
@@ -118,12 +127,47 @@ fn usage_message(err: &clap::Error) -> String {
             format!("invalid value for {option}")
         }
         ErrorKind::MissingRequiredArgument => format!("missing required option {option}"),
+        ErrorKind::UnknownArgument if !is_option(err) => {
+            "unexpected positional argument: no command takes one".to_owned()
+        }
         ErrorKind::UnknownArgument => format!("unknown option {option}"),
         ErrorKind::InvalidSubcommand => "unknown command".to_owned(),
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             "missing command: one of dispatch, process, status, audit, demo".to_owned()
         }
         _ => format!("invalid use of {option}"),
+    }
+}
+
+/// Whether the argument clap refused was written as an option (`-x`, `--name`).
+fn is_option(err: &clap::Error) -> bool {
+    match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(text)) => text.starts_with('-'),
+        Some(ContextValue::Strings(texts)) => texts.iter().any(|text| text.starts_with('-')),
+        _ => true,
+    }
+}
+
+/// Refuses a global option the command does not use, rather than ignoring it: `--db`
+/// given to `demo` would otherwise look as if it chose the demo's store.
+fn check_options(cli: &Cli) -> Result<(), Failure> {
+    let given = [
+        ("--db", cli.db.is_some()),
+        ("--fixture", cli.fixture.is_some()),
+        ("--claims", cli.claims.is_some()),
+        ("--pretty", cli.pretty),
+        ("--busy-timeout-ms", cli.busy_timeout_ms.is_some()),
+    ];
+    let (command, takes): (&str, &[&str]) = match cli.command {
+        Command::Demo => ("demo", &[]),
+        Command::Audit => ("audit", &["--db", "--pretty", "--busy-timeout-ms"]),
+        Command::Dispatch { .. } | Command::Process { .. } | Command::Status { .. } => {
+            return Ok(());
+        }
+    };
+    match given.iter().find(|(name, present)| *present && !takes.contains(name)) {
+        Some((name, _)) => Err(usage(format!("{command} does not take {name}"))),
+        None => Ok(()),
     }
 }
 
@@ -141,8 +185,12 @@ fn option_name(text: &str) -> Option<String> {
 }
 
 fn execute(cli: &Cli) -> Result<Answer, Failure> {
+    // One bound for the whole command, from here: the open and every transaction.
+    let waits =
+        Waits::total(Duration::from_millis(cli.busy_timeout_ms.unwrap_or(DEFAULT_BUSY_TIMEOUT_MS)));
+    let db = cli.db.clone().unwrap_or_else(|| PathBuf::from("toolledger.sqlite3"));
     match &cli.command {
-        Command::Audit => Ok(audit_sqlite(&cli.db)?),
+        Command::Audit => Ok(audit_sqlite_with(&db, waits)?),
         Command::Demo => Err(usage("demo takes no options".to_owned())),
         Command::Dispatch { now, failure } => {
             let (case, claims) = inputs(cli, *now)?;
@@ -152,7 +200,7 @@ fn execute(cli: &Cli) -> Result<Answer, Failure> {
                 DispatchFailure::Claim => FailurePoint::AfterClaim,
                 DispatchFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
             });
-            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
             Ok(engine.dispatch(&case, &worker, failure)?)
         }
         Command::Process { status_ref, now, worker_id, failure } => {
@@ -166,31 +214,47 @@ fn execute(cli: &Cli) -> Result<Answer, Failure> {
                 ProcessFailure::Claim => FailurePoint::AfterClaim,
                 ProcessFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
             });
-            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
             Ok(engine.process(status_ref, &case.clock, &case.business_state, &worker, failure)?)
         }
         Command::Status { status_ref, now } => {
             let (case, claims) = inputs(cli, *now)?;
-            let mut engine = open_sqlite(&cli.db, claims, Registry::builtin())?;
+            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
             Ok(engine.status(&case, status_ref)?)
         }
     }
 }
 
 /// Reads and validates the case and claims files, before the store is opened: a bad
-/// case creates no database.
+/// case creates no database. Each is read at most one byte past the parser's limit.
 fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
     let path: &Path = cli
         .fixture
         .as_deref()
         .ok_or_else(|| usage("missing required option --fixture".to_owned()))?;
-    let bytes = std::fs::read(path).map_err(|_| Failure {
-        code: "FIXTURE_IO_ERROR",
-        message: "the case file could not be read".to_owned(),
+    let limit = Limits::default().size_bytes_max;
+    let bytes = read_bounded(path, limit).map_err(|why| Failure {
+        code: match why {
+            crate::files::Unreadable::TooLarge => "FIXTURE_INVALID",
+            _ => "FIXTURE_IO_ERROR",
+        },
+        message: format!("the case file {}", why.reason()),
     })?;
     let case = load_case(&bytes, &Registry::builtin(), now)?;
     let claims = cli.claims.clone().map_or(Claims::None, Claims::File);
-    claims.check()?;
+    claims.check().map_err(|why| Failure {
+        code: match why {
+            crate::claims::Refused::Unreadable(crate::files::Unreadable::TooLarge) => {
+                "CLAIMS_INVALID"
+            }
+            crate::claims::Refused::Unreadable(_) => "CLAIMS_IO_ERROR",
+            crate::claims::Refused::Invalid(ref err) => err.code(),
+        },
+        message: match why {
+            crate::claims::Refused::Unreadable(why) => format!("the claims file {}", why.reason()),
+            crate::claims::Refused::Invalid(err) => err.to_string(),
+        },
+    })?;
     Ok((case, claims))
 }
 

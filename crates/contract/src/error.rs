@@ -72,11 +72,14 @@ pub enum BlockCode {
     LeaseHeld,
     /// The store audit found a problem.
     AuditFailed,
+    /// The model call is already recorded as the dispatch of another operation: one
+    /// model call is one intent.
+    CallReused,
 }
 
 impl BlockCode {
     /// Every code, in SPEC order.
-    pub const ALL: [BlockCode; 12] = [
+    pub const ALL: [BlockCode; 13] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -89,6 +92,7 @@ impl BlockCode {
         BlockCode::ContractDrift,
         BlockCode::LeaseHeld,
         BlockCode::AuditFailed,
+        BlockCode::CallReused,
     ];
 
     /// The stable code, e.g. `OUTCOME_UNKNOWN`.
@@ -106,6 +110,7 @@ impl BlockCode {
             BlockCode::ContractDrift => "CONTRACT_DRIFT",
             BlockCode::LeaseHeld => "LEASE_HELD",
             BlockCode::AuditFailed => "AUDIT_FAILED",
+            BlockCode::CallReused => "CALL_REUSED",
         }
     }
 
@@ -138,6 +143,9 @@ impl BlockCode {
             }
             BlockCode::LeaseHeld => "another worker holds the lease on this operation",
             BlockCode::AuditFailed => "the store audit found problems",
+            BlockCode::CallReused => {
+                "this model call already dispatched another operation; one call is one intent"
+            }
         }
     }
 }

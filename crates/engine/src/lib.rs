@@ -30,9 +30,11 @@ use toolledger_contract::{
 };
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore,
-    LocalReceipt, NewOperation, Operation, OperationStatus, Reservation, SqliteStore, StoreError,
-    approval_binding,
+    LocalReceipt, NewOperation, Operation, OperationStatus, RecordedCall, Reservation, SqliteStore,
+    StoreError, approval_binding,
 };
+
+pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 
 pub use crate::{
     downstream::{Downstream, DownstreamRequest, StandIn},
@@ -126,6 +128,29 @@ fn block(code: BlockCode, operation: Option<&Operation>) -> Answer {
         operation.map(|operation| &operation.intent.status_ref),
     );
     Answer::Block { code, package }
+}
+
+/// `CALL_REUSED`: the model call is already the dispatch of another operation. That
+/// operation's status and ref are shown only to a principal who may see it (its own
+/// tenant and subject, the scope of a status query).
+fn call_reused(recorded: &RecordedCall, tenant: &Identifier, subject: &Identifier) -> Answer {
+    let visible = recorded.tenant_id == *tenant && recorded.subject_id == *subject;
+    let package = block_package(
+        BlockCode::CallReused,
+        visible.then(|| recorded.status.as_str()),
+        visible.then_some(&recorded.status_ref),
+    );
+    Answer::Block { code: BlockCode::CallReused, package }
+}
+
+/// Who is working an operation: it decides how a lost lease is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// Dispatch's in-process worker, right after its own commit A: anything short of a
+    /// receipt is `OUTCOME_UNKNOWN` to the model's host.
+    Dispatch,
+    /// The directed worker `process`: a lease another worker holds is `LEASE_HELD`.
+    Worker,
 }
 
 fn violation(what: &'static str) -> EngineError {
@@ -238,19 +263,41 @@ pub fn open_sqlite<R: PrincipalResolver>(
     resolver: R,
     registry: Registry,
 ) -> Result<SqliteEngine<R>, EngineError> {
-    let ledger = SqliteStore::open(path)?;
-    let downstream = StandIn::new(SqliteStore::open(path)?);
-    Ok(Engine::new(ledger, downstream, resolver, registry))
+    open_sqlite_with(path, resolver, registry, Waits::default())
 }
 
-/// Audits the store at `path` without creating anything.
+/// [`open_sqlite`] with a bound on waiting for other connections' locks.
 ///
 /// # Errors
 ///
-/// [`EngineError::Store`] when there is no usable store at `path`.
+/// As [`open_sqlite`]; `STORE_BUSY` when a lock outlasts the bound.
+pub fn open_sqlite_with<R: PrincipalResolver>(
+    path: &Path,
+    resolver: R,
+    registry: Registry,
+    waits: Waits,
+) -> Result<SqliteEngine<R>, EngineError> {
+    let ledger = SqliteStore::open_with(path, waits)?;
+    let downstream = StandIn::new(SqliteStore::open_with(path, waits)?);
+    Ok(Engine::new(ledger, downstream, resolver, registry))
+}
+
+/// Audits the store at `path` without creating or changing anything.
+///
+/// # Errors
+///
+/// [`EngineError::Store`] when there is no store at `path` to audit.
 pub fn audit_sqlite(path: &Path) -> Result<Answer, EngineError> {
-    let report = SqliteStore::open_existing(path)?.audit()?;
-    Ok(audit_answer(&report))
+    audit_sqlite_with(path, Waits::default())
+}
+
+/// [`audit_sqlite`] with a bound on waiting for other connections' locks.
+///
+/// # Errors
+///
+/// As [`audit_sqlite`]; `STORE_BUSY` when a lock outlasts the bound.
+pub fn audit_sqlite_with(path: &Path, waits: Waits) -> Result<Answer, EngineError> {
+    Ok(audit_answer(&SqliteStore::audit_path(path, waits)?))
 }
 
 /// The audit package of SPEC §10: PASS with `checks`, `counts` and the unreconciled
@@ -327,8 +374,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             provider_call_id: case.host.provider_call_id.clone(),
         };
         let lookup = self.store.dispatch_lookup(&scope, &call)?;
-        if lookup.call.is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus) {
-            return Ok(block(BlockCode::CallPurposeConflict, None));
+        match &lookup.call {
+            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+                return Ok(block(BlockCode::CallPurposeConflict, None));
+            }
+            // One model call, one intent: this call already dispatched another scope.
+            Some(recorded) if recorded.status_ref != status_ref(&scope) => {
+                return Ok(call_reused(recorded, tenant, subject));
+            }
+            _ => {}
         }
         if let Some(stored) = lookup.operation {
             return self.settled(&stored, &request, tool, case);
@@ -361,18 +415,26 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Reservation::CallPurposeConflict => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
             }
+            Reservation::CallReused(recorded) => {
+                return Ok(call_reused(&recorded, tenant, subject));
+            }
         };
         if failure == Some(FailurePoint::AfterIntentCommit) {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));
         }
-        self.work(
+        // Commit A has succeeded in this call: from here on no failure may be answered
+        // as "nothing happened". Whatever fails (store, resolver, downstream), the
+        // answer is the crash table's: OUTCOME_UNKNOWN with the operation's ref.
+        let worked = self.work(
             &intent.status_ref,
             &case.clock,
             &case.business_state,
             worker,
             failure,
-            Some(*reserved),
-        )
+            Caller::Dispatch,
+            Some(&reserved),
+        );
+        Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&reserved))))
     }
 
     /// The checks every case-driven flow starts with: the tool is registered and the
@@ -448,9 +510,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let Ok(status_ref) = StatusRef::new(status_ref) else {
             return Ok(block(BlockCode::NotFound, None));
         };
-        self.work(&status_ref, clock, state, worker, failure, None)
+        self.work(&status_ref, clock, state, worker, failure, Caller::Worker, None)
     }
 
+    /// Claims and works the operation. Dispatch's in-process worker starts from the
+    /// operation it has just reserved; `process` reads it.
+    #[allow(clippy::too_many_arguments, reason = "the one worker of both flows")]
     fn work(
         &mut self,
         status_ref: &StatusRef,
@@ -458,43 +523,66 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         state: &BusinessState,
         worker: &Identifier,
         failure: Option<FailurePoint>,
-        reserved: Option<Operation>,
+        caller: Caller,
+        reserved: Option<&Operation>,
     ) -> Result<Answer, EngineError> {
-        // Dispatch's in-process worker starts from the operation it has just reserved;
-        // `process` reads it.
-        let in_dispatch = reserved.is_some();
+        let read;
         let operation = match reserved {
             Some(operation) => operation,
             None => match self.store.operation_by_status_ref(status_ref)? {
-                Some(operation) => operation,
+                Some(operation) => {
+                    read = operation;
+                    &read
+                }
                 None => return Ok(block(BlockCode::NotFound, None)),
             },
         };
-        self.check_stored_arguments(&operation)?;
+        self.check_stored_arguments(operation)?;
         if operation.status == OperationStatus::Succeeded {
-            return self.worker_replay(&operation, state);
+            return self.worker_replay(operation, state);
         }
         let (attempt, claimed) =
             match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
                 Claim::Claimed { attempt, operation } => (attempt, *operation),
-                Claim::LeaseHeld if in_dispatch => {
-                    return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
+                Claim::LeaseHeld if caller == Caller::Dispatch => {
+                    return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
                 }
-                Claim::LeaseHeld => return Ok(block(BlockCode::LeaseHeld, Some(&operation))),
+                Claim::LeaseHeld => return Ok(block(BlockCode::LeaseHeld, Some(operation))),
                 Claim::Delivered => return self.reread_and_replay(status_ref, state),
                 Claim::Missing => return Ok(block(BlockCode::NotFound, None)),
             };
+        // This call now holds the lease, and may be about to cause the side effect: from
+        // here on a failure of the store, the resolver or the downstream is answered
+        // OUTCOME_UNKNOWN with the operation's ref, never as an error.
+        let worked =
+            self.work_claimed(status_ref, &claimed, attempt, clock, state, worker, failure, caller);
+        Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&claimed))))
+    }
+
+    /// The worker's steps after its claim: rechecks, the downstream, commit C.
+    #[allow(clippy::too_many_arguments, reason = "the one worker of both flows")]
+    fn work_claimed(
+        &mut self,
+        status_ref: &StatusRef,
+        claimed: &Operation,
+        attempt: i64,
+        clock: &Clock,
+        state: &BusinessState,
+        worker: &Identifier,
+        failure: Option<FailurePoint>,
+        caller: Caller,
+    ) -> Result<Answer, EngineError> {
         // The operation as the claim read it back: every stored digest, the approval's
         // included, was recomputed from the ledger right before the side effect.
         let operation = claimed;
-        self.check_stored_arguments(&operation)?;
+        self.check_stored_arguments(operation)?;
         if failure == Some(FailurePoint::AfterClaim) {
-            return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
+            return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
         }
         let intent = &operation.intent;
         let registry = Arc::clone(&self.registry);
         let Some(tool) = registry.tool(&intent.scope.tool_name) else {
-            return Ok(block(BlockCode::ContractDrift, Some(&operation)));
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
         };
         let current_request = request_sha256(
             &intent.scope.tenant_id,
@@ -504,15 +592,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             &tool.revisions,
         );
         if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
-            return Ok(block(BlockCode::ContractDrift, Some(&operation)));
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
         }
         // The approval digest was recomputed from the ledger by the claim's read-back,
         // which refuses a row whose stored approval does not recompute.
         let Some(order) = self.worker_authorize(tool, intent, state)? else {
-            return Ok(block(BlockCode::AuthorizationDenied, Some(&operation)));
+            return Ok(block(BlockCode::AuthorizationDenied, Some(operation)));
         };
         if check_business(&intent.arguments, order).is_err() {
-            return Ok(block(BlockCode::BusinessStateInvalid, Some(&operation)));
+            return Ok(block(BlockCode::BusinessStateInvalid, Some(operation)));
         }
 
         let request = DownstreamRequest {
@@ -524,9 +612,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         };
         let receipt = self.downstream.execute(&request, clock.now)?;
         if failure == Some(FailurePoint::AfterDownstreamCommit) {
-            return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
+            return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
         }
-        let local = verify_receipt(&operation, tool, receipt)?;
+        let local = verify_receipt(operation, tool, receipt)?;
         let finalizer = Finalizer::Lease { owner: worker.clone(), attempt };
         match self.store.finalize(status_ref, &finalizer, &local, clock.now)? {
             Finalize::Finalized => {
@@ -535,13 +623,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                     call: &intent.provider_call_id,
                     purpose: Purpose::Dispatch,
                 };
-                Ok(pass(Delivery::Fresh, &operation, &local, &answering))
+                Ok(pass(Delivery::Fresh, operation, &local, &answering))
             }
             Finalize::AlreadySucceeded => self.reread_and_replay(status_ref, state),
             Finalize::LeaseLost => {
                 let operation = self.reread(status_ref)?;
-                let code =
-                    if in_dispatch { BlockCode::OutcomeUnknown } else { BlockCode::LeaseHeld };
+                let code = match caller {
+                    Caller::Dispatch => BlockCode::OutcomeUnknown,
+                    Caller::Worker => BlockCode::LeaseHeld,
+                };
                 Ok(block(code, Some(&operation)))
             }
         }
@@ -679,11 +769,26 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             return Ok(block(BlockCode::NotFound, None));
         }
         self.check_stored_arguments(&operation)?;
+        // The model call asking is one intent too: if it already dispatched another
+        // operation, it may not query this one.
+        let asking = CallIdentity {
+            profile: case.host.profile.clone(),
+            provider_response_id: case.host.provider_response_id.clone(),
+            provider_call_id: case.host.provider_call_id.clone(),
+        };
+        if let Some(recorded) = self.store.recorded_call(&asking)? {
+            if recorded.purpose == Purpose::Dispatch && recorded.status_ref != status_ref {
+                return Ok(call_reused(&recorded, tenant, subject));
+            }
+        }
         if let Some(recorded) =
             self.store.record_status_query(&identity, &status_ref, case.clock.now)?
         {
-            if recorded.purpose != Purpose::QueryStatus || recorded.status_ref != status_ref {
+            if recorded.purpose != Purpose::QueryStatus {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
+            }
+            if recorded.status_ref != status_ref {
+                return Ok(call_reused(&recorded, tenant, subject));
             }
         }
         let expected_request =

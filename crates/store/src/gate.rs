@@ -13,6 +13,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{Arc, Mutex, OnceLock, PoisonError, Weak},
     thread::{self, Thread},
+    time::{Duration, Instant},
 };
 
 /// Who holds the gate and who waits for it, in arrival order.
@@ -62,24 +63,36 @@ impl Gate {
     }
 
     /// Waits for this caller's turn: at once when the gate is open, else behind every
-    /// writer that came before. Only the writer whose turn it is gets woken.
-    pub(crate) fn enter(&self) -> Entered<'_> {
+    /// writer that came before. Only the writer whose turn it is gets woken. `None` when
+    /// the turn has not come within `timeout`: the caller left the queue and holds
+    /// nothing.
+    pub(crate) fn enter(&self, timeout: Duration) -> Option<Entered<'_>> {
         let shared = &*self.0;
         let mut state = shared.state();
         if !state.held {
             state.held = true;
-            return Entered(shared);
+            return Some(Entered(shared));
         }
+        let deadline = Instant::now().checked_add(timeout);
         state.next_ticket += 1;
         let ticket = state.next_ticket;
         state.waiting.push_back((ticket, thread::current()));
         while state.granted != ticket {
+            let left = deadline.map_or(Duration::MAX, |deadline| {
+                deadline.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() {
+                // Leave the queue. The gate cannot have been handed to this ticket (it
+                // is not granted), so nothing is held and nobody waits on us.
+                state.waiting.retain(|(waiting, _)| *waiting != ticket);
+                return None;
+            }
             drop(state);
             // A spurious wake-up just loops: the turn is marked by `granted`.
-            thread::park();
+            thread::park_timeout(left);
             state = shared.state();
         }
-        Entered(shared)
+        Some(Entered(shared))
     }
 }
 
@@ -103,6 +116,7 @@ mod tests {
     use std::{
         sync::{Arc, Mutex},
         thread,
+        time::Duration,
     };
 
     use super::Gate;
@@ -118,7 +132,7 @@ mod tests {
                 let (gate, inside) = (Gate::of(&path), Arc::clone(&inside));
                 thread::spawn(move || {
                     for _ in 0..200 {
-                        let _entered = gate.enter();
+                        let _entered = gate.enter(Duration::MAX).unwrap();
                         let mut counts = inside.lock().unwrap();
                         counts.0 += 1;
                         counts.1 = counts.1.max(counts.0);
@@ -133,6 +147,29 @@ mod tests {
             handle.join().unwrap();
         }
         assert_eq!(*inside.lock().unwrap(), (0, 1), "two writers were inside at once");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A writer whose turn does not come in time leaves the queue holding nothing, and
+    /// the gate still passes from the holder to the next writer in line.
+    #[test]
+    fn a_writer_that_times_out_leaves_the_queue() {
+        let dir = std::env::temp_dir().join(format!("toolledger-gate-t-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gate = Gate::of(&dir.join("gate.sqlite3"));
+        let held = gate.enter(Duration::ZERO).unwrap();
+        assert!(gate.enter(Duration::from_millis(20)).is_none());
+        assert!(gate.enter(Duration::ZERO).is_none());
+        let waiter = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.enter(Duration::from_secs(60)).is_some())
+        };
+        // The waiter is queued behind the holder (or not yet queued); either way the
+        // release must reach it, not the writers that gave up.
+        thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert!(waiter.join().unwrap());
+        assert!(gate.enter(Duration::ZERO).is_some());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

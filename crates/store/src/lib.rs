@@ -38,7 +38,7 @@ pub use crate::{
         Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
         OutboxEvent, RecordedCall, Reservation,
     },
-    schema::{SCHEMA_ID, USER_VERSION},
+    schema::{DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_ID, USER_VERSION, Waits},
     sqlite::SqliteStore,
     verify::approval_binding,
 };

@@ -103,6 +103,9 @@ pub enum Reservation {
     Exists(Box<Operation>),
     /// The call identity was already recorded for a status query: nothing was written.
     CallPurposeConflict,
+    /// The call identity was already recorded as the dispatch of another operation:
+    /// one model call is one intent. Nothing was written.
+    CallReused(Box<RecordedCall>),
 }
 
 /// The outcome of a claim.
@@ -200,6 +203,12 @@ pub struct RecordedCall {
     pub purpose: Purpose,
     /// The operation it belongs to.
     pub status_ref: StatusRef,
+    /// That operation's tenant.
+    pub tenant_id: Identifier,
+    /// That operation's subject.
+    pub subject_id: Identifier,
+    /// That operation's status.
+    pub status: OperationStatus,
 }
 
 /// What dispatch reads before deciding, from one snapshot.
@@ -225,8 +234,9 @@ pub struct AuditFinding {
 pub struct AuditReport {
     /// Every check by name, in a fixed order, and whether it passed.
     pub checks: Vec<(&'static str, bool)>,
-    /// Row counts per table.
-    pub counts: Vec<(&'static str, i64)>,
+    /// Row counts per table; `None` when a table could not be counted (missing, or
+    /// unreadable).
+    pub counts: Vec<(&'static str, Option<i64>)>,
     /// `rc_` refs of downstream receipts whose operation has not succeeded yet.
     pub unreconciled_downstream_receipts: Vec<String>,
     /// What failed, by opaque ref.

@@ -4,21 +4,20 @@
 //! that cannot be WAL is refused. A file is classified *before* anything is written to
 //! it, so a foreign SQLite file is left byte for byte as it was.
 
-use std::{path::Path, time::Duration};
+use std::{
+    path::Path,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use crate::{
-    StoreError,
-    error::{BUSY, sqlite},
-};
+use crate::{StoreError, error::sqlite};
 
 /// The schema id kept in `meta`.
 pub const SCHEMA_ID: &str = "toolledger-store-v1";
 /// The `PRAGMA user_version` of this schema.
 pub const USER_VERSION: i64 = 1;
-/// How long a connection waits on another writer before failing.
-pub(crate) const BUSY_TIMEOUT_MS: u64 = 5000;
 
 /// The whole schema, created in one transaction.
 pub(crate) const DDL: &str = r#"
@@ -113,11 +112,46 @@ PRAGMA user_version = 1;
 
 /// What a file holds, judged without writing to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Contents {
+pub(crate) enum Contents {
     /// No tables and `user_version` 0: a new or empty file, to initialise.
     Empty,
-    /// A toolledger-store-v1 store.
+    /// A toolledger-store-v1 store whose schema is exactly the expected DDL.
     Store,
+    /// It says it is a toolledger-store-v1 store (`meta`, `user_version`), but its
+    /// tables, indexes or triggers differ from the expected DDL. Only the audit reads
+    /// it, to report what differs.
+    Damaged,
+}
+
+/// One row of `sqlite_schema`: type, name, table, SQL text.
+pub(crate) type SchemaRow = (String, String, String, Option<String>);
+
+const SCHEMA_ROWS: &str = "SELECT type, name, tbl_name, sql FROM sqlite_schema \
+     WHERE name NOT LIKE 'sqlite_stat%' ORDER BY type, name";
+
+/// Every table, index and trigger of `conn`, in a stable order. `sqlite_stat*` tables
+/// (made by `ANALYZE`) are SQLite's own and not compared.
+pub(crate) fn schema_rows(conn: &Connection) -> Result<Vec<SchemaRow>, StoreError> {
+    let mut statement = conn.prepare(SCHEMA_ROWS).map_err(sqlite)?;
+    let rows = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .map_err(sqlite)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(sqlite)
+}
+
+/// The schema rows [`DDL`] makes, built once per process in a private in-memory
+/// database: the reference every file is compared with, byte for byte.
+pub(crate) fn expected_schema() -> &'static [SchemaRow] {
+    static EXPECTED: OnceLock<Vec<SchemaRow>> = OnceLock::new();
+    EXPECTED.get_or_init(|| {
+        Connection::open_in_memory()
+            .and_then(|conn| conn.execute_batch(DDL).map(|()| conn))
+            .map_err(sqlite)
+            .and_then(|conn| schema_rows(&conn))
+            // Creating the DDL in memory cannot fail unless SQLite itself is broken;
+            // then nothing matches, and every file is refused rather than trusted.
+            .unwrap_or_default()
+    })
 }
 
 fn classify(conn: &Connection) -> Result<Contents, StoreError> {
@@ -143,83 +177,118 @@ fn classify(conn: &Connection) -> Result<Contents, StoreError> {
         .query_row("SELECT value FROM meta WHERE key = 'schema_id'", [], |row| row.get(0))
         .optional()
         .map_err(|_| StoreError::SchemaUnsupported)?;
-    if schema_id.as_deref() == Some(SCHEMA_ID) {
+    if schema_id.as_deref() != Some(SCHEMA_ID) {
+        return Err(StoreError::SchemaUnsupported);
+    }
+    if schema_rows(conn)? == expected_schema() {
         Ok(Contents::Store)
     } else {
-        Err(StoreError::SchemaUnsupported)
+        Ok(Contents::Damaged)
     }
 }
 
-/// Sets and reads back `synchronous=FULL`, `foreign_keys=ON` (and the busy timeout, set
-/// at open): the per-connection pragmas.
-fn connection_pragmas(conn: &Connection) -> Result<(), StoreError> {
+/// Sets and reads back `synchronous=FULL`, `foreign_keys=ON` and the busy timeout: the
+/// per-connection pragmas.
+fn connection_pragmas(conn: &Connection, busy_timeout: Duration) -> Result<(), StoreError> {
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").map_err(sqlite)?;
     let synchronous: i64 =
         conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(sqlite)?;
     let foreign_keys: i64 =
         conn.query_row("PRAGMA foreign_keys", [], |row| row.get(0)).map_err(sqlite)?;
-    let busy_timeout: i64 =
+    let timeout: i64 =
         conn.query_row("PRAGMA busy_timeout", [], |row| row.get(0)).map_err(sqlite)?;
-    if synchronous != 2 || foreign_keys != 1 || busy_timeout != BUSY_TIMEOUT_MS as i64 {
+    if synchronous != 2 || foreign_keys != 1 || timeout != millis(busy_timeout) {
         return Err(StoreError::Sqlite("a connection pragma did not take effect"));
     }
     Ok(())
 }
 
-fn raw_open(path: &Path, create: bool) -> Result<Connection, StoreError> {
+/// `duration` in whole milliseconds, as SQLite's busy timeout takes it.
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).min(i64::from(i32::MAX))
+}
+
+fn raw_open(path: &Path, create: bool, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    // SQLite would open a FIFO or a device and then block or read forever: only a
+    // regular file (or none yet, when creating) can be a store.
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(StoreError::Sqlite("the database path is not a regular file"));
+        }
+        Ok(_) => {}
+        Err(_) if create => {}
+        Err(_) => return Err(StoreError::Missing),
+    }
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(path, flags).map_err(sqlite)?;
-    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS)).map_err(sqlite)?;
+    set_busy_timeout(&conn, busy_timeout)?;
     // Room for every statement the store prepares (rusqlite keeps 16 by default, fewer
     // than the store's hot statements, which then were prepared again and again).
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     Ok(conn)
 }
 
+/// Sets how long SQLite's busy handler may wait on this connection (0 = not at all).
+pub(crate) fn set_busy_timeout(conn: &Connection, timeout: Duration) -> Result<(), StoreError> {
+    conn.busy_timeout(Duration::from_millis(u64::try_from(millis(timeout)).unwrap_or(0)))
+        .map_err(sqlite)
+}
+
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE_CAPACITY: usize = 64;
 
-/// How many times opening is retried when SQLite answers busy without waiting.
-const OPEN_ATTEMPTS: u32 = 500;
-
-/// Opens (creating or initialising where SPEC §10 says so) a store connection with all
-/// four pragmas in force.
+/// Opens (creating or initialising where the schema page says so) a store connection
+/// with all four pragmas in force, waiting for other connections no longer than
+/// `waits` allows.
 ///
 /// Switching a file to WAL, and reading one whose WAL another connection is setting up,
 /// can answer `SQLITE_BUSY` at once instead of calling the busy handler. Several
 /// processes creating one store at the same moment meet exactly that, so the whole
-/// open is retried, a bounded number of times, with a short pause.
-pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
-    let mut attempt = 0;
+/// open is retried with a short pause — until the open's own deadline, never longer:
+/// each attempt's busy handler is given only the time left.
+pub(crate) fn open(path: &Path, waits: &Waits) -> Result<Connection, StoreError> {
+    let deadline = waits.open_deadline();
+    let mut attempt: u64 = 0;
     loop {
-        match try_open(path) {
-            Err(StoreError::Sqlite(what)) if what == BUSY && attempt < OPEN_ATTEMPTS => {
+        match try_open(path, left(deadline)) {
+            Err(StoreError::Busy) if !left(deadline).is_zero() => {
                 attempt += 1;
-                std::thread::sleep(Duration::from_millis(2 + u64::from(attempt % 8)));
+                std::thread::sleep(Duration::from_millis(2 + attempt % 8).min(left(deadline)));
             }
             result => return result,
         }
     }
 }
 
-fn try_open(path: &Path) -> Result<Connection, StoreError> {
-    let mut conn = raw_open(path, true)?;
+/// The time from now until `deadline` (zero once it has passed).
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+fn try_open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let mut conn = raw_open(path, true, busy_timeout)?;
+    // Classified before anything can write: a foreign or damaged file keeps its bytes.
     let contents = classify(&conn)?;
+    if contents == Contents::Damaged {
+        return Err(StoreError::SchemaUnsupported);
+    }
     let mode: String =
         conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(sqlite)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Sqlite("the database cannot use WAL journal mode"));
     }
-    connection_pragmas(&conn)?;
+    connection_pragmas(&conn, busy_timeout)?;
     if contents == Contents::Empty {
         // One transaction: a process killed here leaves an empty file or a whole store.
         // Several processes may race to here; the first creates, the rest find a store.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
-        if classify(&tx)? == Contents::Empty {
-            tx.execute_batch(DDL).map_err(sqlite)?;
+        match classify(&tx)? {
+            Contents::Empty => tx.execute_batch(DDL).map_err(sqlite)?,
+            Contents::Store => {}
+            Contents::Damaged => return Err(StoreError::SchemaUnsupported),
         }
         tx.commit().map_err(sqlite)?;
     }
@@ -227,20 +296,81 @@ fn try_open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 /// Opens an existing store for the audit: never creates, never changes the journal
-/// mode, but applies the same per-connection pragmas as [`open`].
-pub(crate) fn open_existing(path: &Path) -> Result<Connection, StoreError> {
+/// mode, but applies the same per-connection pragmas as [`open`]. A store whose schema
+/// differs from the DDL is opened too (the audit reports the difference); a foreign
+/// file is [`StoreError::SchemaUnsupported`].
+pub(crate) fn open_existing(path: &Path, waits: &Waits) -> Result<Connection, StoreError> {
     let size = std::fs::metadata(path).map(|meta| meta.len()).map_err(|_| StoreError::Missing)?;
     if size == 0 {
         return Err(StoreError::Missing);
     }
-    let conn = raw_open(path, false)?;
-    if classify(&conn)? == Contents::Empty {
-        return Err(StoreError::Missing);
-    }
-    connection_pragmas(&conn)?;
+    let deadline = waits.open_deadline();
+    let mut attempt: u64 = 0;
+    let conn = loop {
+        let attempted = raw_open(path, false, left(deadline))
+            .and_then(|conn| classify(&conn).map(|contents| (conn, contents)));
+        match attempted {
+            Err(StoreError::Busy) if !left(deadline).is_zero() => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(2 + attempt % 8).min(left(deadline)));
+            }
+            Err(err) => return Err(err),
+            Ok((_, Contents::Empty)) => return Err(StoreError::Missing),
+            Ok((conn, _)) => break conn,
+        }
+    };
+    let wait = left(deadline);
+    set_busy_timeout(&conn, wait)?;
+    connection_pragmas(&conn, wait)?;
     // The audit reads every page, several times over: map the file instead of copying
     // each page through read(2), and keep more of it cached between its passes.
     conn.execute_batch("PRAGMA mmap_size = 268435456; PRAGMA cache_size = -65536;")
         .map_err(sqlite)?;
     Ok(conn)
+}
+
+/// How long a store waits for locks other connections hold.
+///
+/// Every wait — for the file's in-process writer gate, SQLite's busy handler, the
+/// retries of an open — is bounded by `busy_timeout`; with a `deadline`, no wait
+/// extends past it either, so a whole command (open and every transaction) answers
+/// within one bound. A wait that runs out is [`StoreError::Busy`], and the step that
+/// waited wrote nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// The longest one wait may take.
+    pub busy_timeout: Duration,
+    /// When set, the instant after which nothing waits at all.
+    pub deadline: Option<Instant>,
+}
+
+impl Default for Waits {
+    /// Five seconds per wait, no overall deadline: what a long-lived host wants.
+    fn default() -> Waits {
+        Waits { busy_timeout: Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS), deadline: None }
+    }
+}
+
+/// The default bound of one wait, in milliseconds.
+pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
+
+impl Waits {
+    /// One bound for everything from now on: each wait, and all of them together, end
+    /// within `total` of this call. What a command wants.
+    pub fn total(total: Duration) -> Waits {
+        Waits { busy_timeout: total, deadline: Instant::now().checked_add(total) }
+    }
+
+    /// How long the next wait may take: `busy_timeout`, cut short by the deadline.
+    pub(crate) fn next_wait(&self) -> Duration {
+        match self.deadline {
+            Some(deadline) => self.busy_timeout.min(left(deadline)),
+            None => self.busy_timeout,
+        }
+    }
+
+    fn open_deadline(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.next_wait()).unwrap_or(now)
+    }
 }

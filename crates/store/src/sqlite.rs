@@ -16,12 +16,13 @@ use crate::{
     RecordedCall, Reservation, StoreError,
     error::sqlite,
     gate::{Entered, Gate},
-    schema,
-    verify::{self, RawOperation},
+    schema::{self, Waits},
+    verify::{self, RawLocal, RawOperation},
 };
 
 // The hot statements, named so `statement_plans` can show each one's query plan.
-const SELECT_CALL: &str = "SELECT c.purpose, o.status_ref FROM call_identities c JOIN operations o ON o.id = c.op_id \
+const SELECT_CALL: &str = "SELECT c.purpose, o.status_ref, o.tenant_id, o.subject_id, o.status \
+             FROM call_identities c JOIN operations o ON o.id = c.op_id \
              WHERE c.provider = ?1 AND c.api_family = ?2 AND c.provider_response_id = ?3 AND c.provider_call_id = ?4";
 const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
                  downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
@@ -71,7 +72,8 @@ fn operation_sql(filter: &str) -> String {
 /// makes it one row whether or not either exists.
 fn dispatch_lookup_sql() -> String {
     format!(
-        "SELECT {OPERATION_COLUMNS}, o.id, c.purpose, co.status_ref FROM (SELECT 1) \
+        "SELECT {OPERATION_COLUMNS}, o.id, c.purpose, co.status_ref, co.tenant_id, co.subject_id, co.status \
+         FROM (SELECT 1) \
          LEFT JOIN operations o ON {} \
          LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
          LEFT JOIN call_identities c ON c.provider = ?5 AND c.api_family = ?6 AND c.provider_response_id = ?7 \
@@ -108,6 +110,7 @@ fn hot_statements() -> Vec<(&'static str, String)> {
 pub struct SqliteStore {
     conn: Connection,
     gate: Gate,
+    waits: Waits,
 }
 
 /// A write transaction holding the file's writer gate. Fields drop in order: the
@@ -142,8 +145,21 @@ impl SqliteStore {
     /// [`StoreError::Sqlite`] when the file is not SQLite, cannot be opened, or cannot
     /// use WAL; [`StoreError::SchemaUnsupported`] as above.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let conn = schema::open(path)?;
-        Ok(SqliteStore { conn, gate: Gate::of(path) })
+        SqliteStore::open_with(path, Waits::default())
+    }
+
+    /// [`SqliteStore::open`] with its own bound on waiting for other connections.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open`], plus [`StoreError::Busy`] when another connection
+    /// held a lock past the bound.
+    pub fn open_with(path: &Path, waits: Waits) -> Result<SqliteStore, StoreError> {
+        let conn = schema::open(path, &waits)?;
+        // The open spent some of the bound; a long-lived store (no deadline) gets its
+        // whole per-wait bound back for every later wait.
+        schema::set_busy_timeout(&conn, waits.next_wait())?;
+        Ok(SqliteStore { conn, gate: Gate::of(path), waits })
     }
 
     /// Opens an existing store for [`LedgerStore::audit`]. Creates nothing: a missing or
@@ -153,11 +169,33 @@ impl SqliteStore {
     ///
     /// As [`SqliteStore::open`], plus [`StoreError::Missing`].
     pub fn open_existing(path: &Path) -> Result<SqliteStore, StoreError> {
-        let conn = schema::open_existing(path)?;
-        Ok(SqliteStore { conn, gate: Gate::of(path) })
+        SqliteStore::open_existing_with(path, Waits::default())
     }
 
-    /// `BEGIN IMMEDIATE` behind the file's writer gate.
+    /// [`SqliteStore::open_existing`] with its own bound on waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open_existing`], plus [`StoreError::Busy`].
+    pub fn open_existing_with(path: &Path, waits: Waits) -> Result<SqliteStore, StoreError> {
+        let conn = schema::open_existing(path, &waits)?;
+        Ok(SqliteStore { conn, gate: Gate::of(path), waits })
+    }
+
+    /// Audits the store at `path` without creating or changing anything. A store SQLite
+    /// finds corrupt before the audit's snapshot can start is a report too (its
+    /// `integrity_check` failed), not an error: the audit reports, it does not abort.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::open_existing_with`], except [`StoreError::Corrupt`].
+    pub fn audit_path(path: &Path, waits: Waits) -> Result<AuditReport, StoreError> {
+        match SqliteStore::open_existing_with(path, waits).and_then(|mut store| store.audit()) {
+            Err(StoreError::Corrupt) => Ok(crate::audit::corrupt()),
+            result => result,
+        }
+    }
+
     /// `EXPLAIN QUERY PLAN` of every hot statement, by name: each must search an index
     /// (or a primary key), never scan a table, so its cost does not grow with the ledger.
     ///
@@ -180,9 +218,20 @@ impl SqliteStore {
         Ok(plans)
     }
 
+    /// Gives SQLite's busy handler only the time the bound leaves. Without a deadline
+    /// the timeout set at open stands, and this costs nothing.
+    fn arm(&self) -> Result<(), StoreError> {
+        if self.waits.deadline.is_some() {
+            schema::set_busy_timeout(&self.conn, self.waits.next_wait())?;
+        }
+        Ok(())
+    }
+
+    /// `BEGIN IMMEDIATE` behind the file's writer gate, each wait within the bound.
     fn immediate(&mut self) -> Result<Write<'_>, StoreError> {
-        let SqliteStore { conn, gate } = self;
-        let gate = gate.enter();
+        self.arm()?;
+        let SqliteStore { conn, gate, waits } = self;
+        let gate = gate.enter(waits.next_wait()).ok_or(StoreError::Busy)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
         Ok(Write { tx, _gate: gate })
     }
@@ -195,7 +244,10 @@ pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_na
     o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
     b.state, b.lease_owner, b.lease_until, b.attempt_count, \
-    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256";
+    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by";
+
+/// How many columns [`OPERATION_COLUMNS`] has: dispatch's lookup reads its own after them.
+const OPERATION_WIDTH: usize = 37;
 
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt. One statement, one read transaction.
@@ -237,7 +289,14 @@ pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
         lease_until: row.get(29)?,
         attempt_count: row.get(30)?,
         local: match row.get::<_, Option<String>>(31)? {
-            Some(receipt_ref) => Some((receipt_ref, row.get(32)?, row.get(33)?, row.get(34)?)),
+            Some(receipt_ref) => Some(RawLocal {
+                receipt_ref,
+                receipt_json: row.get(32)?,
+                output_json: row.get(33)?,
+                result_sha256: row.get(34)?,
+                downstream_request_ref: row.get(35)?,
+                finalized_by: row.get(36)?,
+            }),
             None => None,
         },
     })
@@ -281,7 +340,7 @@ fn recorded_call(
     conn: &Connection,
     call: &CallIdentity,
 ) -> Result<Option<RecordedCall>, StoreError> {
-    let row: Option<(String, String)> = conn
+    let row = conn
         .prepare_cached(SELECT_CALL)
         .map_err(sqlite)?
         .query_row(
@@ -291,19 +350,35 @@ fn recorded_call(
                 call.provider_response_id.as_str(),
                 call.provider_call_id.as_str()
             ],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| raw_recorded(row, 0),
         )
         .optional()
         .map_err(sqlite)?;
-    row.map(|(purpose, status_ref)| recorded_from(&purpose, &status_ref)).transpose()
+    row.map(recorded_from).transpose()
 }
 
-fn recorded_from(purpose: &str, status_ref: &str) -> Result<RecordedCall, StoreError> {
+/// A recorded call's purpose and its operation's status ref, tenant, subject and
+/// status, from five columns starting at `at`.
+type RawRecorded = (String, String, String, String, String);
+
+fn raw_recorded(row: &Row<'_>, at: usize) -> rusqlite::Result<RawRecorded> {
+    Ok((row.get(at)?, row.get(at + 1)?, row.get(at + 2)?, row.get(at + 3)?, row.get(at + 4)?))
+}
+
+fn recorded_from(
+    (purpose, status_ref, tenant, subject, status): RawRecorded,
+) -> Result<RecordedCall, StoreError> {
+    let malformed =
+        |_| StoreError::ContractViolation("stored call identity's operation is malformed");
     Ok(RecordedCall {
-        purpose: Purpose::parse(purpose)
+        purpose: Purpose::parse(&purpose)
             .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
-        status_ref: StatusRef::new(status_ref)
+        status_ref: StatusRef::new(&status_ref)
             .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
+        tenant_id: Identifier::new(&tenant).map_err(malformed)?,
+        subject_id: Identifier::new(&subject).map_err(malformed)?,
+        status: OperationStatus::parse(&status)
+            .ok_or(StoreError::ContractViolation("stored status is unknown"))?,
     })
 }
 
@@ -366,6 +441,7 @@ impl LedgerStore for SqliteStore {
         scope: &Scope,
         call: &CallIdentity,
     ) -> Result<DispatchLookup, StoreError> {
+        self.arm()?;
         // One statement, so both facts come from one snapshot: the single row always
         // exists; the operation's columns are NULL when the scope is free.
         let mut statement = self.conn.prepare_cached(&dispatch_lookup_sql()).map_err(sqlite)?;
@@ -382,27 +458,25 @@ impl LedgerStore for SqliteStore {
                     call.provider_call_id.as_str()
                 ],
                 |row| {
-                    let raw = match row.get::<_, Option<i64>>(35)? {
+                    let raw = match row.get::<_, Option<i64>>(OPERATION_WIDTH)? {
                         Some(_) => Some(raw_operation(row)?),
                         None => None,
                     };
-                    let recorded: Option<(String, String)> =
-                        match row.get::<_, Option<String>>(36)? {
-                            Some(purpose) => Some((purpose, row.get(37)?)),
-                            None => None,
-                        };
+                    let recorded = match row.get::<_, Option<String>>(OPERATION_WIDTH + 1)? {
+                        Some(_) => Some(raw_recorded(row, OPERATION_WIDTH + 1)?),
+                        None => None,
+                    };
                     Ok((raw, recorded))
                 },
             )
             .map_err(sqlite)?;
-        let call = recorded
-            .map(|(purpose, status_ref)| recorded_from(&purpose, &status_ref))
-            .transpose()?;
+        let call = recorded.map(recorded_from).transpose()?;
         let operation = raw.map(verify::operation).transpose()?;
         Ok(DispatchLookup { call, operation })
     }
 
     fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
+        self.arm()?;
         by_scope(&self.conn, scope)
     }
 
@@ -410,10 +484,12 @@ impl LedgerStore for SqliteStore {
         &mut self,
         status_ref: &StatusRef,
     ) -> Result<Option<Operation>, StoreError> {
+        self.arm()?;
         by_status_ref(&self.conn, status_ref)
     }
 
     fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
+        self.arm()?;
         recorded_call(&self.conn, call)
     }
 
@@ -428,10 +504,15 @@ impl LedgerStore for SqliteStore {
             &intent.request_sha256,
         );
         let tx = self.immediate()?;
-        if recorded_call(&tx, call)?
-            .is_some_and(|recorded| recorded.purpose == Purpose::QueryStatus)
-        {
-            return Ok(Reservation::CallPurposeConflict);
+        match recorded_call(&tx, call)? {
+            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+                return Ok(Reservation::CallPurposeConflict);
+            }
+            // One model call is one intent: its identity already names another operation.
+            Some(recorded) if recorded.status_ref != intent.status_ref => {
+                return Ok(Reservation::CallReused(Box::new(recorded)));
+            }
+            _ => {}
         }
         let scope = &intent.scope;
         let revisions = &intent.revisions;
@@ -467,7 +548,15 @@ impl LedgerStore for SqliteStore {
                 approval.expires_at.get(),
                 now.get(),
             ])
-            .map_err(sqlite)?;
+            .map_err(|err| match err.sqlite_error_code() {
+                // Not the scope (that conflict does nothing): another row already holds
+                // this intent's status ref or downstream request ref, so some stored row
+                // no longer recomputes its refs from its scope.
+                Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::ContractViolation(
+                    "a stored row holds this intent's refs under another scope",
+                ),
+                _ => sqlite(err),
+            })?;
         if inserted == 0 {
             // The scope exists: read the authoritative row; write nothing (the transaction
             // rolls back when dropped).
@@ -529,11 +618,12 @@ impl LedgerStore for SqliteStore {
                 .query_row([status_ref.as_str()], |row| row.get(0))
                 .optional()
                 .map_err(sqlite)?;
-            return Ok(match state.as_deref() {
-                None => Claim::Missing,
-                Some("delivered") => Claim::Delivered,
-                Some(_) => Claim::LeaseHeld,
-            });
+            return match state.as_deref() {
+                None => Ok(Claim::Missing),
+                Some("delivered") => Ok(Claim::Delivered),
+                Some("processing") => Ok(Claim::LeaseHeld),
+                Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
+            };
         };
         tx.prepare_cached(MARK_PROCESSING)
             .map_err(sqlite)?
@@ -594,6 +684,7 @@ impl LedgerStore for SqliteStore {
         &mut self,
         downstream_request_ref: &str,
     ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        self.arm()?;
         downstream_receipt(&self.conn, downstream_request_ref)
     }
 
@@ -655,6 +746,7 @@ impl LedgerStore for SqliteStore {
     }
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
+        self.arm()?;
         crate::audit::run(&mut self.conn)
     }
 }

@@ -25,12 +25,15 @@ pub(crate) enum Flaw {
     NotCanonical(&'static str),
     /// A digest, ref or binding does not recompute from the row's own fields.
     Contradiction(&'static str),
+    /// The operation's status, its outbox event and its local receipt are not in
+    /// step (invariant 2), or a state or lease field is outside its domain.
+    OutOfStep(&'static str),
 }
 
 impl From<Flaw> for StoreError {
     fn from(flaw: Flaw) -> StoreError {
         match flaw {
-            Flaw::NotCanonical(what) | Flaw::Contradiction(what) => {
+            Flaw::NotCanonical(what) | Flaw::Contradiction(what) | Flaw::OutOfStep(what) => {
                 StoreError::ContractViolation(what)
             }
         }
@@ -82,8 +85,19 @@ pub(crate) struct RawOperation {
     pub(crate) lease_owner: Option<String>,
     pub(crate) lease_until: Option<i64>,
     pub(crate) attempt_count: Option<i64>,
-    /// The local receipt's `receipt_ref`, `receipt_json`, `output_json`, `result_sha256`.
-    pub(crate) local: Option<(String, String, String, String)>,
+    /// The local receipt, when the operation has one.
+    pub(crate) local: Option<RawLocal>,
+}
+
+/// A `local_receipts` row as SQLite returns it, before any check.
+#[derive(Debug)]
+pub(crate) struct RawLocal {
+    pub(crate) receipt_ref: String,
+    pub(crate) receipt_json: String,
+    pub(crate) output_json: String,
+    pub(crate) result_sha256: String,
+    pub(crate) downstream_request_ref: String,
+    pub(crate) finalized_by: String,
 }
 
 fn id(text: &str) -> Result<Identifier, Flaw> {
@@ -153,10 +167,15 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         return Err(violation("stored approval digest does not recompute"));
     }
     let status =
-        OperationStatus::parse(&raw.status).ok_or(violation("stored status is unknown"))?;
+        OperationStatus::parse(&raw.status).ok_or(Flaw::OutOfStep("stored status is unknown"))?;
     let (Some(state), Some(attempt_count)) = (raw.outbox_state, raw.attempt_count) else {
-        return Err(violation("operation has no outbox event"));
+        return Err(Flaw::OutOfStep("operation has no outbox event"));
     };
+    instant(raw.created_at)?;
+    if let Some(until) = raw.lease_until {
+        instant(until)?;
+    }
+    in_step(status, &state, &raw.lease_owner, raw.lease_until, attempt_count, raw.local.is_some())?;
     let mut operation = Operation {
         intent,
         downstream_request_ref,
@@ -170,16 +189,49 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         receipt: None,
         created_at: raw.created_at,
     };
-    if let Some((receipt_ref, receipt_json, output_json, result)) = raw.local {
+    if let Some(raw_local) = raw.local {
+        if raw_local.downstream_request_ref != operation.downstream_request_ref {
+            return Err(violation("local receipt names another downstream request"));
+        }
+        if !matches!(raw_local.finalized_by.as_str(), "worker" | "status_query") {
+            return Err(Flaw::OutOfStep("local receipt's finalizer is unknown"));
+        }
         let receipt = downstream(
             operation.downstream_request_ref.clone(),
             operation.intent.request_sha256.as_str(),
-            receipt_ref,
-            &receipt_json,
+            raw_local.receipt_ref,
+            &raw_local.receipt_json,
         )?;
-        operation.receipt = Some(local(&operation, receipt, &output_json, &result)?);
+        operation.receipt =
+            Some(local(&operation, receipt, &raw_local.output_json, &raw_local.result_sha256)?);
     }
     Ok(operation)
+}
+
+/// Invariant 2, and the lease fields of each state: `pending`/`pending` with no lease
+/// and no attempt; `processing`/`processing` with an owner, an end and an attempt;
+/// `succeeded`/`delivered` with a local receipt. Nothing else.
+fn in_step(
+    status: OperationStatus,
+    state: &str,
+    owner: &Option<String>,
+    until: Option<i64>,
+    attempts: i64,
+    has_receipt: bool,
+) -> Result<(), Flaw> {
+    let leased = owner.is_some() && until.is_some() && attempts > 0;
+    let unleased = owner.is_none() && until.is_none() && attempts == 0;
+    let fine = match (status, state) {
+        (OperationStatus::Pending, "pending") => unleased && !has_receipt,
+        (OperationStatus::Processing, "processing") => leased && !has_receipt,
+        (OperationStatus::Succeeded, "delivered") => has_receipt && attempts >= 0,
+        _ => false,
+    };
+    if fine {
+        Ok(())
+    } else {
+        Err(Flaw::OutOfStep("status, outbox event and receipt are not in step"))
+    }
 }
 
 /// What the approval of a stored intent is bound to: everything from the ledger.

@@ -129,6 +129,14 @@ fn every_block_code_is_reachable_from_the_command_line() {
     });
     seen.insert(block(&dir.run(&["--fixture", "squat.json", "dispatch"])));
 
+    // CALL_REUSED: the case's own model call, dispatched again under a new key.
+    dir.write_case("again.json", |case| {
+        case["host_context"]["idempotency_key"] = Value::from("refund-ord-1001-y");
+    });
+    let reused = dir.run(&["--fixture", "again.json", "dispatch"]);
+    assert_eq!(reused.text("/status_ref"), status_ref, "the principal may see its own operation");
+    seen.insert(block(&reused));
+
     // CONTRACT_DRIFT: a self-consistent row accepted under another handler revision
     // (its approval digest rewritten to match), as if the registry had moved on.
     let drift = Dir::new();
@@ -180,6 +188,7 @@ fn every_block_code_is_reachable_from_the_command_line() {
         "CONTRACT_DRIFT",
         "LEASE_HELD",
         "AUDIT_FAILED",
+        "CALL_REUSED",
     ]
     .into_iter()
     .map(str::to_owned)

@@ -26,6 +26,8 @@ fn sigkill_at_any_moment_leaves_a_ledger_that_audits_clean_and_recovers() {
         let name = format!("kill-{round}.json");
         dir.write_case(&name, |case| {
             case["host_context"]["idempotency_key"] = Value::from(format!("kill-key-{round}"));
+            // Each intent is its own model call: one call is one intent.
+            case["host_context"]["provider_call_id"] = Value::from(format!("call-kill-{round}"));
         });
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolledger"))
             .current_dir(dir.path())

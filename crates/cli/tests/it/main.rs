@@ -5,6 +5,7 @@ mod blocks;
 mod concurrency;
 mod errors;
 mod flows;
+mod honesty;
 mod kill;
 
 use std::{
@@ -74,12 +75,18 @@ impl Dir {
     }
 
     pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
-        command.current_dir(&self.0).args(args);
+        let mut command = self.command(args);
         for (key, value) in env {
             command.env(key, value);
         }
         Run::from(command.output().unwrap())
+    }
+
+    /// `toolledger <args>` in this directory, to be adjusted and then [`finish`]ed.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
+        command.current_dir(&self.0).args(args);
+        command
     }
 
     pub fn db_int(&self, sql: &str) -> i64 {
@@ -168,6 +175,35 @@ impl Run {
             assert!(!self.stderr.contains(leak), "stderr leaks {leak:?}: {}", self.stderr);
         }
     }
+}
+
+/// Runs `command` to its end, killing it if it is still running after two minutes: a
+/// command that hangs fails its test instead of stalling the suite.
+pub fn finish(mut command: Command) -> Run {
+    finish_to(command.stdout(std::process::Stdio::piped()))
+}
+
+/// [`finish`] with stdout as `command` already has it (a file, a closed pipe).
+pub fn finish_to(command: &mut Command) -> Run {
+    let child = command.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            for _ in 0..1200 {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        })
+    };
+    let output = child.wait_with_output().unwrap();
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    Run::from(output)
 }
 
 pub fn workspace(relative: &str) -> PathBuf {

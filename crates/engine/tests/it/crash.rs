@@ -176,8 +176,10 @@ fn a_status_query_before_any_downstream_commit_stays_unknown() {
     let mut engine = db.engine();
     for point in [FailurePoint::AfterIntentCommit, FailurePoint::AfterClaim] {
         let key = format!("k-{}", point.as_str());
+        // Each intent comes from its own model call: one call is one intent.
         let keyed = crate::case_with(|case| {
-            case.host.idempotency_key = toolledger_contract::IdempotencyKey::new(&key).unwrap()
+            case.host.idempotency_key = toolledger_contract::IdempotencyKey::new(&key).unwrap();
+            case.host.provider_call_id = crate::id(&format!("call-{key}"));
         });
         let unknown = dispatch(&mut engine, &keyed, Some(point));
         let answer = engine.status(&keyed, &status_ref_of(&unknown)).unwrap();

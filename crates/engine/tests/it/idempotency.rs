@@ -89,10 +89,13 @@ fn a_different_intent_under_the_same_key_conflicts_and_changes_nothing() {
         assert_eq!(answer.code(), "IDEMPOTENCY_CONFLICT");
     }
     assert_eq!((db.count("operations"), db.count("downstream_receipts")), (1, 1));
-    // The same intent under a new key is a new operation.
+    // The same intent under a new key, from a new model call, is a new operation.
     let fresh = dispatch(
         &mut engine,
-        &case_with(|case| case.host.idempotency_key = IdempotencyKey::new("k-2").unwrap()),
+        &case_with(|case| {
+            case.host.idempotency_key = IdempotencyKey::new("k-2").unwrap();
+            case.host.provider_call_id = id("call-k-2");
+        }),
         None,
     );
     assert_eq!(fresh.delivery().unwrap().as_str(), "fresh");
@@ -133,4 +136,63 @@ fn a_replay_after_revocation_looks_like_a_missing_order() {
         None,
     );
     assert_eq!(missing.package(), answer.package());
+}
+
+/// One model call is one intent: its recorded identity used for another key is refused
+/// as CALL_REUSED, naming the recorded operation to a principal who may see it, and
+/// nothing is written.
+#[test]
+fn a_recorded_call_under_a_new_key_is_refused_as_reused() {
+    let db = Db::new();
+    let mut engine = db.engine();
+    let first = dispatch(&mut engine, &case(), None);
+    let first_ref = first.package()["status_ref"].clone();
+    let again = case_with(|case| {
+        case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap();
+    });
+    let reused = dispatch(&mut engine, &again, None);
+    assert_eq!(reused.code(), "CALL_REUSED", "{:?}", reused.package());
+    assert_eq!(reused.package()["status_ref"], first_ref);
+    assert_eq!(reused.package()["status"], json!("succeeded"));
+    assert_eq!((db.count("operations"), db.count("downstream_receipts")), (1, 1));
+
+    // Another subject of the tenant may not see the recorded operation: no ref.
+    let other = case_with(|case| {
+        case.principal.subject_id = id("user-2");
+        case.host.idempotency_key = IdempotencyKey::new("refund-ord-2002-a").unwrap();
+        case.proposal.arguments["order_id"] = json!("ord-2002");
+        let mut order = case.business_state.orders[0].clone();
+        order.order_id = "ord-2002".to_owned();
+        order.owner_subject_id = id("user-2");
+        case.business_state.orders.push(order);
+    });
+    let hidden = dispatch(&mut engine, &other, None);
+    assert_eq!(hidden.code(), "CALL_REUSED", "{:?}", hidden.package());
+    assert_eq!(hidden.package()["status_ref"], json!(null));
+    assert_eq!(hidden.package()["status"], json!(null));
+    assert_eq!((db.count("operations"), db.count("call_identities")), (1, 1));
+}
+
+/// A status query asked under a model call already recorded as another operation's
+/// dispatch is CALL_REUSED too, and records nothing.
+#[test]
+fn a_status_query_under_another_operations_call_is_refused_as_reused() {
+    let db = Db::new();
+    let mut engine = db.engine();
+    dispatch(&mut engine, &case(), None);
+    let second = case_with(|case| {
+        case.host.provider_response_id = id("resp-002");
+        case.host.provider_call_id = id("call-002");
+        case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap();
+    });
+    let second_ref =
+        dispatch(&mut engine, &second, None).package()["status_ref"].as_str().unwrap().to_owned();
+    // The second operation's own case, but the first operation's model call.
+    let crossed = case_with(|case| {
+        case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap();
+    });
+    let calls = db.count("call_identities");
+    let answer = engine.status(&crossed, &second_ref).unwrap();
+    assert_eq!(answer.code(), "CALL_REUSED", "{:?}", answer.package());
+    assert_eq!(db.count("call_identities"), calls);
 }

@@ -1,8 +1,10 @@
 //! The one integration-test binary of `toolledger-engine`: the seed's test matrix, row
 //! by row, on real SQLite files in temporary directories.
 
+mod audit;
 mod concurrency;
 mod crash;
+mod faults;
 mod idempotency;
 mod properties;
 mod rechecks;

@@ -66,8 +66,10 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn keyed(key: usize, now: i64) -> toolledger_contract::Case {
+    // Each key is its own model call: one call is one intent.
     let mut case = case_with(|case| {
-        case.host.idempotency_key = IdempotencyKey::new(&format!("key-{key}")).unwrap()
+        case.host.idempotency_key = IdempotencyKey::new(&format!("key-{key}")).unwrap();
+        case.host.provider_call_id = crate::id(&format!("call-key-{key}"));
     });
     case.clock.now = at(now);
     case

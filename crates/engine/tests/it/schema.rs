@@ -191,8 +191,11 @@ fn a_trigger_aborting_the_delivered_update_rolls_back_finalize() {
              BEGIN SELECT RAISE(ABORT, 'injected'); END;",
         )
         .unwrap();
-    let err = engine.dispatch(&case(), &crate::id("worker-1"), None).unwrap_err();
-    assert_eq!(err.code(), "SQLITE_ERROR");
+    // Commit A succeeded in this call, so the failed commit C is not an error
+    // ("nothing happened") but OUTCOME_UNKNOWN with the operation's ref.
+    let answer = engine.dispatch(&case(), &crate::id("worker-1"), None).unwrap();
+    assert_eq!(answer.code(), "OUTCOME_UNKNOWN");
+    assert_eq!(answer.package()["status_ref"], json!(db.text("SELECT status_ref FROM operations")));
     // Commit B happened (the side effect may have); commit C did not, in any part.
     assert_eq!(db.state(), ("processing".to_owned(), "processing".to_owned(), 1, 1, 0));
 

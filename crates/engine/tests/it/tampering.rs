@@ -16,6 +16,7 @@ fn refused_after(sql: &str) {
     let fresh = dispatch(&mut engine, &case(), None);
     let status_ref = status_ref_of(&fresh);
     db.raw().execute_batch(sql).unwrap();
+    let before = dump(&db);
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
     let replay = engine.dispatch(&case(), &id("w"), None).unwrap_err();
     assert_eq!(replay.code(), "STORE_CONTRACT_VIOLATION", "dispatch after {sql}");
@@ -24,10 +25,74 @@ fn refused_after(sql: &str) {
     let process =
         engine.process(&status_ref, &clock, &case().business_state, &id("w"), None).unwrap_err();
     assert_eq!(process.code(), "STORE_CONTRACT_VIOLATION", "process after {sql}");
+    assert_eq!(dump(&db), before, "a refusing command wrote after {sql}");
     let audit = toolledger_engine::audit_sqlite(&db.path).unwrap();
     assert_eq!(audit.code(), "AUDIT_FAILED", "audit after {sql}");
-    let reference = audit.package()["findings"][0]["ref"].as_str().unwrap();
-    assert!(reference.starts_with("sr_") || reference.starts_with("rc_"), "{reference}");
+    // Findings name rows by opaque ref only, and at least one names this row.
+    let findings = audit.package()["findings"].as_array().unwrap();
+    let references: Vec<&str> =
+        findings.iter().filter_map(|finding| finding["ref"].as_str()).collect();
+    assert!(!references.is_empty(), "no finding names a row after {sql}");
+    for reference in references {
+        assert!(reference.starts_with("sr_") || reference.starts_with("rc_"), "{reference}");
+    }
+}
+
+/// Every row of every table, as text: what "writes nothing" compares.
+fn dump(db: &Db) -> Vec<String> {
+    let conn = db.raw();
+    let mut rows = Vec::new();
+    for table in toolledger_store::TABLES {
+        let mut statement = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+        let columns = statement.column_count();
+        let mut query = statement.query([]).unwrap();
+        while let Some(row) = query.next().unwrap() {
+            let values: Vec<String> =
+                (0..columns).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect();
+            rows.push(format!("{table}: {}", values.join(", ")));
+        }
+    }
+    rows
+}
+
+/// Invariant 2 broken by hand, each way: every command refuses, none writes.
+#[test]
+fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused() {
+    refused_after("UPDATE operations SET status = 'pending'");
+    refused_after("UPDATE operations SET status = 'processing'");
+    refused_after(
+        "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, attempt_count = 0",
+    );
+    refused_after("UPDATE outbox SET state = 'processing'");
+    refused_after("PRAGMA foreign_keys = OFF; DELETE FROM local_receipts");
+}
+
+/// Values a CHECK would refuse, written with the checks switched off, and text that is
+/// not UTF-8: a contract violation, not an opaque SQLite error or a lease answer.
+#[test]
+fn out_of_domain_and_non_utf8_values_are_refused() {
+    refused_after("PRAGMA ignore_check_constraints = ON; UPDATE outbox SET state = 'parked'");
+    refused_after("PRAGMA ignore_check_constraints = ON; UPDATE outbox SET attempt_count = -1");
+    refused_after("UPDATE operations SET provider = CAST(x'ff6f70656e6169' AS TEXT)");
+    refused_after(
+        "PRAGMA ignore_check_constraints = ON; UPDATE local_receipts SET finalized_by = CAST(x'ff' AS TEXT)",
+    );
+}
+
+/// A changed tenant: the row no longer recomputes its refs, so every reader refuses it,
+/// dispatch included (its reservation meets the row's refs under another scope).
+#[test]
+fn a_changed_tenant_is_refused_by_every_command() {
+    refused_after("UPDATE operations SET tenant_id = 'tenant-z'");
+    refused_after("UPDATE operations SET subject_id = 'user-9'");
+}
+
+/// The local receipt's own copy of the downstream request ref must be its operation's.
+#[test]
+fn a_local_receipt_naming_another_downstream_request_is_refused() {
+    refused_after(
+        "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
+    );
 }
 
 #[test]

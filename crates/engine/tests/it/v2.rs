@@ -36,7 +36,8 @@ fn the_key_and_the_downstream_evidence_change_the_call_binding_but_not_the_reque
     let mut engine = db.engine();
     let first = dispatch(&mut engine, &case(), None);
     let other_key = case_with(|case| {
-        case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap()
+        case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap();
+        case.host.provider_call_id = id("call-002");
     });
     let second = dispatch(&mut engine, &other_key, None);
     assert_eq!(second.delivery().unwrap().as_str(), "fresh");

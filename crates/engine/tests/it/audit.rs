@@ -1,0 +1,157 @@
+//! The audit reports; it does not abort. A damaged file (a dropped table, an undecodable
+//! row, a corrupt page) is `AUDIT_FAILED` with findings, never an error; and the blind
+//! spots are closed: refs that no longer recompute, call identities, a succeeded
+//! operation whose downstream receipt is gone, the schema itself.
+
+use serde_json::{Value, json};
+use toolledger_contract::Registry;
+use toolledger_engine::{Answer, audit_sqlite, open_sqlite};
+
+use crate::{Db, Roles, TempDir, case, dispatch};
+
+/// A store with one succeeded operation, changed by `sql` through a raw connection.
+fn store_after(sql: &str) -> Db {
+    let db = Db::new();
+    let mut engine = db.engine();
+    assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
+    drop(engine);
+    db.raw().execute_batch(sql).unwrap();
+    db
+}
+
+fn audited(db: &Db) -> Answer {
+    let answer = audit_sqlite(&db.path).unwrap();
+    assert_eq!(answer.code(), "AUDIT_FAILED", "{}", answer.package());
+    answer
+}
+
+/// The check names of the findings.
+fn checks(answer: &Answer) -> Vec<String> {
+    answer.package()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|finding| finding["check"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn has(answer: &Answer, check: &str) {
+    assert!(checks(answer).iter().any(|name| name == check), "{check}: {}", answer.package());
+    assert_eq!(answer.package()["checks"][check], json!(false), "{check}");
+}
+
+#[test]
+fn a_missing_table_is_a_finding_and_other_commands_refuse_the_schema() {
+    let db = store_after("DROP TABLE call_identities");
+    let answer = audited(&db);
+    has(&answer, "schema_matches");
+    // What can still be read is still counted.
+    assert_eq!(answer.package()["counts"]["operations"], json!(1));
+    let err = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap_err();
+    assert_eq!(err.code(), "SCHEMA_UNSUPPORTED");
+}
+
+#[test]
+fn an_undecodable_row_is_a_finding_named_by_its_ref() {
+    let db = store_after("UPDATE operations SET provider = CAST(x'ff' AS TEXT)");
+    let answer = audited(&db);
+    has(&answer, "rows_decode");
+    let status_ref = db.text("SELECT status_ref FROM operations");
+    assert!(
+        answer.package()["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|finding| finding["ref"] == json!(status_ref)),
+        "{}",
+        answer.package()
+    );
+}
+
+#[test]
+fn a_corrupt_page_is_an_integrity_finding_not_an_error() {
+    let db = store_after("");
+    let root: i64 = db.int("SELECT rootpage FROM sqlite_schema WHERE name = 'call_identities_op'");
+    let page_size = db.int("PRAGMA page_size");
+    db.raw().execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+    let mut bytes = std::fs::read(&db.path).unwrap();
+    let start = usize::try_from((root - 1) * page_size).unwrap();
+    for byte in &mut bytes[start..start + usize::try_from(page_size).unwrap()] {
+        *byte = 0xA5;
+    }
+    std::fs::write(&db.path, bytes).unwrap();
+    let answer = audited(&db);
+    has(&answer, "integrity_check");
+}
+
+#[test]
+fn a_local_receipts_downstream_request_ref_must_recompute() {
+    let db = store_after(
+        "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
+    );
+    has(&audited(&db), "digests_recompute");
+}
+
+#[test]
+fn call_identities_must_be_bound_to_their_operation() {
+    // The dispatch identity no longer names the operation's first call.
+    let db = store_after("UPDATE call_identities SET provider_call_id = 'call-999'");
+    has(&audited(&db), "call_identities_bound");
+    // The operation lost its dispatch identity altogether.
+    let db = store_after("DELETE FROM call_identities");
+    has(&audited(&db), "call_identities_bound");
+    // A second dispatch identity for one operation.
+    let db = store_after(
+        "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
+         provider_call_id, purpose, op_id, created_at) SELECT provider, api_family, adapter_revision, \
+         'resp-9', 'call-9', 'dispatch', op_id, created_at FROM call_identities",
+    );
+    has(&audited(&db), "call_identities_bound");
+}
+
+#[test]
+fn a_succeeded_operation_needs_its_downstream_receipt() {
+    let db = store_after("DELETE FROM downstream_receipts");
+    has(&audited(&db), "local_receipts_have_downstream_receipt");
+}
+
+#[test]
+fn the_schema_itself_is_compared_with_the_expected_ddl() {
+    for sql in [
+        "CREATE TRIGGER eat_receipts AFTER INSERT ON local_receipts BEGIN DELETE FROM downstream_receipts; END;",
+        "CREATE INDEX extra ON operations (created_at)",
+        "PRAGMA writable_schema = ON; \
+         UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt_count >= 0)', '') WHERE name = 'outbox'; \
+         PRAGMA writable_schema = OFF;",
+    ] {
+        let db = store_after(sql);
+        let answer = audited(&db);
+        has(&answer, "schema_matches");
+        let err = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap_err();
+        assert_eq!(err.code(), "SCHEMA_UNSUPPORTED", "{sql}");
+    }
+}
+
+/// A file carrying the schema id but only a `meta` table is not a store: nothing may
+/// switch its journal mode or write to it, whichever command meets it.
+#[test]
+fn a_file_with_only_a_meta_table_is_never_modified() {
+    let dir = TempDir::new();
+    let path = dir.path().join("meta-only.sqlite3");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v1'); PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+    let err = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap_err();
+    assert_eq!(err.code(), "SCHEMA_UNSUPPORTED");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "open changed the file");
+    let answer = audit_sqlite(&path).unwrap();
+    assert_eq!(answer.code(), "AUDIT_FAILED");
+    assert_eq!(answer.package()["checks"]["schema_matches"], Value::Bool(false));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "audit changed the file");
+    assert!(!path.with_extension("sqlite3-wal").exists());
+}

@@ -1,0 +1,248 @@
+//! Failures after commit A: once an intent is accepted in a call, no later failure of
+//! the store, the resolver or the downstream may be answered as an error ("nothing
+//! happened"). Each answers `OUTCOME_UNKNOWN` with the operation's `status_ref`, and the
+//! public recovery path (status, then a worker past the lease) ends with exactly one
+//! downstream receipt.
+
+use toolledger_contract::{
+    Clock, ContractError, Identifier, LeaseSeconds, PrincipalResolver, Registry, Scope, StatusRef,
+};
+use toolledger_engine::{Answer, Engine, StandIn};
+use toolledger_store::{
+    AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
+    LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation,
+    SqliteStore, StoreError,
+};
+
+use crate::{Db, Roles, at, case, id};
+
+const NOW: i64 = 1_767_225_600;
+
+/// A store that answers an I/O error from one named method, as a full disk would.
+#[derive(Debug)]
+struct Failing {
+    inner: SqliteStore,
+    method: Option<&'static str>,
+}
+
+impl Failing {
+    fn fail(&self, method: &'static str) -> Result<(), StoreError> {
+        if self.method == Some(method) {
+            return Err(StoreError::Sqlite("an I/O error"));
+        }
+        Ok(())
+    }
+}
+
+impl LedgerStore for Failing {
+    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
+        self.fail("operation_by_scope")?;
+        self.inner.operation_by_scope(scope)
+    }
+
+    fn operation_by_status_ref(
+        &mut self,
+        status_ref: &StatusRef,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.fail("operation_by_status_ref")?;
+        self.inner.operation_by_status_ref(status_ref)
+    }
+
+    fn dispatch_lookup(
+        &mut self,
+        scope: &Scope,
+        call: &CallIdentity,
+    ) -> Result<DispatchLookup, StoreError> {
+        self.fail("dispatch_lookup")?;
+        self.inner.dispatch_lookup(scope, call)
+    }
+
+    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
+        self.fail("recorded_call")?;
+        self.inner.recorded_call(call)
+    }
+
+    fn reserve(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+    ) -> Result<Reservation, StoreError> {
+        self.fail("reserve")?;
+        self.inner.reserve(intent, call, now)
+    }
+
+    fn claim(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<Claim, StoreError> {
+        self.fail("claim")?;
+        self.inner.claim(status_ref, owner, now, lease)
+    }
+
+    fn record_status_query(
+        &mut self,
+        call: &CallIdentity,
+        status_ref: &StatusRef,
+        now: Now,
+    ) -> Result<Option<RecordedCall>, StoreError> {
+        self.fail("record_status_query")?;
+        self.inner.record_status_query(call, status_ref, now)
+    }
+
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        self.fail("record_downstream_receipt")?;
+        self.inner.record_downstream_receipt(receipt, now)
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        self.fail("downstream_receipt")?;
+        self.inner.downstream_receipt(downstream_request_ref)
+    }
+
+    fn finalize(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &LocalReceipt,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.fail("finalize")?;
+        self.inner.finalize(status_ref, by, receipt, now)
+    }
+
+    fn audit(&mut self) -> Result<AuditReport, StoreError> {
+        self.fail("audit")?;
+        self.inner.audit()
+    }
+}
+
+/// Roles that fail to resolve from the `fail_from`-th question on, as a claims file
+/// that became unreadable in the middle of a call.
+#[derive(Debug)]
+struct FlakyRoles {
+    roles: Roles,
+    asked: std::cell::Cell<usize>,
+    fail_from: usize,
+}
+
+impl PrincipalResolver for FlakyRoles {
+    fn current_roles(
+        &self,
+        tenant: &Identifier,
+        subject: &Identifier,
+    ) -> Result<Vec<String>, ContractError> {
+        self.asked.set(self.asked.get() + 1);
+        if self.asked.get() >= self.fail_from {
+            return Err(ContractError::ClaimsIo);
+        }
+        self.roles.current_roles(tenant, subject)
+    }
+}
+
+fn roles() -> Roles {
+    let roles = Roles::default();
+    roles.grant("tenant-a", "user-1", "support_agent");
+    roles
+}
+
+fn clock(now: i64) -> Clock {
+    Clock { now: at(now), lease_seconds: LeaseSeconds::new(30).unwrap() }
+}
+
+/// Asserts the answer is OUTCOME_UNKNOWN for the case's operation, then drives it to
+/// its end through the public recovery path and asserts one downstream receipt.
+fn unknown_then_settled(db: &Db, answer: &Answer) {
+    assert_eq!(answer.code(), "OUTCOME_UNKNOWN", "{:?}", answer.package());
+    let status_ref = answer.package()["status_ref"].as_str().unwrap().to_owned();
+    assert!(status_ref.starts_with("sr_"));
+    let mut engine = db.engine_with(roles(), Registry::builtin());
+    let status = engine.status(&case(), &status_ref).unwrap();
+    if status.code() != "OK" {
+        assert_eq!(status.code(), "OUTCOME_UNKNOWN");
+        // No downstream receipt yet: a worker takes it once any lease has expired.
+        let worked = engine
+            .process(&status_ref, &clock(NOW + 31), &case().business_state, &id("w2"), None)
+            .unwrap();
+        assert_eq!(worked.code(), "OK", "{:?}", worked.package());
+    }
+    let settled = engine.status(&case(), &status_ref).unwrap();
+    assert_eq!(settled.code(), "OK");
+    assert_eq!(db.count("downstream_receipts"), 1);
+    assert_eq!(db.count("local_receipts"), 1);
+    assert_eq!(toolledger_engine::audit_sqlite(&db.path).unwrap().code(), "OK");
+}
+
+#[test]
+fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
+    // The ledger's own connection fails at the claim or at commit C; the downstream's
+    // connection fails at commit B.
+    for (ledger, downstream) in
+        [(Some("claim"), None), (None, Some("record_downstream_receipt")), (Some("finalize"), None)]
+    {
+        let db = Db::new();
+        let ledger_store = Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger };
+        let downstream_store =
+            Failing { inner: SqliteStore::open(&db.path).unwrap(), method: downstream };
+        let mut engine =
+            Engine::new(ledger_store, StandIn::new(downstream_store), roles(), Registry::builtin());
+        let answer = engine.dispatch(&case(), &id("w1"), None).unwrap();
+        assert_eq!(db.count("operations"), 1, "{ledger:?} {downstream:?}");
+        unknown_then_settled(&db, &answer);
+    }
+}
+
+#[test]
+fn a_resolver_failure_after_commit_a_is_outcome_unknown_in_dispatch() {
+    // Dispatch asks for roles twice before commit A and once more as the worker.
+    let db = Db::new();
+    let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from: 3 };
+    let mut engine = Engine::new(
+        SqliteStore::open(&db.path).unwrap(),
+        StandIn::new(SqliteStore::open(&db.path).unwrap()),
+        resolver,
+        Registry::builtin(),
+    );
+    let answer = engine.dispatch(&case(), &id("w1"), None).unwrap();
+    unknown_then_settled(&db, &answer);
+}
+
+#[test]
+fn a_failure_after_the_claim_is_outcome_unknown_in_process() {
+    for (ledger, downstream, fail_from) in [
+        (None, Some("record_downstream_receipt"), usize::MAX),
+        (Some("finalize"), None, usize::MAX),
+        (None, None, 1),
+    ] {
+        let db = Db::new();
+        let accepted = db
+            .engine_with(roles(), Registry::builtin())
+            .dispatch(&case(), &id("w0"), Some(toolledger_engine::FailurePoint::AfterIntentCommit))
+            .unwrap();
+        let status_ref = accepted.package()["status_ref"].as_str().unwrap().to_owned();
+        let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from };
+        let mut engine = Engine::new(
+            Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger },
+            StandIn::new(Failing {
+                inner: SqliteStore::open(&db.path).unwrap(),
+                method: downstream,
+            }),
+            resolver,
+            Registry::builtin(),
+        );
+        let answer = engine
+            .process(&status_ref, &clock(NOW), &case().business_state, &id("w1"), None)
+            .unwrap();
+        unknown_then_settled(&db, &answer);
+    }
+}
