@@ -18,7 +18,8 @@ use crate::{Db, Roles, at, case, id};
 
 const NOW: i64 = 1_767_225_600;
 
-/// A store that answers an I/O error from one named method, as a full disk would.
+/// A store whose one named method fails: with `STORE_BUSY` for the claim (a lock held
+/// past the bound), with an I/O error (a full disk) for every other method.
 #[derive(Debug)]
 struct Failing {
     inner: SqliteStore,
@@ -27,10 +28,11 @@ struct Failing {
 
 impl Failing {
     fn fail(&self, method: &'static str) -> Result<(), StoreError> {
-        if self.method == Some(method) {
-            return Err(StoreError::Sqlite("an I/O error"));
+        match self.method {
+            Some("claim") if method == "claim" => Err(StoreError::Busy),
+            Some(failing) if failing == method => Err(StoreError::Sqlite("an I/O error")),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
