@@ -644,6 +644,11 @@ fn insert_operation(conn: &Connection, row: &Row, call_id: &str, status: &str) -
     conn.last_insert_rowid()
 }
 
+/// The dispatch call identity of an operation inserted by [`insert_operation`].
+const INSERT_DISPATCH_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, \
+     provider_response_id, provider_call_id, purpose, op_id, created_at) \
+     VALUES ('openai', 'responses', 'openai-responses-2026-05', 'resp-001', ?1, 'dispatch', ?2, 1767225600)";
+
 fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
     // A: operation + outbox + call identity.
     ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -654,14 +659,7 @@ fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
         .unwrap()
         .execute([id])
         .unwrap();
-    ledger
-        .prepare_cached(
-            "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, provider_call_id, \
-             purpose, op_id, created_at) VALUES ('openai', 'responses', 'openai-responses-2026-05', 'resp-001', ?1, 'dispatch', ?2, 1767225600)",
-        )
-        .unwrap()
-        .execute(params![call_id, id])
-        .unwrap();
+    ledger.prepare_cached(INSERT_DISPATCH_CALL).unwrap().execute(params![call_id, id]).unwrap();
     ledger.execute_batch("COMMIT").unwrap();
     // Claim.
     ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -792,8 +790,11 @@ fn fill_valid(path: &Path, cases: &Cases, count: usize) {
     conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
     let tx = conn.transaction().unwrap();
     for row in &rows {
-        // The call the rows' approvals are bound to: these operations must verify.
-        let id = insert_operation(&tx, row, "call-001", "succeeded");
+        // The call the rows' approvals are bound to, recorded as their dispatch call
+        // identity: these operations must verify and their calls must be bound.
+        let call_id = format!("call-{}", row.scope.idempotency_key);
+        let id = insert_operation(&tx, row, &call_id, "succeeded");
+        tx.prepare_cached(INSERT_DISPATCH_CALL).unwrap().execute(params![call_id, id]).unwrap();
         tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
             .unwrap()
             .execute([id])

@@ -379,7 +379,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
             }
             // One model call, one intent: this call already dispatched another scope.
-            Some(recorded) if recorded.status_ref != status_ref(&scope) => {
+            // (A stored operation's ref was verified to recompute from this scope, so a
+            // replay compares with it and computes no digest.)
+            Some(recorded)
+                if match &lookup.operation {
+                    Some(stored) => stored.intent.status_ref != recorded.status_ref,
+                    None => recorded.status_ref != status_ref(&scope),
+                } =>
+            {
                 return Ok(call_reused(recorded, tenant, subject));
             }
             _ => {}

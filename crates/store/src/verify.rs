@@ -171,9 +171,10 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     let (Some(state), Some(attempt_count)) = (raw.outbox_state, raw.attempt_count) else {
         return Err(Flaw::OutOfStep("operation has no outbox event"));
     };
-    instant(raw.created_at)?;
-    if let Some(until) = raw.lease_until {
-        instant(until)?;
+    // The same range `UnixSeconds` checks, without building a civil date per read.
+    let in_range = |seconds: i64| (0..=UnixSeconds::MAX).contains(&seconds);
+    if !in_range(raw.created_at) || raw.lease_until.is_some_and(|until| !in_range(until)) {
+        return Err(Flaw::OutOfStep("stored instant is out of range"));
     }
     in_step(status, &state, &raw.lease_owner, raw.lease_until, attempt_count, raw.local.is_some())?;
     let mut operation = Operation {
