@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's one entry point for checks and benchmarks.
 //!
-//! - `cargo xtask ci` runs every check CI runs, in order, prints one summary line per
-//!   step, and exits non-zero if any step failed. Steps run even after a failure, so one
+//! - `cargo xtask ci` runs every check CI runs, in order (the library's runnable host
+//!   examples among them), prints one summary line per step, and exits non-zero if any
+//!   step failed. Steps run even after a failure, so one
 //!   run shows everything that is wrong.
 //! - `cargo xtask bench [json] [--quick]` builds in release and runs the benchmarks,
 //!   writing their figures under `target/bench/`.
@@ -131,6 +132,26 @@ fn ci(root: &Path) -> ExitCode {
             let mut args = vec!["test", "--workspace", "--locked", "--target-dir", dir.as_str()];
             args.extend_from_slice(profile);
             cargo(root, &args, &[("RUSTFLAGS", rustflags)])
+        }));
+    }
+    // The library's runnable hosts, built in the debug test mode's target dir.
+    for example in ["host", "tokio_host"] {
+        outcomes.push(step(&format!("example {example}"), || {
+            cargo(
+                root,
+                &[
+                    "run",
+                    "--locked",
+                    "-q",
+                    "-p",
+                    "toolledger",
+                    "--example",
+                    example,
+                    "--target-dir",
+                    "target/ci/test-debug",
+                ],
+                &[("RUSTFLAGS", "")],
+            )
         }));
     }
     report(&outcomes)

@@ -1,19 +1,21 @@
-//! The tidy check: SPEC §2's crate layering, read from `cargo metadata`.
+//! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`.
 //!
-//! The workspace's crates form one line, cli → engine → store → contract → json. A crate
-//! may depend (normally, for builds, or for tests) only on crates below it, and on
-//! external crates from its allowance: SQLite only in `store`, clap only in `cli`.
+//! The workspace's crates form one line, cli → toolledger (the facade) → engine → store →
+//! contract → json. A crate may depend (normally, for builds, or for tests) only on
+//! crates below it, and on external crates from its allowance: SQLite only in `store`,
+//! clap only in `cli`.
 
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
 /// The layers, lowest first.
-const LAYERS: [&str; 5] = [
+const LAYERS: [&str; 6] = [
     "toolledger-json",
     "toolledger-contract",
     "toolledger-store",
     "toolledger-engine",
+    "toolledger",
     "toolledger-cli",
 ];
 
@@ -22,7 +24,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
     const BASE: &[&str] = &["serde", "serde_json", "sha2", "thiserror", "jiff"];
     match krate {
         "toolledger-json" => &["serde_json", "thiserror"],
-        "toolledger-contract" | "toolledger-engine" => BASE,
+        "toolledger-contract" | "toolledger-engine" | "toolledger" => BASE,
         "toolledger-store" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"],
         "toolledger-cli" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap", "signal-hook", "libc"]
@@ -32,10 +34,12 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
 }
 
 /// External crates a layer may add for tests only: proptest anywhere; rusqlite in the
-/// layers above `store`, whose tests tamper with rows through a raw connection.
+/// layers above `store`, whose tests tamper with rows through a raw connection; tokio in
+/// the facade, whose async-host example and test run on it.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
         "toolledger-engine" | "toolledger-cli" => &["proptest", "rusqlite"],
+        "toolledger" => &["proptest", "rusqlite", "tokio"],
         _ => &["proptest"],
     }
 }

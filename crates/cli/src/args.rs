@@ -8,8 +8,9 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0  PASS: the operation succeeded (fresh, receipt_reconciled or local_replay), or the audit passed
   1  BLOCK: a business answer on stdout, e.g. OUTCOME_UNKNOWN, IDEMPOTENCY_CONFLICT, NOT_FOUND,
-     LEASE_HELD, AUDIT_FAILED. OUTCOME_UNKNOWN means the side effect may have happened:
-     query it with `status`, never retry it under a new key
+     LEASE_HELD, DOWNSTREAM_REFUSED, RECEIPT_QUARANTINED, DOWNSTREAM_MISMATCH, AUDIT_FAILED.
+     OUTCOME_UNKNOWN means the side effect may have happened: query it with `status`, never
+     retry it under a new key
   2  error, and nothing was accepted: stdout is empty and stderr holds one line
      {\"error\":{\"code\":...,\"message\":...}} with code FIXTURE_IO_ERROR, FIXTURE_INVALID,
      CLAIMS_IO_ERROR, CLAIMS_INVALID, SQLITE_ERROR, STORE_BUSY, SCHEMA_UNSUPPORTED,
@@ -25,6 +26,12 @@ nothing printed: query the status, never retry under a new key.";
 /// Every command prints exactly one JSON object (RFC 8785 canonical form) and a newline.
 /// toolledger is not exactly-once: it never guesses an unknown outcome, and the
 /// downstream must be idempotent on the scope it is handed.
+///
+/// The downstream of this command is a SIMULATION: a stand-in refund API
+/// (toolledger-stand-in@1) that records its receipts in the ledger file itself, for
+/// trying the contract. No money moves. Operations a host accepted for its own
+/// downstream are refused here (DOWNSTREAM_MISMATCH); hosts embed the `toolledger`
+/// library with their own downstream.
 #[derive(Debug, Parser)]
 #[command(name = "toolledger", version, after_help = EXIT_CODES, disable_help_subcommand = true)]
 pub(crate) struct Cli {
@@ -99,6 +106,15 @@ pub(crate) enum Command {
     /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
     /// invariants, counts, unreconciled downstream receipts. Creates nothing
     Audit,
+    /// Upgrade an older store to the current schema: an online backup to a sibling file
+    /// first, then one transaction. Every other command refuses an older store
+    Migrate {
+        /// The downstream the store's existing operations belong to, as NAME@REVISION
+        /// (older stores did not record it). This command's own simulation is
+        /// toolledger-stand-in@1
+        #[arg(long, value_name = "NAME@REVISION")]
+        downstream: String,
+    },
     /// Tell the whole story in a fresh temporary directory, narrated for a person:
     /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
     Demo,

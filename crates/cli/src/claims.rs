@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use toolledger_contract::{ContractError, Identifier, NoRoles, PrincipalResolver, load_claims};
+use toolledger::{
+    ContractError, Identifier, NoRoles, PrincipalResolver, ResolverError, load_claims,
+};
 use toolledger_json::Limits;
 
 use crate::files::{Unreadable, read_bounded};
@@ -38,14 +40,17 @@ impl Claims {
 }
 
 /// The file, read afresh and bounded like the first check.
-fn load(path: &Path) -> Result<toolledger_contract::Claims, ContractError> {
+fn load(path: &Path) -> Result<toolledger::Claims, ResolverError> {
     let bytes = read_bounded(path, Limits::default().size_bytes_max).map_err(|why| match why {
-        Unreadable::TooLarge => ContractError::ClaimsInvalid {
-            reason: "the claims file is larger than the 65536-byte limit".to_owned(),
-        },
-        _ => ContractError::ClaimsIo,
+        Unreadable::TooLarge => {
+            ResolverError::Invalid("the claims file is larger than the 65536-byte limit".to_owned())
+        }
+        _ => ResolverError::Unavailable,
     })?;
-    load_claims(&bytes)
+    load_claims(&bytes).map_err(|err| match err {
+        ContractError::ClaimsInvalid { reason } => ResolverError::Invalid(reason),
+        _ => ResolverError::Unavailable,
+    })
 }
 
 impl PrincipalResolver for Claims {
@@ -53,7 +58,7 @@ impl PrincipalResolver for Claims {
         &self,
         tenant_id: &Identifier,
         subject_id: &Identifier,
-    ) -> Result<Vec<String>, ContractError> {
+    ) -> Result<Vec<String>, ResolverError> {
         match self {
             Claims::None => NoRoles.current_roles(tenant_id, subject_id),
             Claims::File(path) => load(path)?.current_roles(tenant_id, subject_id),

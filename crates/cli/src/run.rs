@@ -13,9 +13,10 @@ use clap::{
     error::{ContextKind, ContextValue, ErrorKind},
 };
 use serde_json::{Value, json};
-use toolledger_contract::{Case, ContractError, Identifier, Registry, load_case};
-use toolledger_engine::{Answer, EngineError, FailurePoint, audit_sqlite_with, open_sqlite_with};
-use toolledger_engine::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
+use toolledger::{
+    Answer, Case, ContractError, DownstreamIdentity, EngineError, Identifier, Ledger, Migrated,
+    RefundOrder, Registry, Simulated, StatusRef, Waits, drill::FailurePoint, load_case,
+};
 use toolledger_json::{Limits, canonicalize};
 
 use crate::{
@@ -58,15 +59,21 @@ struct Failure {
     message: String,
 }
 
+impl From<toolledger::Error> for Failure {
+    fn from(err: toolledger::Error) -> Failure {
+        Failure { code: err.code().as_str(), message: err.to_string() }
+    }
+}
+
 impl From<EngineError> for Failure {
     fn from(err: EngineError) -> Failure {
-        Failure { code: err.code(), message: err.to_string() }
+        Failure { code: err.code().as_str(), message: err.to_string() }
     }
 }
 
 impl From<ContractError> for Failure {
     fn from(err: ContractError) -> Failure {
-        Failure { code: err.code(), message: err.to_string() }
+        Failure { code: err.code().as_str(), message: err.to_string() }
     }
 }
 
@@ -98,20 +105,34 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
         return crate::demo::demo();
     }
     match execute(&cli) {
-        Ok(answer) => {
-            let text = if cli.pretty {
-                serde_json::to_string_pretty(answer.package()).unwrap_or_default()
-            } else {
-                canonicalize(answer.package())
-            };
+        Ok(Printed::Answer(answer)) => {
             let code = match answer {
                 Answer::Pass { .. } => 0,
                 Answer::Block { .. } => 1,
             };
-            Outcome { code, stdout: format!("{text}\n"), stderr: String::new() }
+            printed(&cli, answer.package(), code)
+        }
+        Ok(Printed::Package(package, passed)) => {
+            printed(&cli, &package, if passed { 0 } else { 1 })
         }
         Err(failure) => Outcome::error(failure.code, &failure.message),
     }
+}
+
+/// What a command answered: an engine answer, or another package (audit, migrate) and
+/// whether it passed.
+enum Printed {
+    Answer(Answer),
+    Package(Value, bool),
+}
+
+fn printed(cli: &Cli, package: &Value, code: u8) -> Outcome {
+    let text = if cli.pretty {
+        serde_json::to_string_pretty(package).unwrap_or_default()
+    } else {
+        canonicalize(package)
+    };
+    Outcome { code, stdout: format!("{text}\n"), stderr: String::new() }
 }
 
 /// A usage message that names the option but never echoes a value.
@@ -133,7 +154,7 @@ fn usage_message(err: &clap::Error) -> String {
         ErrorKind::UnknownArgument => format!("unknown option {option}"),
         ErrorKind::InvalidSubcommand => "unknown command".to_owned(),
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: one of dispatch, process, status, audit, demo".to_owned()
+            "missing command: one of dispatch, process, status, audit, migrate, demo".to_owned()
         }
         _ => format!("invalid use of {option}"),
     }
@@ -161,6 +182,7 @@ fn check_options(cli: &Cli) -> Result<(), Failure> {
     let (command, takes): (&str, &[&str]) = match cli.command {
         Command::Demo => ("demo", &[]),
         Command::Audit => ("audit", &["--db", "--pretty", "--busy-timeout-ms"]),
+        Command::Migrate { .. } => ("migrate", &["--db", "--pretty", "--busy-timeout-ms"]),
         Command::Dispatch { .. } | Command::Process { .. } | Command::Status { .. } => {
             return Ok(());
         }
@@ -184,24 +206,37 @@ fn option_name(text: &str) -> Option<String> {
     (name.starts_with('-') && name.len() > 1).then_some(name)
 }
 
-fn execute(cli: &Cli) -> Result<Answer, Failure> {
+fn execute(cli: &Cli) -> Result<Printed, Failure> {
     // One bound for the whole command, from here: the open and every transaction.
-    let waits =
-        Waits::total(Duration::from_millis(cli.busy_timeout_ms.unwrap_or(DEFAULT_BUSY_TIMEOUT_MS)));
+    let waits = Waits::total(Duration::from_millis(
+        cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
+    ));
     let db = cli.db.clone().unwrap_or_else(|| PathBuf::from("toolledger.sqlite3"));
     match &cli.command {
-        Command::Audit => Ok(audit_sqlite_with(&db, waits)?),
+        Command::Audit => {
+            let audit = toolledger::audit_with(&db, waits)?;
+            Ok(Printed::Package(audit.package(), audit.passed()))
+        }
+        Command::Migrate { downstream } => migrate(&db, downstream, waits),
         Command::Demo => Err(usage("demo takes no options".to_owned())),
         Command::Dispatch { now, failure } => {
             let (case, claims) = inputs(cli, *now)?;
             let worker = default_worker();
-            let failure = failure.map(|point| match point {
-                DispatchFailure::IntentCommit => FailurePoint::AfterIntentCommit,
-                DispatchFailure::Claim => FailurePoint::AfterClaim,
-                DispatchFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
-            });
-            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
-            Ok(engine.dispatch(&case, &worker, failure)?)
+            let mut ledger = open(&db, claims, waits)?;
+            let engine = ledger.engine();
+            let answer = match failure {
+                Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?,
+                Some(DispatchFailure::Claim) => {
+                    engine.downstream().switch().arm(FailurePoint::AfterClaim);
+                    engine.dispatch(&case, &worker)?
+                }
+                Some(DispatchFailure::DownstreamCommit) => {
+                    engine.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
+                    engine.dispatch(&case, &worker)?
+                }
+                None => engine.dispatch(&case, &worker)?,
+            };
+            Ok(Printed::Answer(answer))
         }
         Command::Process { status_ref, now, worker_id, failure } => {
             let worker = match worker_id {
@@ -210,19 +245,70 @@ fn execute(cli: &Cli) -> Result<Answer, Failure> {
                 None => default_worker(),
             };
             let (case, claims) = inputs(cli, *now)?;
-            let failure = failure.map(|point| match point {
-                ProcessFailure::Claim => FailurePoint::AfterClaim,
-                ProcessFailure::DownstreamCommit => FailurePoint::AfterDownstreamCommit,
-            });
-            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
-            Ok(engine.process(status_ref, &case.clock, &case.business_state, &worker, failure)?)
+            let Ok(status_ref) = StatusRef::new(status_ref) else {
+                return Ok(Printed::Answer(Answer::not_found()));
+            };
+            let mut ledger = open(&db, claims, waits)?;
+            let engine = ledger.engine();
+            match failure {
+                Some(ProcessFailure::Claim) => {
+                    engine.downstream().switch().arm(FailurePoint::AfterClaim);
+                }
+                Some(ProcessFailure::DownstreamCommit) => {
+                    engine.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
+                }
+                None => {}
+            }
+            let answer = engine.process(&status_ref, &case.clock, &case.business_state, &worker)?;
+            Ok(Printed::Answer(answer))
         }
         Command::Status { status_ref, now } => {
             let (case, claims) = inputs(cli, *now)?;
-            let mut engine = open_sqlite_with(&db, claims, Registry::builtin(), waits)?;
-            Ok(engine.status(&case, status_ref)?)
+            let Ok(status_ref) = StatusRef::new(status_ref) else {
+                return Ok(Printed::Answer(Answer::not_found()));
+            };
+            let mut ledger = open(&db, claims, waits)?;
+            Ok(Printed::Answer(ledger.engine().status(&case, &status_ref)?))
         }
     }
+}
+
+/// The command line's ledger: the built-in refund tool and the simulated downstream.
+fn open(path: &Path, claims: Claims, waits: Waits) -> Result<Ledger<Simulated, Claims>, Failure> {
+    Ok(Ledger::builder(path)
+        .tool(RefundOrder::default().tool())
+        .waits(waits)
+        .open_simulated(claims)?)
+}
+
+/// `migrate`: upgrades the store, naming the downstream its older operations belong to.
+fn migrate(path: &Path, downstream: &str, waits: Waits) -> Result<Printed, Failure> {
+    let identity = downstream
+        .split_once('@')
+        .and_then(|(name, revision)| DownstreamIdentity::new(name, revision).ok())
+        .ok_or_else(|| {
+            usage("invalid value for --downstream: expected NAME@REVISION".to_owned())
+        })?;
+    let package = match toolledger::migrate(path, &identity, waits)? {
+        Migrated::Current => json!({
+            "gate": "PASS",
+            "code": "OK",
+            "migrated": false,
+            "schema": toolledger::SCHEMA_ID,
+        }),
+        Migrated::Upgraded { from, to, backup, operations } => json!({
+            "gate": "PASS",
+            "code": "OK",
+            "migrated": true,
+            "from_version": from,
+            "to_version": to,
+            "schema": toolledger::SCHEMA_ID,
+            "operations": operations,
+            // The backup sits beside the store; its name alone, never a path.
+            "backup_file": backup.file_name().map(|name| name.to_string_lossy().into_owned()),
+        }),
+    };
+    Ok(Printed::Package(package, true))
 }
 
 /// Reads and validates the case and claims files, before the store is opened: a bad
@@ -248,7 +334,7 @@ fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
                 "CLAIMS_INVALID"
             }
             crate::claims::Refused::Unreadable(_) => "CLAIMS_IO_ERROR",
-            crate::claims::Refused::Invalid(ref err) => err.code(),
+            crate::claims::Refused::Invalid(ref err) => err.code().as_str(),
         },
         message: match why {
             crate::claims::Refused::Unreadable(why) => format!("the claims file {}", why.reason()),

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use toolledger_json::{Limits, check_v2_domain, parse_strict};
 
 use crate::{
-    Approval, BusinessState, ContractError, IdempotencyKey, Identifier, LeaseSeconds, Order,
-    PrincipalResolver, ProviderProfile, Registry, Sha256Hex, UnixSeconds,
-    approval::ApprovalBinding, digest::request_sha256,
+    Approval, ContractError, IdempotencyKey, Identifier, LeaseSeconds, PrincipalResolver,
+    ProviderProfile, Registry, ResolverError, Sha256Hex, UnixSeconds, approval::ApprovalBinding,
+    digest::request_sha256,
 };
 
 /// The only `case_version` accepted.
@@ -60,7 +60,8 @@ pub struct Proposal {
     pub arguments: Value,
 }
 
-/// A loaded, validated `persistence-case/v1`.
+/// One call as the ledger takes it: a loaded `persistence-case/v1` file, or what a
+/// host's library call describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Case {
     /// The clock.
@@ -71,12 +72,13 @@ pub struct Case {
     pub host: HostContext,
     /// The proposal.
     pub proposal: Proposal,
-    /// The approval.
-    pub approval: Approval,
+    /// The approval, when the call presents one (a case file always does; a tool whose
+    /// policy needs none may be called without).
+    pub approval: Option<Approval>,
     /// `tenant_policy.eligible_approvers`.
     pub eligible_approvers: Vec<Identifier>,
-    /// The business state.
-    pub business_state: BusinessState,
+    /// The business context the tool's rules judge (`business_state`), a JSON object.
+    pub business_state: Value,
 }
 
 impl Case {
@@ -109,7 +111,7 @@ impl Case {
 }
 
 /// Reads an object's members one by one, then refuses any it was not asked for.
-struct Members<'v> {
+pub(crate) struct Members<'v> {
     object: &'v Map<String, Value>,
     path: &'static str,
     taken: usize,
@@ -117,7 +119,7 @@ struct Members<'v> {
 }
 
 impl<'v> Members<'v> {
-    fn of(
+    pub(crate) fn of(
         value: &'v Value,
         path: &'static str,
         fail: fn(String) -> ContractError,
@@ -136,18 +138,18 @@ impl<'v> Members<'v> {
         Ok(value)
     }
 
-    fn text(&mut self, name: &'static str) -> Result<&'v str, ContractError> {
+    pub(crate) fn text(&mut self, name: &'static str) -> Result<&'v str, ContractError> {
         let value = self.get(name)?;
         value.as_str().ok_or_else(|| self.error(name, "must be a string"))
     }
 
-    fn id(&mut self, name: &'static str) -> Result<Identifier, ContractError> {
+    pub(crate) fn id(&mut self, name: &'static str) -> Result<Identifier, ContractError> {
         let text = self.text(name)?;
         Identifier::new(text).map_err(|_| self.error(name, "must be an identifier"))
     }
 
     /// A JSON integer; a bool is not one.
-    fn integer(&mut self, name: &'static str) -> Result<i64, ContractError> {
+    pub(crate) fn integer(&mut self, name: &'static str) -> Result<i64, ContractError> {
         let value = self.get(name)?;
         value.as_i64().ok_or_else(|| self.error(name, "must be an integer"))
     }
@@ -157,12 +159,12 @@ impl<'v> Members<'v> {
         UnixSeconds::new(seconds).map_err(|_| self.error(name, "is out of the timestamp range"))
     }
 
-    fn array(&mut self, name: &'static str) -> Result<&'v Vec<Value>, ContractError> {
+    pub(crate) fn array(&mut self, name: &'static str) -> Result<&'v Vec<Value>, ContractError> {
         let value = self.get(name)?;
         value.as_array().ok_or_else(|| self.error(name, "must be an array"))
     }
 
-    fn finish(self) -> Result<(), ContractError> {
+    pub(crate) fn finish(self) -> Result<(), ContractError> {
         if self.taken == self.object.len() {
             Ok(())
         } else {
@@ -189,12 +191,6 @@ fn strict_document(
         .map_err(|err| fail(format!("not strict JSON ({})", err.code())))?;
     check_v2_domain(&value).map_err(|err| fail(format!("not strict JSON ({})", err.code())))?;
     Ok(value)
-}
-
-/// `^[A-Za-z0-9_-]{1,64}$`, the input schema's order id.
-fn is_order_id(text: &str) -> bool {
-    (1..=64).contains(&text.len())
-        && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
 }
 
 /// Loads a case file.
@@ -297,44 +293,15 @@ pub fn load_case(
         })?;
     policy.finish()?;
 
-    let mut state = Members::of(top.get("business_state")?, "business_state", fixture)?;
-    let mut orders = Vec::new();
-    let mut order_ids = BTreeSet::new();
-    for order in state.array("orders")? {
-        let mut members = Members::of(order, "business_state.orders[]", fixture)?;
-        let order_id = members.text("order_id")?;
-        if !is_order_id(order_id) {
-            return Err(fixture(
-                "business_state.orders[].order_id must match the order id pattern".to_owned(),
-            ));
-        }
-        let currency = members.text("currency")?;
-        if currency.len() != 3 || !currency.bytes().all(|byte| byte.is_ascii_uppercase()) {
-            return Err(fixture(
-                "business_state.orders[].currency must be three capital letters".to_owned(),
-            ));
-        }
-        let amount_minor = members.integer("amount_minor")?;
-        if amount_minor < 0 {
-            return Err(fixture(
-                "business_state.orders[].amount_minor must not be negative".to_owned(),
-            ));
-        }
-        let order = Order {
-            order_id: order_id.to_owned(),
-            tenant_id: members.id("tenant_id")?,
-            owner_subject_id: members.id("owner_subject_id")?,
-            status: members.text("status")?.to_owned(),
-            amount_minor,
-            currency: currency.to_owned(),
-        };
-        members.finish()?;
-        if !order_ids.insert(order.order_id.clone()) {
-            return Err(fixture("business_state.orders[] has a duplicate order_id".to_owned()));
-        }
-        orders.push(order);
-    }
-    state.finish()?;
+    // The business context is the tool's to judge: the proposal's tool checks it (the
+    // refund tool: its orders); for an unknown tool it need only be an object.
+    let business_state = top.get("business_state")?.clone();
+    let checked = match registry.tool(&proposal_value.tool_name) {
+        Some(tool) => tool.rules.check_context(&business_state),
+        None if business_state.is_object() => Ok(()),
+        None => Err("business_state must be an object".to_owned()),
+    };
+    checked.map_err(fixture)?;
     top.finish()?;
 
     Ok(Case {
@@ -342,9 +309,9 @@ pub fn load_case(
         principal: principal_value,
         host: host_value,
         proposal: proposal_value,
-        approval: approval_value,
+        approval: Some(approval_value),
         eligible_approvers,
-        business_state: BusinessState { orders },
+        business_state,
     })
 }
 
@@ -394,7 +361,7 @@ impl PrincipalResolver for Claims {
         &self,
         tenant_id: &Identifier,
         subject_id: &Identifier,
-    ) -> Result<Vec<String>, ContractError> {
+    ) -> Result<Vec<String>, ResolverError> {
         Ok(self
             .subjects
             .iter()

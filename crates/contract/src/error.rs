@@ -1,4 +1,5 @@
-//! The crate's error type and the stable codes of SPEC §8.
+//! The crate's error type and the stable codes: [`BlockCode`] (business answers, exit 1)
+//! and [`ErrorCode`] (errors, exit 2).
 
 /// Why a case file, claims file or stored value was refused.
 ///
@@ -25,14 +26,86 @@ pub enum ContractError {
 }
 
 impl ContractError {
-    /// The stable code the CLI prints: `FIXTURE_INVALID`, `CLAIMS_INVALID` or
-    /// `CLAIMS_IO_ERROR`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code: `FIXTURE_INVALID`, `CLAIMS_INVALID` or `CLAIMS_IO_ERROR`.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ContractError::FixtureInvalid { .. } => "FIXTURE_INVALID",
-            ContractError::ClaimsInvalid { .. } => "CLAIMS_INVALID",
-            ContractError::ClaimsIo => "CLAIMS_IO_ERROR",
+            ContractError::FixtureInvalid { .. } => ErrorCode::FixtureInvalid,
+            ContractError::ClaimsInvalid { .. } => ErrorCode::ClaimsInvalid,
+            ContractError::ClaimsIo => ErrorCode::ClaimsIoError,
         }
+    }
+}
+
+/// The error codes: failures that are not business answers. The command line answers
+/// them on stderr with exit 2, which promises that nothing was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The case file could not be read (not found, permission, not a regular file).
+    FixtureIoError,
+    /// The case file is not a valid `persistence-case/v1` document.
+    FixtureInvalid,
+    /// The claims file could not be read.
+    ClaimsIoError,
+    /// The claims file is not a valid claims document.
+    ClaimsInvalid,
+    /// The store failed (not a database, I/O, a full disk, an internal invariant).
+    SqliteError,
+    /// Another connection held a lock past the wait bound.
+    StoreBusy,
+    /// The file is not a store of this schema version (an older one needs `migrate`).
+    SchemaUnsupported,
+    /// A stored row contradicts itself.
+    StoreContractViolation,
+    /// The command line was used wrongly.
+    UsageError,
+    /// A bug stopped the command.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// Every code, in documentation order.
+    pub const ALL: [ErrorCode; 10] = [
+        ErrorCode::FixtureIoError,
+        ErrorCode::FixtureInvalid,
+        ErrorCode::ClaimsIoError,
+        ErrorCode::ClaimsInvalid,
+        ErrorCode::SqliteError,
+        ErrorCode::StoreBusy,
+        ErrorCode::SchemaUnsupported,
+        ErrorCode::StoreContractViolation,
+        ErrorCode::UsageError,
+        ErrorCode::InternalError,
+    ];
+
+    /// The stable code, e.g. `STORE_BUSY`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::FixtureIoError => "FIXTURE_IO_ERROR",
+            ErrorCode::FixtureInvalid => "FIXTURE_INVALID",
+            ErrorCode::ClaimsIoError => "CLAIMS_IO_ERROR",
+            ErrorCode::ClaimsInvalid => "CLAIMS_INVALID",
+            ErrorCode::SqliteError => "SQLITE_ERROR",
+            ErrorCode::StoreBusy => "STORE_BUSY",
+            ErrorCode::SchemaUnsupported => "SCHEMA_UNSUPPORTED",
+            ErrorCode::StoreContractViolation => "STORE_CONTRACT_VIOLATION",
+            ErrorCode::UsageError => "USAGE_ERROR",
+            ErrorCode::InternalError => "INTERNAL_ERROR",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A code compares equal to its stable text, so `err.code() == "STORE_BUSY"` reads as
+/// the documentation does.
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -75,11 +148,22 @@ pub enum BlockCode {
     /// The model call is already recorded as the dispatch of another operation: one
     /// model call is one intent.
     CallReused,
+    /// The downstream refused the request definitively: nothing happened, and the
+    /// operation is `failed` for good (its replays answer this again).
+    DownstreamRefused,
+    /// The downstream's receipt broke the tool's output contract after the effect: the
+    /// operation is `quarantined` for a person to look at.
+    ReceiptQuarantined,
+    /// The operation belongs to another downstream than the one asked to work it.
+    DownstreamMismatch,
+    /// The downstream could not be reached and the request was not sent: nothing
+    /// happened, and the operation stays accepted, to be worked again.
+    DownstreamUnavailable,
 }
 
 impl BlockCode {
     /// Every code, in SPEC order.
-    pub const ALL: [BlockCode; 13] = [
+    pub const ALL: [BlockCode; 17] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -93,6 +177,10 @@ impl BlockCode {
         BlockCode::LeaseHeld,
         BlockCode::AuditFailed,
         BlockCode::CallReused,
+        BlockCode::DownstreamRefused,
+        BlockCode::ReceiptQuarantined,
+        BlockCode::DownstreamMismatch,
+        BlockCode::DownstreamUnavailable,
     ];
 
     /// The stable code, e.g. `OUTCOME_UNKNOWN`.
@@ -111,6 +199,10 @@ impl BlockCode {
             BlockCode::LeaseHeld => "LEASE_HELD",
             BlockCode::AuditFailed => "AUDIT_FAILED",
             BlockCode::CallReused => "CALL_REUSED",
+            BlockCode::DownstreamRefused => "DOWNSTREAM_REFUSED",
+            BlockCode::ReceiptQuarantined => "RECEIPT_QUARANTINED",
+            BlockCode::DownstreamMismatch => "DOWNSTREAM_MISMATCH",
+            BlockCode::DownstreamUnavailable => "DOWNSTREAM_UNAVAILABLE",
         }
     }
 
@@ -145,6 +237,18 @@ impl BlockCode {
             BlockCode::AuditFailed => "the store audit found problems",
             BlockCode::CallReused => {
                 "this model call already dispatched another operation; one call is one intent"
+            }
+            BlockCode::DownstreamRefused => {
+                "the downstream refused this request definitively; nothing happened and it will not be retried"
+            }
+            BlockCode::ReceiptQuarantined => {
+                "the downstream's receipt breaks the tool's output contract; the operation is quarantined for review"
+            }
+            BlockCode::DownstreamMismatch => {
+                "this operation belongs to another downstream than the one asked to work it"
+            }
+            BlockCode::DownstreamUnavailable => {
+                "the downstream could not be reached and nothing was sent; the operation stays accepted: work it again by its status_ref"
             }
         }
     }

@@ -8,8 +8,9 @@
 //! - validated value types ([`Identifier`], [`IdempotencyKey`], [`Sha256Hex`],
 //!   [`StatusRef`], [`UnixSeconds`], [`LeaseSeconds`]): checked once, trusted after;
 //! - every digest and reference, each from an exact preimage ([`digest`]);
-//! - [`Approval`] validation, [`authorize`] and [`check_business`] over a
-//!   [`PrincipalResolver`];
+//! - [`Approval`] validation, and each tool's [`ToolRules`] (authorization, the
+//!   business precondition, the approval policy) over the current roles a
+//!   [`PrincipalResolver`] answers; [`RefundOrder`] is the built-in tool's;
 //! - PASS and BLOCK packages and [`verify_package`];
 //! - the case-file and claims-file loaders ([`load_case`], [`load_claims`]).
 //!
@@ -26,26 +27,27 @@ pub mod digest;
 mod error;
 mod ids;
 mod package;
+mod refund;
 mod registry;
+mod rules;
 
 pub use crate::{
     approval::{Approval, ApprovalBinding, ApprovalRefusal, approval_preimage, approval_sha256},
-    authz::{
-        BusinessRefusal, BusinessState, Denied, NoRoles, Order, PrincipalResolver, SUPPORT_ADMIN,
-        authorize, check_business,
-    },
+    authz::{NoRoles, PrincipalResolver, ResolverError},
     case::{
         CASE_VERSION, Case, Claims, Clock, HostContext, Principal, Proposal, load_case, load_claims,
     },
     digest::{Delivery, HostView, Purpose, Scope},
-    error::{BlockCode, ContractError, InvalidValue},
+    error::{BlockCode, ContractError, ErrorCode, InvalidValue},
     ids::{IdempotencyKey, Identifier, LeaseSeconds, Sha256Hex, StatusRef, UnixSeconds},
     package::{
         CONTRACT, PackageError, block_package, pass_package, pass_package_with_result,
         verify_package,
     },
+    refund::{Order, RefundOrder, SUPPORT_ADMIN, orders},
     registry::{
-        Charset, Effect, Field, FieldRule, ProviderProfile, Registry, Revisions, Schema,
-        SchemaError, ToolSpec,
+        Charset, DownstreamIdentity, Field, FieldRule, ProviderProfile, Registry, Revisions,
+        Schema, SchemaError, ToolSpec, builtin_profiles,
     },
+    rules::{ApprovalPolicy, BusinessRefusal, Denied, RuleCall, ToolRules},
 };

@@ -5,8 +5,12 @@
 //! [`Registry::builtin`] is the compiled-in registry; tests build others to simulate a
 //! contract that drifted after an intent was accepted.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 use toolledger_json::{V2_INTEGER_MAX, V2_INTEGER_MIN};
+
+use crate::{InvalidValue, RefundOrder, ToolRules};
 
 /// The six revisions that pin what a tool call means.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -40,15 +44,6 @@ impl Revisions {
     }
 }
 
-/// Whether a tool changes the world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
-    /// Reads only.
-    Read,
-    /// Has a side effect: goes through the ledger and outbox.
-    Write,
-}
-
 /// A provider/API/adapter triple. Only registered triples are accepted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProviderProfile {
@@ -61,12 +56,67 @@ pub struct ProviderProfile {
 }
 
 impl ProviderProfile {
-    fn new(provider: &str, api_family: &str, adapter_revision: &str) -> ProviderProfile {
+    /// A profile of these three names.
+    pub fn new(provider: &str, api_family: &str, adapter_revision: &str) -> ProviderProfile {
         ProviderProfile {
             provider: provider.to_owned(),
             api_family: api_family.to_owned(),
             adapter_revision: adapter_revision.to_owned(),
         }
+    }
+}
+
+/// Who performs a tool's side effect: a downstream's name and revision. Commit A
+/// records it with the intent, and only a downstream of the same identity may work or
+/// reconcile the operation afterwards (`DOWNSTREAM_MISMATCH` otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DownstreamIdentity {
+    name: String,
+    revision: String,
+}
+
+impl DownstreamIdentity {
+    /// The identity `name` at `revision`, each 1–128 bytes of `[A-Za-z0-9._:/-]`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidValue`] when either part is empty, too long or holds another byte.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let payments = toolledger_contract::DownstreamIdentity::new("acme-payments", "2026-11").unwrap();
+    /// assert_eq!(payments.to_string(), "acme-payments@2026-11");
+    /// ```
+    pub fn new(name: &str, revision: &str) -> Result<DownstreamIdentity, InvalidValue> {
+        let valid = |text: &str| {
+            (1..=128).contains(&text.len())
+                && text.bytes().all(|byte| {
+                    byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b':' | b'/' | b'-')
+                })
+        };
+        if valid(name) && valid(revision) {
+            Ok(DownstreamIdentity { name: name.to_owned(), revision: revision.to_owned() })
+        } else {
+            Err(InvalidValue { what: "downstream identity" })
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The revision.
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+}
+
+/// `name@revision`.
+impl std::fmt::Display for DownstreamIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.revision)
     }
 }
 
@@ -207,116 +257,80 @@ impl FieldRule {
     }
 }
 
-/// One tool's contract.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One tool's contract: its data (name, six revisions, input and output schemas) and
+/// its behaviour (the [`ToolRules`] the host registers with it).
+#[derive(Clone)]
 pub struct ToolSpec {
     /// The tool's name, as the model calls it.
     pub name: String,
-    /// Read or write.
-    pub effect: Effect,
-    /// Whether a new intent needs an approval.
-    pub approval_required: bool,
     /// Its six revisions.
     pub revisions: Revisions,
     /// What the arguments must be.
     pub input: Schema,
     /// What the downstream's output must be, bound to the input.
     pub output: Schema,
-    /// The argument that names the business resource (authorization looks it up).
-    pub resource_argument: &'static str,
+    /// Who may call it on what, the business precondition, the approval policy.
+    pub rules: Arc<dyn ToolRules>,
+}
+
+impl ToolSpec {
+    /// A tool of these revisions, schemas and rules.
+    pub fn new(
+        name: &str,
+        revisions: Revisions,
+        input: Schema,
+        output: Schema,
+        rules: impl ToolRules + 'static,
+    ) -> ToolSpec {
+        ToolSpec { name: name.to_owned(), revisions, input, output, rules: Arc::new(rules) }
+    }
+}
+
+impl std::fmt::Debug for ToolSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .field("revisions", &self.revisions)
+            .field("input", &self.input)
+            .field("output", &self.output)
+            .field("rules", &self.rules)
+            .finish()
+    }
+}
+
+/// Two tools are the same contract when their data is; rules are behaviour, compared
+/// by identity.
+impl PartialEq for ToolSpec {
+    fn eq(&self, other: &ToolSpec) -> bool {
+        self.name == other.name
+            && self.revisions == other.revisions
+            && self.input == other.input
+            && self.output == other.output
+            && Arc::ptr_eq(&self.rules, &other.rules)
+    }
 }
 
 /// The registered tools and provider profiles.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Registry {
     tools: Vec<ToolSpec>,
     profiles: Vec<ProviderProfile>,
 }
 
-/// The input schema of `refund_order`.
-fn refund_order_input() -> Schema {
-    Schema {
-        fields: vec![
-            Field {
-                name: "order_id",
-                rule: FieldRule::Text {
-                    prefix: "",
-                    len_min: 1,
-                    len_max: 64,
-                    charset: Charset::Slug,
-                },
-            },
-            Field { name: "amount_minor", rule: FieldRule::Integer { min: 1, max: 100_000_000 } },
-            Field {
-                name: "currency",
-                rule: FieldRule::Text {
-                    prefix: "",
-                    len_min: 3,
-                    len_max: 3,
-                    charset: Charset::Upper,
-                },
-            },
-            Field {
-                name: "reason",
-                rule: FieldRule::OneOf(&[
-                    "damaged",
-                    "not_delivered",
-                    "duplicate",
-                    "customer_request",
-                ]),
-            },
-        ],
-    }
-}
-
-/// The output schema of `refund_order`.
-fn refund_order_output() -> Schema {
-    Schema {
-        fields: vec![
-            Field {
-                name: "refund_id",
-                rule: FieldRule::Text {
-                    prefix: "rf_",
-                    len_min: 32,
-                    len_max: 32,
-                    charset: Charset::LowerHex,
-                },
-            },
-            Field { name: "order_id", rule: FieldRule::SameAsInput },
-            Field { name: "amount_minor", rule: FieldRule::SameAsInput },
-            Field { name: "currency", rule: FieldRule::SameAsInput },
-            Field { name: "status", rule: FieldRule::Const("refunded") },
-        ],
-    }
+/// The provider profiles every registry starts from.
+pub fn builtin_profiles() -> Vec<ProviderProfile> {
+    vec![
+        ProviderProfile::new("openai", "responses", "openai-responses-2026-05"),
+        ProviderProfile::new("openai", "chat_completions", "openai-chat-2026-05"),
+        ProviderProfile::new("anthropic", "messages", "anthropic-messages-2026-05"),
+    ]
 }
 
 impl Registry {
-    /// The compiled-in registry: `refund_order` and the three profiles of SPEC §4.1.
+    /// The compiled-in registry: `refund_order` (approval always required) and the
+    /// three built-in provider profiles.
     pub fn builtin() -> Registry {
-        let refund_order = ToolSpec {
-            name: "refund_order".to_owned(),
-            effect: Effect::Write,
-            approval_required: true,
-            revisions: Revisions {
-                input: "refund_order.input.v2".to_owned(),
-                output: "refund_order.output.v2".to_owned(),
-                effect: "refund_order.effect.v1".to_owned(),
-                handler: "refund_order.handler.v1".to_owned(),
-                producer: "toolledger.producer.v1".to_owned(),
-                policy: "refund_order.policy.v1".to_owned(),
-            },
-            input: refund_order_input(),
-            output: refund_order_output(),
-            resource_argument: "order_id",
-        };
-        Registry::new(
-            vec![refund_order],
-            vec![
-                ProviderProfile::new("openai", "responses", "openai-responses-2026-05"),
-                ProviderProfile::new("openai", "chat_completions", "openai-chat-2026-05"),
-                ProviderProfile::new("anthropic", "messages", "anthropic-messages-2026-05"),
-            ],
-        )
+        Registry::new(vec![RefundOrder::default().tool()], builtin_profiles())
     }
 
     /// A registry of the given tools and profiles.
@@ -345,5 +359,5 @@ impl Registry {
     }
 }
 
-// The integer rule never reaches beyond the v2 domain.
+// The refund tool's integer rule never reaches beyond the v2 domain.
 const _: () = assert!(100_000_000 <= V2_INTEGER_MAX && 1 >= V2_INTEGER_MIN);

@@ -1,24 +1,34 @@
 //! The downstream: where the side effect happens.
 //!
-//! [`Downstream`] is what a real payment API would implement: execute a request
-//! idempotently on its `downstream_request_ref`, and answer a status lookup. [`StandIn`]
-//! is the offline stand-in: it commits its receipt in its own transaction (commit B) in
-//! the store's `downstream_receipts` table, returns the first receipt for a repeated
-//! ref, and refuses a different request under the same ref.
+//! [`Downstream`] is what a host implements over its own client (a payment API, a
+//! ticket system): execute a request idempotently on its `downstream_request_ref`, and
+//! answer a status lookup. It says what happened in the three ways that matter:
+//! a receipt (done), or a [`DownstreamError`] — *not sent* (safe to retry), *refused*
+//! (definitively, nothing happened), *unknown* (it may have happened). It declares a
+//! [`DownstreamIdentity`], recorded with every intent at commit A, so an operation is
+//! only ever worked by the downstream it was accepted for.
+//!
+//! [`StandIn`] is the offline simulation the command line uses: it commits its receipt
+//! in its own transaction (commit B) in the store's `downstream_receipts` table,
+//! returns the first receipt for a repeated ref, and refuses a different request under
+//! the same ref.
 
 use serde_json::{Value, json};
 use toolledger_contract::{
-    Sha256Hex,
+    DownstreamIdentity, Sha256Hex,
     digest::{downstream_receipt, downstream_receipt_ref, refund_id},
 };
-use toolledger_store::{DownstreamReceipt, LedgerStore, Now, StoreError};
+use toolledger_store::{
+    DownstreamReceipt, LedgerStore, Now, STAND_IN_NAME, STAND_IN_REVISION, StoreError,
+};
 
 /// What the worker asks the downstream to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownstreamRequest {
-    /// The scope the downstream is idempotent on.
+    /// The scope the downstream must be idempotent on (an HTTP service's
+    /// `Idempotency-Key`).
     pub downstream_request_ref: String,
-    /// The request digest.
+    /// The request digest: the request's fingerprint.
     pub request_sha256: Sha256Hex,
     /// The tool.
     pub tool_name: String,
@@ -28,89 +38,272 @@ pub struct DownstreamRequest {
     pub arguments: Value,
 }
 
+impl DownstreamRequest {
+    /// The receipt for this request whose output is `output`: what a downstream returns
+    /// when the effect is done. `output` must satisfy the tool's output schema (and its
+    /// binding to the arguments); a receipt that does not is quarantined, not trusted.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolledger_contract::Sha256Hex;
+    /// use toolledger_engine::DownstreamRequest;
+    ///
+    /// let request = DownstreamRequest {
+    ///     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+    ///     request_sha256: Sha256Hex::new(&"1".repeat(64)).unwrap(),
+    ///     tool_name: "open_ticket".to_owned(),
+    ///     output_revision: "open_ticket.output.v1".to_owned(),
+    ///     arguments: json!({"queue": "acme-billing", "title": "refund"}),
+    /// };
+    /// let receipt = request.receipt(json!({"ticket_id": "T-1", "queue": "acme-billing"}));
+    /// assert!(receipt.receipt_ref.starts_with("rc_"));
+    /// assert_eq!(receipt.receipt["output"]["ticket_id"], "T-1");
+    /// ```
+    pub fn receipt(&self, output: Value) -> DownstreamReceipt {
+        let receipt = downstream_receipt(
+            &self.downstream_request_ref,
+            &self.request_sha256,
+            &self.tool_name,
+            &self.output_revision,
+            &output,
+        );
+        let receipt_ref = downstream_receipt_ref(&receipt);
+        DownstreamReceipt {
+            downstream_request_ref: self.downstream_request_ref.clone(),
+            request_sha256: self.request_sha256.clone(),
+            receipt,
+            receipt_ref,
+        }
+    }
+}
+
+/// Why a downstream gave no receipt. The three kinds are not interchangeable: each
+/// leads to a different, honest state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DownstreamError {
+    /// The request was certainly not sent (connection refused, DNS, the service said
+    /// "busy, same key in flight"). The lease is given back and the operation stays
+    /// accepted, to be worked again: `DOWNSTREAM_UNAVAILABLE`.
+    #[error("the request was not sent: {reason}")]
+    NotSent {
+        /// For logs.
+        reason: String,
+    },
+    /// The downstream refused the request definitively ("card declined"): nothing
+    /// happened and nothing will. The operation and its event become `failed` with the
+    /// reason, and every later read answers `DOWNSTREAM_REFUSED`.
+    #[error("the request was refused: {reason}")]
+    Refused {
+        /// The downstream's reason, kept (bounded to 512 bytes) with the operation.
+        reason: String,
+    },
+    /// The request may have been carried out (a timeout after sending, a reset, a 5xx):
+    /// `OUTCOME_UNKNOWN`, settled only by a status query.
+    #[error("the outcome is unknown: {reason}")]
+    Unknown {
+        /// For logs.
+        reason: String,
+    },
+    /// The downstream holds a different request under this request's ref: it is not
+    /// idempotent on the scope it was handed, and nothing may retry this under another
+    /// key (`STORE_CONTRACT_VIOLATION`).
+    #[error("the downstream holds a different request under this ref")]
+    Conflict,
+}
+
+/// What a status lookup learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The effect happened: here is its receipt.
+    Done(DownstreamReceipt),
+    /// The downstream refused this request definitively.
+    Refused {
+        /// The downstream's reason.
+        reason: String,
+    },
+    /// The downstream has no record of the request.
+    NotFound,
+}
+
 /// A system that performs side effects, idempotently per `downstream_request_ref`.
 pub trait Downstream {
+    /// Who this is: recorded with every intent it is to perform.
+    fn identity(&self) -> &DownstreamIdentity;
+
     /// Performs `request` (or, if this ref was seen, returns the first receipt).
     ///
     /// # Errors
     ///
-    /// When the downstream fails or refuses; the caller keeps the outcome unknown.
+    /// [`DownstreamError`], saying whether the request was not sent, refused, or may
+    /// have been carried out.
     fn execute(
         &mut self,
         request: &DownstreamRequest,
         now: Now,
-    ) -> Result<DownstreamReceipt, StoreError>;
+    ) -> Result<DownstreamReceipt, DownstreamError>;
 
-    /// The receipt for `downstream_request_ref`, if the side effect happened.
+    /// What became of `request`, by its ref.
     ///
     /// # Errors
     ///
-    /// When the downstream cannot be asked.
-    fn lookup(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError>;
+    /// [`DownstreamError`] when the downstream cannot be asked; the outcome stays
+    /// unknown.
+    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError>;
 }
 
-/// The offline stand-in for a refund API, on its own store connection.
+/// The offline simulation of a refund API, on its own store connection. It only
+/// refunds orders: any other tool is refused.
 #[derive(Debug)]
 pub struct StandIn<S> {
     store: S,
+    identity: DownstreamIdentity,
 }
 
 impl<S: LedgerStore> StandIn<S> {
     /// A stand-in committing into `store` (its own connection to the ledger's file).
     pub fn new(store: S) -> StandIn<S> {
-        StandIn { store }
+        let identity = DownstreamIdentity::new(STAND_IN_NAME, STAND_IN_REVISION)
+            .unwrap_or_else(|_| unreachable!("the stand-in's identity is well formed"));
+        StandIn { store, identity }
     }
 }
 
+/// A store failure in the stand-in's own commit may have come before or after its
+/// commit: the outcome is unknown, never "not sent".
+fn unknown(err: StoreError) -> DownstreamError {
+    DownstreamError::Unknown { reason: err.to_string() }
+}
+
 impl<S: LedgerStore> Downstream for StandIn<S> {
+    fn identity(&self) -> &DownstreamIdentity {
+        &self.identity
+    }
+
     fn execute(
         &mut self,
         request: &DownstreamRequest,
         now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
+    ) -> Result<DownstreamReceipt, DownstreamError> {
         if request.tool_name != "refund_order" {
-            return Err(StoreError::ContractViolation("the stand-in only refunds orders"));
+            return Err(DownstreamError::Refused {
+                reason: "the stand-in only refunds orders".to_owned(),
+            });
         }
         let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
-        let output = json!({
+        let receipt = request.receipt(json!({
             "refund_id": refund_id(&request.downstream_request_ref),
             "order_id": field("order_id"),
             "amount_minor": field("amount_minor"),
             "currency": field("currency"),
             "status": "refunded",
-        });
-        let receipt = downstream_receipt(
-            &request.downstream_request_ref,
-            &request.request_sha256,
-            &request.tool_name,
-            &request.output_revision,
-            &output,
-        );
-        let receipt_ref = downstream_receipt_ref(&receipt);
-        let stored = self.store.record_downstream_receipt(
-            &DownstreamReceipt {
-                downstream_request_ref: request.downstream_request_ref.clone(),
-                request_sha256: request.request_sha256.clone(),
-                receipt,
-                receipt_ref,
-            },
-            now,
-        )?;
+        }));
+        let stored = self.store.record_downstream_receipt(&receipt, now).map_err(unknown)?;
         if stored.request_sha256 != request.request_sha256 {
-            return Err(StoreError::ContractViolation(
-                "the downstream holds a different request under this ref",
-            ));
+            return Err(DownstreamError::Conflict);
         }
         Ok(stored)
     }
 
-    fn lookup(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.store.downstream_receipt(downstream_request_ref)
+    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        match self.store.downstream_receipt(&request.downstream_request_ref).map_err(unknown)? {
+            Some(receipt) => Ok(Lookup::Done(receipt)),
+            None => Ok(Lookup::NotFound),
+        }
+    }
+}
+
+/// A recovery drill: the [`Downstream`] a command stops "as a crash would", right after
+/// a commit, so recovery can be proven. Armed for one call at a time.
+pub mod drill {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use toolledger_contract::DownstreamIdentity;
+    use toolledger_store::{DownstreamReceipt, Now};
+
+    use super::{Downstream, DownstreamError, DownstreamRequest, Lookup};
+
+    /// Where the next call stops. (Stopping right after commit A needs no drill: that
+    /// is [`Engine::enqueue`](crate::Engine::enqueue).)
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FailurePoint {
+        /// After the claim: the event is processing under a live lease, nothing sent.
+        AfterClaim,
+        /// After the downstream's commit: the effect happened, no local receipt.
+        AfterDownstreamCommit,
+    }
+
+    impl FailurePoint {
+        /// `after_claim` or `after_downstream_commit`.
+        pub fn as_str(self) -> &'static str {
+            match self {
+                FailurePoint::AfterClaim => "after_claim",
+                FailurePoint::AfterDownstreamCommit => "after_downstream_commit",
+            }
+        }
+    }
+
+    /// Arms an [`Interrupt`] for its next execution.
+    #[derive(Debug, Clone, Default)]
+    pub struct Switch(Arc<Mutex<Option<FailurePoint>>>);
+
+    impl Switch {
+        /// The next execution stops at `point`; later ones run normally.
+        pub fn arm(&self, point: FailurePoint) {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(point);
+        }
+
+        fn take(&self) -> Option<FailurePoint> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+        }
+    }
+
+    /// A downstream that, when armed, answers "unknown" as a process killed at the
+    /// point would leave things: after the claim without sending, or after the inner
+    /// downstream's commit without its receipt.
+    #[derive(Debug)]
+    pub struct Interrupt<D> {
+        inner: D,
+        switch: Switch,
+    }
+
+    impl<D: Downstream> Interrupt<D> {
+        /// `inner`, interrupted when `switch` is armed.
+        pub fn new(inner: D, switch: Switch) -> Interrupt<D> {
+            Interrupt { inner, switch }
+        }
+
+        /// The switch that arms it.
+        pub fn switch(&self) -> &Switch {
+            &self.switch
+        }
+    }
+
+    impl<D: Downstream> Downstream for Interrupt<D> {
+        fn identity(&self) -> &DownstreamIdentity {
+            self.inner.identity()
+        }
+
+        fn execute(
+            &mut self,
+            request: &DownstreamRequest,
+            now: Now,
+        ) -> Result<DownstreamReceipt, DownstreamError> {
+            let interrupted = || DownstreamError::Unknown { reason: "a recovery drill".to_owned() };
+            match self.switch.take() {
+                Some(FailurePoint::AfterClaim) => Err(interrupted()),
+                Some(FailurePoint::AfterDownstreamCommit) => {
+                    self.inner.execute(request, now)?;
+                    Err(interrupted())
+                }
+                None => self.inner.execute(request, now),
+            }
+        }
+
+        fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+            self.inner.lookup(request)
+        }
     }
 }

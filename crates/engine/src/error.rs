@@ -1,25 +1,29 @@
-//! The engine's error type: the exit-2 failures. BLOCK answers are not errors.
+//! The engine's error type: failures that are not business answers. BLOCK answers are
+//! not errors.
 
-use toolledger_contract::ContractError;
+use toolledger_contract::{ErrorCode, ResolverError};
 use toolledger_store::StoreError;
 
-/// A failure that is not a business answer: the claims source or the store failed.
+/// A failure that is not a business answer: the principal resolver or the store failed.
+/// Once an intent is accepted in a call, the engine answers `OUTCOME_UNKNOWN` instead
+/// of returning one of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
-    /// The principal resolver failed (claims file unreadable or invalid).
+    /// The principal resolver failed.
     #[error(transparent)]
-    Contract(#[from] ContractError),
+    Resolver(#[from] ResolverError),
     /// The store failed or holds data that contradicts itself.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 impl EngineError {
-    /// The stable code the CLI prints.
-    pub fn code(&self) -> &'static str {
+    /// The stable code: the resolver's are the command line's claims codes.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            EngineError::Contract(err) => err.code(),
+            EngineError::Resolver(ResolverError::Invalid(_)) => ErrorCode::ClaimsInvalid,
+            EngineError::Resolver(_) => ErrorCode::ClaimsIoError,
             EngineError::Store(err) => err.code(),
         }
     }

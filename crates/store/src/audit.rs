@@ -9,7 +9,7 @@
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::{
-    AuditFinding, AuditReport, StoreError,
+    AuditFinding, AuditReport, STAND_IN_NAME, STAND_IN_REVISION, StoreError,
     error::sqlite,
     schema::{expected_schema, schema_rows},
     sqlite::{OPERATION_COLUMNS, OPERATION_FROM, raw_operation},
@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The checks, in the order they are reported.
-pub const CHECKS: [&str; 14] = [
+pub const CHECKS: [&str; 15] = [
     "integrity_check",
     "foreign_key_check",
     "journal_mode_wal",
@@ -32,11 +32,20 @@ pub const CHECKS: [&str; 14] = [
     "call_identities_bound",
     "downstream_receipts_have_operation",
     "local_receipts_have_downstream_receipt",
+    "operations_quarantined",
 ];
 
 /// The tables counted, in the order they are reported.
-pub const TABLES: [&str; 6] =
-    ["meta", "operations", "outbox", "downstream_receipts", "local_receipts", "call_identities"];
+pub const TABLES: [&str; 8] = [
+    "meta",
+    "operations",
+    "outbox",
+    "downstream_receipts",
+    "local_receipts",
+    "terminal_outcomes",
+    "call_identities",
+    "migrations",
+];
 
 /// Operations whose dispatch call identity is missing, doubled, or does not name the
 /// operation's own first call.
@@ -52,11 +61,17 @@ const UNBOUND_CALLS: &str = "SELECT o.status_ref FROM call_identities c LEFT JOI
      WHERE o.id IS NULL OR c.purpose NOT IN ('dispatch', 'query_status') ORDER BY c.id";
 
 /// Local receipts whose downstream receipt is gone or differs: the evidence a
-/// succeeded operation rests on.
+/// succeeded operation rests on. The table is the stand-in's own storage, so an
+/// operation of another downstream is held to it only when a receipt is there.
 const RECEIPTS_WITHOUT_EVIDENCE: &str = "SELECT o.status_ref FROM local_receipts l JOIN operations o ON o.id = l.op_id \
      LEFT JOIN downstream_receipts d ON d.downstream_request_ref = l.downstream_request_ref \
-     WHERE d.downstream_request_ref IS NULL OR d.receipt_ref <> l.receipt_ref OR d.receipt_json <> l.receipt_json \
+     WHERE (d.downstream_request_ref IS NULL AND o.downstream_name = ?1 AND o.downstream_revision = ?2) \
+     OR d.receipt_ref <> l.receipt_ref OR d.receipt_json <> l.receipt_json \
      ORDER BY o.id";
+
+/// Quarantined operations: each needs a person.
+const QUARANTINED: &str =
+    "SELECT status_ref FROM operations WHERE status = 'quarantined' ORDER BY id";
 
 /// Collects findings; a check that could not run at all is a finding without a ref.
 #[derive(Default)]
@@ -81,8 +96,17 @@ impl Findings {
 }
 
 fn strings(tx: &Connection, sql: &str) -> Result<Vec<Option<String>>, StoreError> {
+    strings_with(tx, sql, &[])
+}
+
+fn strings_with(
+    tx: &Connection,
+    sql: &str,
+    params: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<Option<String>>, StoreError> {
     let mut statement = tx.prepare(sql).map_err(sqlite)?;
-    let rows = statement.query_map([], |row| row.get::<_, Option<String>>(0)).map_err(sqlite)?;
+    let rows =
+        statement.query_map(params, |row| row.get::<_, Option<String>>(0)).map_err(sqlite)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(sqlite)
 }
 
@@ -188,12 +212,15 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
              ON o.downstream_request_ref = d.downstream_request_ref WHERE d.request_sha256 <> o.request_sha256 ORDER BY d.rowid",
         ),
     );
-    findings
-        .refs("local_receipts_have_downstream_receipt", strings(&tx, RECEIPTS_WITHOUT_EVIDENCE));
+    findings.refs(
+        "local_receipts_have_downstream_receipt",
+        strings_with(&tx, RECEIPTS_WITHOUT_EVIDENCE, &[&STAND_IN_NAME, &STAND_IN_REVISION]),
+    );
+    findings.refs("operations_quarantined", strings(&tx, QUARANTINED));
     let unreconciled = strings(
         &tx,
         "SELECT d.receipt_ref FROM downstream_receipts d JOIN operations o \
-         ON o.downstream_request_ref = d.downstream_request_ref WHERE o.status <> 'succeeded' ORDER BY d.rowid",
+         ON o.downstream_request_ref = d.downstream_request_ref WHERE o.status IN ('pending', 'processing') ORDER BY d.rowid",
     )
     .unwrap_or_default()
     .into_iter()

@@ -1,18 +1,37 @@
 //! The store's error type.
 
+use std::sync::Arc;
+
+use toolledger_contract::ErrorCode;
+
 /// Why a store operation failed. Messages never carry a path, SQL, OS error text or a
-/// stored value.
+/// stored value; the underlying error, where there is one, is kept as the error's
+/// [`source`](std::error::Error::source) for logs and `Debug`, never in its message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// SQLite refused or failed (not a database, I/O, a constraint, an injected trigger,
     /// a full disk, a journal mode that is not WAL).
-    #[error("sqlite failed: {0}")]
-    Sqlite(&'static str),
+    #[error("sqlite failed: {what}")]
+    Sqlite {
+        /// What failed, in fixed words.
+        what: &'static str,
+        /// SQLite's own error, for logs.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The file is SQLite but not a toolledger store of this version. It was not
     /// touched.
-    #[error("the file is not a toolledger-store-v1 store")]
+    #[error("the file is not a toolledger-store-v2 store")]
     SchemaUnsupported,
+    /// The file is an older toolledger store. It was not touched; `migrate` upgrades it.
+    #[error(
+        "the file is a toolledger store of schema version {version}: upgrade it with `toolledger migrate` (a backup is made first)"
+    )]
+    SchemaOutdated {
+        /// Its `user_version`.
+        version: i64,
+    },
     /// A stored row contradicts itself: JSON not canonical, a digest that does not
     /// recompute, a receipt not bound to its operation.
     #[error("stored data violates the contract: {0}")]
@@ -27,18 +46,57 @@ pub enum StoreError {
     /// Nothing was written by the refused step.
     #[error("the store stayed locked by another connection for longer than the wait bound")]
     Busy,
+    /// Something the store relies on between two of its own statements did not hold
+    /// (a row deleted by hand under a running command).
+    #[error("the store's state changed under it: {0}")]
+    Internal(&'static str),
 }
 
 impl StoreError {
-    /// The stable code the CLI prints: `SQLITE_ERROR`, `SCHEMA_UNSUPPORTED`,
-    /// `STORE_CONTRACT_VIOLATION` or `STORE_BUSY`.
-    pub fn code(&self) -> &'static str {
+    /// A failure described by `what`, with no underlying error.
+    pub fn failed(what: &'static str) -> StoreError {
+        StoreError::Sqlite { what, cause: None }
+    }
+
+    /// The stable code: `SQLITE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`
+    /// or `STORE_BUSY`.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            StoreError::Sqlite(_) | StoreError::Missing | StoreError::Corrupt => "SQLITE_ERROR",
-            StoreError::SchemaUnsupported => "SCHEMA_UNSUPPORTED",
-            StoreError::ContractViolation(_) => "STORE_CONTRACT_VIOLATION",
-            StoreError::Busy => "STORE_BUSY",
+            StoreError::Sqlite { .. }
+            | StoreError::Missing
+            | StoreError::Corrupt
+            | StoreError::Internal(_) => ErrorCode::SqliteError,
+            StoreError::SchemaUnsupported | StoreError::SchemaOutdated { .. } => {
+                ErrorCode::SchemaUnsupported
+            }
+            StoreError::ContractViolation(_) => ErrorCode::StoreContractViolation,
+            StoreError::Busy => ErrorCode::StoreBusy,
         }
+    }
+}
+
+/// The error beneath a [`StoreError`], shared so the error stays cheap to clone. Two
+/// causes are equal only when they are the same error.
+#[derive(Debug, Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Cause) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Cause {}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 
@@ -70,5 +128,5 @@ pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
         }
         _ => "a SQLite error",
     };
-    StoreError::Sqlite(what)
+    StoreError::Sqlite { what, cause: Some(Cause(Arc::new(err))) }
 }

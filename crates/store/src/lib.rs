@@ -23,25 +23,34 @@
 mod audit;
 mod error;
 mod gate;
+mod migrate;
 mod model;
 mod schema;
 mod sqlite;
 mod verify;
 
+use serde_json::Value;
 use toolledger_contract::{Identifier, LeaseSeconds, Scope, StatusRef};
 
 pub use crate::{
     audit::{CHECKS, TABLES},
-    error::StoreError,
+    error::{Cause, StoreError},
+    migrate::{Migrated, migrate},
     model::{
         AuditFinding, AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt,
         Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-        OutboxEvent, RecordedCall, Reservation,
+        OutboxEvent, RecordedCall, Reservation, TerminalOutcome,
     },
     schema::{DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_ID, USER_VERSION, Waits},
     sqlite::SqliteStore,
     verify::approval_binding,
 };
+
+/// The name of the command line's simulated downstream, whose receipts live in this
+/// store's `downstream_receipts` table.
+pub const STAND_IN_NAME: &str = "toolledger-stand-in";
+/// The revision of the simulated downstream.
+pub const STAND_IN_REVISION: &str = "1";
 
 /// The engine↔store boundary. Every method is one transaction (or one read); none holds
 /// a transaction open across calls.
@@ -154,6 +163,52 @@ pub trait LedgerStore {
         status_ref: &StatusRef,
         by: &Finalizer,
         receipt: &LocalReceipt,
+        now: Now,
+    ) -> Result<Finalize, StoreError>;
+
+    /// Commit C of a definite refusal: the operation and its event become `failed`,
+    /// with the downstream's `reason`, under the same conditions as
+    /// [`finalize`](LedgerStore::finalize).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
+    fn fail(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError>;
+
+    /// Commit C of a receipt that broke the output contract after the effect: the
+    /// operation and its event become `quarantined`, the receipt kept with the `reason`,
+    /// under the same conditions as [`finalize`](LedgerStore::finalize).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
+    fn quarantine(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &Value,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError>;
+
+    /// Gives a lease back after a request that was certainly not sent: the event and
+    /// the operation are `pending` again (the attempt stays counted), conditional on
+    /// `owner` still holding the lease at `attempt`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn release(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        attempt: i64,
         now: Now,
     ) -> Result<Finalize, StoreError>;
 

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, Identifier, ProviderProfile, Purpose, Revisions, Scope, Sha256Hex, StatusRef,
-    UnixSeconds,
+    Approval, DownstreamIdentity, Identifier, ProviderProfile, Purpose, Revisions, Scope,
+    Sha256Hex, StatusRef, UnixSeconds,
 };
 
 /// An operation's place in its lifecycle.
@@ -15,15 +15,22 @@ pub enum OperationStatus {
     Processing,
     /// Commit C: a local receipt exists.
     Succeeded,
+    /// The downstream refused the request definitively: nothing happened. Terminal.
+    Failed,
+    /// The downstream's receipt broke the output contract after the effect: kept for
+    /// review. Terminal.
+    Quarantined,
 }
 
 impl OperationStatus {
-    /// `pending`, `processing` or `succeeded`.
+    /// `pending`, `processing`, `succeeded`, `failed` or `quarantined`.
     pub fn as_str(self) -> &'static str {
         match self {
             OperationStatus::Pending => "pending",
             OperationStatus::Processing => "processing",
             OperationStatus::Succeeded => "succeeded",
+            OperationStatus::Failed => "failed",
+            OperationStatus::Quarantined => "quarantined",
         }
     }
 
@@ -32,15 +39,42 @@ impl OperationStatus {
             "pending" => Some(OperationStatus::Pending),
             "processing" => Some(OperationStatus::Processing),
             "succeeded" => Some(OperationStatus::Succeeded),
+            "failed" => Some(OperationStatus::Failed),
+            "quarantined" => Some(OperationStatus::Quarantined),
             _ => None,
         }
     }
+
+    /// Whether nothing more will happen to it: succeeded, failed or quarantined.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            OperationStatus::Succeeded | OperationStatus::Failed | OperationStatus::Quarantined
+        )
+    }
+}
+
+/// How an operation ended when it did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalOutcome {
+    /// The downstream refused the request definitively.
+    Failed {
+        /// The downstream's reason, as it gave it (bounded, never shown to the model).
+        reason: String,
+    },
+    /// The downstream's receipt broke the tool's output contract after the effect.
+    Quarantined {
+        /// Which rule the receipt broke.
+        reason: String,
+        /// The receipt, kept as the downstream sent it, for a person to review.
+        receipt: Value,
+    },
 }
 
 /// The outbox event of an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {
-    /// `pending`, `processing` or `delivered`.
+    /// `pending`, `processing`, `delivered`, `failed` or `quarantined`.
     pub state: String,
     /// The worker holding (or last holding) the lease.
     pub lease_owner: Option<String>,
@@ -71,8 +105,10 @@ pub struct NewOperation {
     pub provider_call_id: Identifier,
     /// The host's operation id.
     pub operation_id: Identifier,
-    /// The approval consumed by accepting it.
-    pub approval: Approval,
+    /// The approval consumed by accepting it, when the tool's policy needed one.
+    pub approval: Option<Approval>,
+    /// The downstream that performs its effect: only this one may work it.
+    pub downstream: DownstreamIdentity,
 }
 
 /// An operation as stored, verified on the way out (canonical JSON, every digest
@@ -89,6 +125,8 @@ pub struct Operation {
     pub outbox: OutboxEvent,
     /// Its local receipt (commit C), verified against it.
     pub receipt: Option<LocalReceipt>,
+    /// How it ended, when it failed or was quarantined.
+    pub outcome: Option<TerminalOutcome>,
     /// When it was accepted.
     pub created_at: i64,
 }
@@ -121,8 +159,8 @@ pub enum Claim {
     },
     /// Someone else holds an unexpired lease.
     LeaseHeld,
-    /// The event was already delivered.
-    Delivered,
+    /// The operation has ended: delivered, failed or quarantined.
+    Final,
     /// No such operation.
     Missing,
 }
@@ -153,10 +191,11 @@ impl Finalizer {
 /// The outcome of commit C.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finalize {
-    /// Local receipt written, operation succeeded, outbox delivered: one transaction.
+    /// The outcome written (a local receipt and `succeeded`, or a terminal outcome), the
+    /// outbox event ended with it: one transaction.
     Finalized,
-    /// The operation had already succeeded: nothing written.
-    AlreadySucceeded,
+    /// The operation had already ended: nothing written.
+    AlreadyFinal,
     /// The caller's lease was reclaimed by another worker: nothing written.
     LeaseLost,
 }

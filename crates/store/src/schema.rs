@@ -15,17 +15,21 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use crate::{StoreError, error::sqlite};
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v1";
+pub const SCHEMA_ID: &str = "toolledger-store-v2";
 /// The `PRAGMA user_version` of this schema.
-pub const USER_VERSION: i64 = 1;
+pub const USER_VERSION: i64 = 2;
 
-/// The whole schema, created in one transaction.
-pub(crate) const DDL: &str = r#"
+/// The `meta` table: the same in every version.
+pub(crate) const META_DDL: &str = r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) STRICT;
+"#;
 
+/// Every other table and index of `toolledger-store-v2`. Migrations create exactly
+/// these, so a migrated store and a new one have byte-identical schemas.
+pub(crate) const TABLES_DDL: &str = r#"
 CREATE TABLE operations (
     id                     INTEGER PRIMARY KEY,
     tenant_id              TEXT NOT NULL CHECK (length(tenant_id) BETWEEN 1 AND 128),
@@ -48,27 +52,31 @@ CREATE TABLE operations (
     provider_response_id   TEXT NOT NULL,
     provider_call_id       TEXT NOT NULL,
     operation_id           TEXT NOT NULL,
-    approval_id            TEXT NOT NULL,
-    approver_id            TEXT NOT NULL,
-    approval_sha256        TEXT NOT NULL CHECK (length(approval_sha256) = 64),
-    approved_at            INTEGER NOT NULL CHECK (approved_at BETWEEN 0 AND 253402300799),
-    approval_expires_at    INTEGER NOT NULL CHECK (approval_expires_at BETWEEN 0 AND 253402300799),
-    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded')),
+    approval_id            TEXT,
+    approver_id            TEXT,
+    approval_sha256        TEXT CHECK (approval_sha256 IS NULL OR length(approval_sha256) = 64),
+    approved_at            INTEGER CHECK (approved_at IS NULL OR approved_at BETWEEN 0 AND 253402300799),
+    approval_expires_at    INTEGER CHECK (approval_expires_at IS NULL OR approval_expires_at BETWEEN 0 AND 253402300799),
+    downstream_name        TEXT NOT NULL CHECK (length(downstream_name) BETWEEN 1 AND 128),
+    downstream_revision    TEXT NOT NULL CHECK (length(downstream_revision) BETWEEN 1 AND 128),
+    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded', 'failed', 'quarantined')),
     created_at             INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     updated_at             INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
-    CHECK (approved_at < approval_expires_at),
+    CHECK ((approval_id IS NULL) = (approver_id IS NULL) AND (approval_id IS NULL) = (approval_sha256 IS NULL)
+           AND (approval_id IS NULL) = (approved_at IS NULL) AND (approval_id IS NULL) = (approval_expires_at IS NULL)),
+    CHECK (approved_at IS NULL OR approved_at < approval_expires_at),
     UNIQUE (tenant_id, subject_id, tool_name, idempotency_key)
 ) STRICT;
 
 CREATE TABLE outbox (
     op_id         INTEGER PRIMARY KEY REFERENCES operations (id),
-    state         TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered')),
+    state         TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered', 'failed', 'quarantined')),
     lease_owner   TEXT CHECK (lease_owner IS NULL OR length(lease_owner) BETWEEN 1 AND 128),
     lease_until   INTEGER CHECK (lease_until IS NULL OR lease_until BETWEEN 0 AND 253402300799),
     attempt_count INTEGER NOT NULL CHECK (attempt_count >= 0),
     created_at    INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     updated_at    INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
-    CHECK (state <> 'pending' OR (lease_owner IS NULL AND lease_until IS NULL AND attempt_count = 0)),
+    CHECK (state <> 'pending' OR (lease_owner IS NULL AND lease_until IS NULL)),
     CHECK (state <> 'processing' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL AND attempt_count > 0))
 ) STRICT;
 
@@ -91,6 +99,16 @@ CREATE TABLE local_receipts (
     created_at             INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
 ) STRICT;
 
+CREATE TABLE terminal_outcomes (
+    op_id        INTEGER PRIMARY KEY REFERENCES operations (id),
+    kind         TEXT NOT NULL CHECK (kind IN ('failed', 'quarantined')),
+    reason       TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
+    receipt_json TEXT CHECK (receipt_json IS NULL OR json_valid(receipt_json)),
+    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    created_at   INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    CHECK ((kind = 'quarantined') = (receipt_json IS NOT NULL))
+) STRICT;
+
 CREATE TABLE call_identities (
     id                   INTEGER PRIMARY KEY,
     provider             TEXT NOT NULL,
@@ -106,16 +124,29 @@ CREATE TABLE call_identities (
 
 CREATE INDEX call_identities_op ON call_identities (op_id);
 
-INSERT INTO meta (key, value) VALUES ('schema_id', 'toolledger-store-v1');
-PRAGMA user_version = 1;
+CREATE TABLE migrations (
+    version     INTEGER PRIMARY KEY,
+    from_schema TEXT NOT NULL,
+    to_schema   TEXT NOT NULL,
+    started_at  INTEGER NOT NULL CHECK (started_at BETWEEN 0 AND 253402300799),
+    finished_at INTEGER NOT NULL CHECK (finished_at BETWEEN 0 AND 253402300799)
+) STRICT;
 "#;
+
+/// What a new store is made of, in one transaction.
+fn new_store_ddl() -> String {
+    format!(
+        "{META_DDL}{TABLES_DDL}\nINSERT INTO meta (key, value) VALUES ('schema_id', '{SCHEMA_ID}');\n\
+         PRAGMA user_version = {USER_VERSION};\n"
+    )
+}
 
 /// What a file holds, judged without writing to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Contents {
     /// No tables and `user_version` 0: a new or empty file, to initialise.
     Empty,
-    /// A toolledger-store-v1 store whose schema is exactly the expected DDL.
+    /// A store of this version whose schema is exactly the expected DDL.
     Store,
     /// It says it is a toolledger-store-v1 store (`meta`, `user_version`), but its
     /// tables, indexes or triggers differ from the expected DDL. Only the audit reads
@@ -139,13 +170,13 @@ pub(crate) fn schema_rows(conn: &Connection) -> Result<Vec<SchemaRow>, StoreErro
     rows.collect::<Result<Vec<_>, _>>().map_err(sqlite)
 }
 
-/// The schema rows [`DDL`] makes, built once per process in a private in-memory
+/// The schema rows a new store's DDL makes, built once per process in a private in-memory
 /// database: the reference every file is compared with, byte for byte.
 pub(crate) fn expected_schema() -> &'static [SchemaRow] {
     static EXPECTED: OnceLock<Vec<SchemaRow>> = OnceLock::new();
     EXPECTED.get_or_init(|| {
         Connection::open_in_memory()
-            .and_then(|conn| conn.execute_batch(DDL).map(|()| conn))
+            .and_then(|conn| conn.execute_batch(&new_store_ddl()).map(|()| conn))
             .map_err(sqlite)
             .and_then(|conn| schema_rows(&conn))
             // Creating the DDL in memory cannot fail unless SQLite itself is broken;
@@ -154,7 +185,7 @@ pub(crate) fn expected_schema() -> &'static [SchemaRow] {
     })
 }
 
-fn classify(conn: &Connection) -> Result<Contents, StoreError> {
+pub(crate) fn classify(conn: &Connection) -> Result<Contents, StoreError> {
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))
         .map_err(sqlite)?;
@@ -170,14 +201,18 @@ fn classify(conn: &Connection) -> Result<Contents, StoreError> {
             |row| row.get(0),
         )
         .map_err(sqlite)?;
-    if has_meta == 0 || user_version != USER_VERSION {
+    if has_meta == 0 {
         return Err(StoreError::SchemaUnsupported);
     }
     let schema_id: Option<String> = conn
         .query_row("SELECT value FROM meta WHERE key = 'schema_id'", [], |row| row.get(0))
         .optional()
         .map_err(|_| StoreError::SchemaUnsupported)?;
-    if schema_id.as_deref() != Some(SCHEMA_ID) {
+    // An older store of this product: never used as it is, upgraded only by `migrate`.
+    if let Some(version) = crate::migrate::older_version(schema_id.as_deref(), user_version) {
+        return Err(StoreError::SchemaOutdated { version });
+    }
+    if schema_id.as_deref() != Some(SCHEMA_ID) || user_version != USER_VERSION {
         return Err(StoreError::SchemaUnsupported);
     }
     if schema_rows(conn)? == expected_schema() {
@@ -198,7 +233,7 @@ fn connection_pragmas(conn: &Connection, busy_timeout: Duration) -> Result<(), S
     let timeout: i64 =
         conn.query_row("PRAGMA busy_timeout", [], |row| row.get(0)).map_err(sqlite)?;
     if synchronous != 2 || foreign_keys != 1 || timeout != millis(busy_timeout) {
-        return Err(StoreError::Sqlite("a connection pragma did not take effect"));
+        return Err(StoreError::failed("a connection pragma did not take effect"));
     }
     Ok(())
 }
@@ -213,7 +248,7 @@ fn raw_open(path: &Path, create: bool, busy_timeout: Duration) -> Result<Connect
     // regular file (or none yet, when creating) can be a store.
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => {
-            return Err(StoreError::Sqlite("the database path is not a regular file"));
+            return Err(StoreError::failed("the database path is not a regular file"));
         }
         Ok(_) => {}
         Err(_) if create => {}
@@ -278,7 +313,7 @@ fn try_open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreErro
     let mode: String =
         conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(sqlite)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Sqlite("the database cannot use WAL journal mode"));
+        return Err(StoreError::failed("the database cannot use WAL journal mode"));
     }
     connection_pragmas(&conn, busy_timeout)?;
     if contents == Contents::Empty {
@@ -286,7 +321,7 @@ fn try_open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreErro
         // Several processes may race to here; the first creates, the rest find a store.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
         match classify(&tx)? {
-            Contents::Empty => tx.execute_batch(DDL).map_err(sqlite)?,
+            Contents::Empty => tx.execute_batch(&new_store_ddl()).map_err(sqlite)?,
             Contents::Store => {}
             Contents::Damaged => return Err(StoreError::SchemaUnsupported),
         }

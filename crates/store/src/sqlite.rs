@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde_json::Value;
 use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
 use toolledger_json::canonicalize;
 
@@ -17,7 +18,7 @@ use crate::{
     error::sqlite,
     gate::{Entered, Gate},
     schema::{self, Waits},
-    verify::{self, RawLocal, RawOperation},
+    verify::{self, RawLocal, RawOperation, RawOutcome},
 };
 
 // The hot statements, named so `statement_plans` can show each one's query plan.
@@ -28,9 +29,10 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, t
                  downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
                  effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
                  adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
-                 approval_sha256, approved_at, approval_expires_at, status, created_at, updated_at) \
+                 approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status, \
+                 created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, \
-                 ?21, ?22, ?23, ?24, ?25, 'pending', ?26, ?26) \
+                 ?21, ?22, ?23, ?24, ?25, ?27, ?28, 'pending', ?26, ?26) \
                  ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) \
              VALUES (?1, 'pending', NULL, NULL, 0, ?2, ?2)";
@@ -49,14 +51,23 @@ const MARK_PROCESSING: &str =
 const INSERT_DOWNSTREAM: &str = "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, \
              created_at) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (downstream_request_ref) DO NOTHING";
 const SELECT_DOWNSTREAM: &str = "SELECT request_sha256, receipt_ref, receipt_json FROM downstream_receipts WHERE downstream_request_ref = ?1";
-const FINALIZE: &str = "UPDATE outbox SET state = 'delivered', updated_at = ?4 \
-                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1 AND status <> 'succeeded') \
+const FINALIZE: &str = "UPDATE outbox SET state = ?5, updated_at = ?4 \
+                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1 \
+                 AND status NOT IN ('succeeded', 'failed', 'quarantined')) \
                  AND (?2 IS NULL OR (state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3)) \
                  RETURNING op_id";
+const INSERT_OUTCOME: &str = "INSERT INTO terminal_outcomes (op_id, kind, reason, receipt_json, finalized_by, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const MARK_ENDED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1 \
+             AND status NOT IN ('succeeded', 'failed', 'quarantined')";
+const RELEASE: &str = "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
+                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
+                 AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
+const MARK_PENDING: &str =
+    "UPDATE operations SET status = 'pending', updated_at = ?2 WHERE id = ?1";
 const SELECT_STATUS: &str = "SELECT status FROM operations WHERE status_ref = ?1";
 const INSERT_LOCAL_RECEIPT: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, \
              result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-const MARK_SUCCEEDED: &str = "UPDATE operations SET status = 'succeeded', updated_at = ?2 WHERE id = ?1 AND status <> 'succeeded'";
 const SELECT_OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = ?1";
 
 const BY_SCOPE: &str =
@@ -76,6 +87,7 @@ fn dispatch_lookup_sql() -> String {
          FROM (SELECT 1) \
          LEFT JOIN operations o ON {} \
          LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
+         LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
          LEFT JOIN call_identities c ON c.provider = ?5 AND c.api_family = ?6 AND c.provider_response_id = ?7 \
          AND c.provider_call_id = ?8 LEFT JOIN operations co ON co.id = c.op_id",
         BY_SCOPE
@@ -100,7 +112,10 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("C: deliver", FINALIZE.to_owned()),
         ("C: operation status", SELECT_STATUS.to_owned()),
         ("C: insert local receipt", INSERT_LOCAL_RECEIPT.to_owned()),
-        ("C: mark succeeded", MARK_SUCCEEDED.to_owned()),
+        ("C: insert terminal outcome", INSERT_OUTCOME.to_owned()),
+        ("C: mark ended", MARK_ENDED.to_owned()),
+        ("release: outbox", RELEASE.to_owned()),
+        ("release: mark pending", MARK_PENDING.to_owned()),
         ("status query: operation id", SELECT_OPERATION_ID.to_owned()),
     ]
 }
@@ -244,14 +259,16 @@ pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_na
     o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
     b.state, b.lease_owner, b.lease_until, b.attempt_count, \
-    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by";
+    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
+    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by";
 
 /// How many columns [`OPERATION_COLUMNS`] has: dispatch's lookup reads its own after them.
-const OPERATION_WIDTH: usize = 37;
+const OPERATION_WIDTH: usize = 43;
 
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt. One statement, one read transaction.
-pub(crate) const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id";
+pub(crate) const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id \
+    LEFT JOIN local_receipts l ON l.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id";
 
 pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
     Ok(RawOperation {
@@ -296,6 +313,16 @@ pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
                 result_sha256: row.get(34)?,
                 downstream_request_ref: row.get(35)?,
                 finalized_by: row.get(36)?,
+            }),
+            None => None,
+        },
+        downstream: (row.get(37)?, row.get(38)?),
+        outcome: match row.get::<_, Option<String>>(39)? {
+            Some(kind) => Some(RawOutcome {
+                kind,
+                reason: row.get(40)?,
+                receipt_json: row.get(41)?,
+                finalized_by: row.get(42)?,
             }),
             None => None,
         },
@@ -435,6 +462,127 @@ fn downstream_receipt(
         .transpose()?)
 }
 
+/// How an operation ends, in commit C.
+enum Ending<'a> {
+    Succeeded(&'a LocalReceipt),
+    Failed(&'a str),
+    Quarantined(&'a Value, &'a str),
+}
+
+/// An operation's status, read inside a transaction.
+fn status_of(
+    tx: &Transaction<'_>,
+    status_ref: &StatusRef,
+) -> Result<Option<OperationStatus>, StoreError> {
+    let status: Option<String> = tx
+        .prepare_cached(SELECT_STATUS)
+        .map_err(sqlite)?
+        .query_row([status_ref.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(sqlite)?;
+    status
+        .map(|text| {
+            OperationStatus::parse(&text)
+                .ok_or(StoreError::ContractViolation("stored status is unknown"))
+        })
+        .transpose()
+}
+
+impl SqliteStore {
+    /// Commit C, whichever way the operation ends: conditional on the operation not
+    /// having ended and, for a worker, on it still holding the lease (owner and
+    /// attempt); then the outcome's row and the operation's status, in one transaction.
+    fn end(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        now: Now,
+        ending: Ending<'_>,
+    ) -> Result<Finalize, StoreError> {
+        let tx = self.immediate()?;
+        let (owner, attempt) = match by {
+            Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
+            Finalizer::StatusQuery => (None, None),
+        };
+        let (state, status) = match ending {
+            Ending::Succeeded(_) => ("delivered", OperationStatus::Succeeded),
+            Ending::Failed(_) => ("failed", OperationStatus::Failed),
+            Ending::Quarantined(..) => ("quarantined", OperationStatus::Quarantined),
+        };
+        let id: Option<i64> = tx
+            .prepare_cached(FINALIZE)
+            .map_err(sqlite)?
+            .query_row(params![status_ref.as_str(), owner, attempt, now.get(), state], |row| {
+                row.get(0)
+            })
+            .optional()
+            .map_err(sqlite)?;
+        let Some(id) = id else {
+            // Nothing written: say why.
+            return match status_of(&tx, status_ref)? {
+                None => Err(StoreError::Internal("the operation vanished")),
+                Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
+                Some(_) if owner.is_some() => Ok(Finalize::LeaseLost),
+                Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
+            };
+        };
+        match ending {
+            Ending::Succeeded(receipt) => {
+                let downstream = &receipt.downstream;
+                tx.prepare_cached(INSERT_LOCAL_RECEIPT)
+                    .map_err(sqlite)?
+                    .execute(params![
+                        id,
+                        downstream.downstream_request_ref,
+                        downstream.receipt_ref,
+                        canonicalize(&downstream.receipt),
+                        canonicalize(&receipt.output),
+                        receipt.result_sha256.as_str(),
+                        by.as_str(),
+                        now.get()
+                    ])
+                    .map_err(sqlite)?;
+            }
+            Ending::Failed(reason) | Ending::Quarantined(_, reason) => {
+                let receipt = match ending {
+                    Ending::Quarantined(receipt, _) => Some(canonicalize(receipt)),
+                    _ => None,
+                };
+                tx.prepare_cached(INSERT_OUTCOME)
+                    .map_err(sqlite)?
+                    .execute(params![
+                        id,
+                        status.as_str(),
+                        bounded_reason(reason),
+                        receipt,
+                        by.as_str(),
+                        now.get()
+                    ])
+                    .map_err(sqlite)?;
+            }
+        }
+        tx.prepare_cached(MARK_ENDED)
+            .map_err(sqlite)?
+            .execute(params![id, now.get(), status.as_str()])
+            .map_err(sqlite)?;
+        tx.commit()?;
+        Ok(Finalize::Finalized)
+    }
+}
+
+/// A reason as stored: 1–512 bytes, cut at a character boundary; an empty one says so.
+fn bounded_reason(reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return "no reason given".to_owned();
+    }
+    let mut end = reason.len().min(512);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.get(..end).unwrap_or_default().to_owned()
+}
+
 impl LedgerStore for SqliteStore {
     fn dispatch_lookup(
         &mut self,
@@ -541,12 +689,14 @@ impl LedgerStore for SqliteStore {
                 intent.provider_response_id.as_str(),
                 intent.provider_call_id.as_str(),
                 intent.operation_id.as_str(),
-                approval.approval_id.as_str(),
-                approval.approver_id.as_str(),
-                approval.approval_sha256.as_str(),
-                approval.approved_at.get(),
-                approval.expires_at.get(),
+                approval.as_ref().map(|approval| approval.approval_id.as_str()),
+                approval.as_ref().map(|approval| approval.approver_id.as_str()),
+                approval.as_ref().map(|approval| approval.approval_sha256.as_str()),
+                approval.as_ref().map(|approval| approval.approved_at.get()),
+                approval.as_ref().map(|approval| approval.expires_at.get()),
                 now.get(),
+                intent.downstream.name(),
+                intent.downstream.revision(),
             ])
             .map_err(|err| match err.sqlite_error_code() {
                 // Not the scope (that conflict does nothing): another row already holds
@@ -561,7 +711,7 @@ impl LedgerStore for SqliteStore {
             // The scope exists: read the authoritative row; write nothing (the transaction
             // rolls back when dropped).
             let existing =
-                by_scope(&tx, scope)?.ok_or(StoreError::Sqlite("the reserved row vanished"))?;
+                by_scope(&tx, scope)?.ok_or(StoreError::Internal("the reserved row vanished"))?;
             return Ok(Reservation::Exists(Box::new(existing)));
         }
         let id = tx.last_insert_rowid();
@@ -582,6 +732,7 @@ impl LedgerStore for SqliteStore {
                 attempt_count: 0,
             },
             receipt: None,
+            outcome: None,
             created_at: now.get(),
         };
         tx.commit()?;
@@ -597,7 +748,7 @@ impl LedgerStore for SqliteStore {
     ) -> Result<Claim, StoreError> {
         let lease_until = now
             .checked_add(lease)
-            .ok_or(StoreError::Sqlite("the lease would end after year 9999"))?;
+            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
         let tx = self.immediate()?;
         // One conditional update claims a pending event or an expired lease (live while
         // now < lease_until) and answers the new attempt.
@@ -620,7 +771,7 @@ impl LedgerStore for SqliteStore {
                 .map_err(sqlite)?;
             return match state.as_deref() {
                 None => Ok(Claim::Missing),
-                Some("delivered") => Ok(Claim::Delivered),
+                Some("delivered" | "failed" | "quarantined") => Ok(Claim::Final),
                 Some("processing") => Ok(Claim::LeaseHeld),
                 Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
             };
@@ -630,8 +781,8 @@ impl LedgerStore for SqliteStore {
             .execute(params![id, now.get()])
             .map_err(sqlite)?;
         // Read back inside the claim: a row that no longer verifies rolls the claim back.
-        let operation =
-            by_status_ref(&tx, status_ref)?.ok_or(StoreError::Sqlite("the operation vanished"))?;
+        let operation = by_status_ref(&tx, status_ref)?
+            .ok_or(StoreError::Internal("the operation vanished"))?;
         tx.commit()?;
         Ok(Claim::Claimed { attempt, operation: Box::new(operation) })
     }
@@ -646,7 +797,7 @@ impl LedgerStore for SqliteStore {
         if let Some(recorded) = recorded_call(&tx, call)? {
             return Ok(Some(recorded));
         }
-        let id = op_id(&tx, status_ref)?.ok_or(StoreError::Sqlite("the operation vanished"))?;
+        let id = op_id(&tx, status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
         insert_call(&tx, call, Purpose::QueryStatus, id, now)?;
         tx.commit()?;
         Ok(None)
@@ -675,7 +826,7 @@ impl LedgerStore for SqliteStore {
             return Ok(receipt.clone());
         }
         let stored = downstream_receipt(&tx, &receipt.downstream_request_ref)?
-            .ok_or(StoreError::Sqlite("the receipt vanished"))?;
+            .ok_or(StoreError::Internal("the receipt vanished"))?;
         tx.commit()?;
         Ok(stored)
     }
@@ -695,49 +846,54 @@ impl LedgerStore for SqliteStore {
         receipt: &LocalReceipt,
         now: Now,
     ) -> Result<Finalize, StoreError> {
+        self.end(status_ref, by, now, Ending::Succeeded(receipt))
+    }
+
+    fn fail(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.end(status_ref, by, now, Ending::Failed(reason))
+    }
+
+    fn quarantine(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &Value,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.end(status_ref, by, now, Ending::Quarantined(receipt, reason))
+    }
+
+    fn release(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        attempt: i64,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
         let tx = self.immediate()?;
-        // The operation succeeds only if it has not already, and (for a worker) only while
-        // the caller still holds the lease: one conditional update, answering its id.
-        let (owner, attempt) = match by {
-            Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
-            Finalizer::StatusQuery => (None, None),
-        };
         let id: Option<i64> = tx
-            .prepare_cached(FINALIZE)
+            .prepare_cached(RELEASE)
             .map_err(sqlite)?
-            .query_row(params![status_ref.as_str(), owner, attempt, now.get()], |row| row.get(0))
+            .query_row(params![status_ref.as_str(), owner.as_str(), attempt, now.get()], |row| {
+                row.get(0)
+            })
             .optional()
             .map_err(sqlite)?;
         let Some(id) = id else {
-            // Nothing written: say why.
-            let status: Option<String> = tx
-                .prepare_cached(SELECT_STATUS)
-                .map_err(sqlite)?
-                .query_row([status_ref.as_str()], |row| row.get(0))
-                .optional()
-                .map_err(sqlite)?;
-            return match status.as_deref() {
-                None => Err(StoreError::Sqlite("the operation vanished")),
-                Some("succeeded") => Ok(Finalize::AlreadySucceeded),
-                Some(_) if owner.is_some() => Ok(Finalize::LeaseLost),
-                Some(_) => Err(StoreError::Sqlite("the operation has no outbox event")),
+            return match status_of(&tx, status_ref)? {
+                None => Err(StoreError::Internal("the operation vanished")),
+                Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
+                Some(_) => Ok(Finalize::LeaseLost),
             };
         };
-        let downstream = &receipt.downstream;
-        tx.prepare_cached(INSERT_LOCAL_RECEIPT)
-            .map_err(sqlite)?
-            .execute(params![
-                id,
-                downstream.downstream_request_ref,
-                downstream.receipt_ref,
-                canonicalize(&downstream.receipt),
-                canonicalize(&receipt.output),
-                receipt.result_sha256.as_str(),
-                by.as_str(),
-                now.get()
-            ])
-            .map_err(sqlite)?;
-        tx.prepare_cached(MARK_SUCCEEDED)
+        tx.prepare_cached(MARK_PENDING)
             .map_err(sqlite)?
             .execute(params![id, now.get()])
             .map_err(sqlite)?;
@@ -763,7 +919,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 17);
+        assert_eq!(plans.len(), 20);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

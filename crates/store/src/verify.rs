@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, ApprovalBinding, IdempotencyKey, Identifier, ProviderProfile, Revisions, Scope,
-    Sha256Hex, StatusRef, UnixSeconds,
+    Approval, ApprovalBinding, DownstreamIdentity, IdempotencyKey, Identifier, ProviderProfile,
+    Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
     digest::{
         downstream_request_ref, request_sha256, result_sha256, short_ref_of_canonical, status_ref,
     },
@@ -14,7 +14,7 @@ use toolledger_json::{Limits, canonicalize, check_v2_domain, parse_strict};
 
 use crate::{
     DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
-    StoreError,
+    StoreError, TerminalOutcome,
 };
 
 /// What is wrong with a stored row. The audit reports the two kinds under different
@@ -74,11 +74,11 @@ pub(crate) struct RawOperation {
     pub(crate) provider_response_id: String,
     pub(crate) provider_call_id: String,
     pub(crate) operation_id: String,
-    pub(crate) approval_id: String,
-    pub(crate) approver_id: String,
-    pub(crate) approval_sha256: String,
-    pub(crate) approved_at: i64,
-    pub(crate) approval_expires_at: i64,
+    pub(crate) approval_id: Option<String>,
+    pub(crate) approver_id: Option<String>,
+    pub(crate) approval_sha256: Option<String>,
+    pub(crate) approved_at: Option<i64>,
+    pub(crate) approval_expires_at: Option<i64>,
     pub(crate) status: String,
     pub(crate) created_at: i64,
     pub(crate) outbox_state: Option<String>,
@@ -87,6 +87,19 @@ pub(crate) struct RawOperation {
     pub(crate) attempt_count: Option<i64>,
     /// The local receipt, when the operation has one.
     pub(crate) local: Option<RawLocal>,
+    /// The downstream's name and revision.
+    pub(crate) downstream: (String, String),
+    /// The terminal outcome, when the operation failed or was quarantined.
+    pub(crate) outcome: Option<RawOutcome>,
+}
+
+/// A `terminal_outcomes` row as SQLite returns it.
+#[derive(Debug)]
+pub(crate) struct RawOutcome {
+    pub(crate) kind: String,
+    pub(crate) reason: String,
+    pub(crate) receipt_json: Option<String>,
+    pub(crate) finalized_by: String,
 }
 
 /// A `local_receipts` row as SQLite returns it, before any check.
@@ -144,13 +157,27 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         api_family: raw.api_family,
         adapter_revision: raw.adapter_revision,
     };
-    let approval = Approval {
-        approval_id: id(&raw.approval_id)?,
-        approver_id: id(&raw.approver_id)?,
-        approved_at: instant(raw.approved_at)?,
-        expires_at: instant(raw.approval_expires_at)?,
-        approval_sha256: digest(&raw.approval_sha256)?,
+    let approval = match (
+        raw.approval_id,
+        raw.approver_id,
+        raw.approved_at,
+        raw.approval_expires_at,
+        raw.approval_sha256,
+    ) {
+        (None, None, None, None, None) => None,
+        (Some(approval_id), Some(approver_id), Some(approved_at), Some(expires_at), Some(sha)) => {
+            Some(Approval {
+                approval_id: id(&approval_id)?,
+                approver_id: id(&approver_id)?,
+                approved_at: instant(approved_at)?,
+                expires_at: instant(expires_at)?,
+                approval_sha256: digest(&sha)?,
+            })
+        }
+        _ => return Err(violation("stored approval is partly missing")),
     };
+    let performer = DownstreamIdentity::new(&raw.downstream.0, &raw.downstream.1)
+        .map_err(|_| violation("stored downstream identity is malformed"))?;
     let intent = NewOperation {
         status_ref: stored_ref,
         request_sha256: request,
@@ -161,9 +188,14 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         provider_call_id: id(&raw.provider_call_id)?,
         operation_id: id(&raw.operation_id)?,
         approval,
+        downstream: performer,
         scope,
     };
-    if !intent.approval.is_bound_to(&approval_binding(&intent)) {
+    if intent
+        .approval
+        .as_ref()
+        .is_some_and(|approval| !approval.is_bound_to(&approval_binding(&intent)))
+    {
         return Err(violation("stored approval digest does not recompute"));
     }
     let status =
@@ -176,7 +208,16 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     if !in_range(raw.created_at) || raw.lease_until.is_some_and(|until| !in_range(until)) {
         return Err(Flaw::OutOfStep("stored instant is out of range"));
     }
-    in_step(status, &state, &raw.lease_owner, raw.lease_until, attempt_count, raw.local.is_some())?;
+    let outcome_kind = raw.outcome.as_ref().map(|outcome| outcome.kind.as_str());
+    in_step(
+        status,
+        &state,
+        &raw.lease_owner,
+        raw.lease_until,
+        attempt_count,
+        raw.local.is_some(),
+        outcome_kind,
+    )?;
     let mut operation = Operation {
         intent,
         downstream_request_ref,
@@ -188,6 +229,7 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             attempt_count,
         },
         receipt: None,
+        outcome: raw.outcome.map(outcome).transpose()?,
         created_at: raw.created_at,
     };
     if let Some(raw_local) = raw.local {
@@ -212,6 +254,7 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
 /// Invariant 2, and the lease fields of each state: `pending`/`pending` with no lease
 /// and no attempt; `processing`/`processing` with an owner, an end and an attempt;
 /// `succeeded`/`delivered` with a local receipt. Nothing else.
+#[allow(clippy::ref_option, reason = "the row's own field, borrowed")]
 fn in_step(
     status: OperationStatus,
     state: &str,
@@ -219,13 +262,22 @@ fn in_step(
     until: Option<i64>,
     attempts: i64,
     has_receipt: bool,
+    outcome: Option<&str>,
 ) -> Result<(), Flaw> {
     let leased = owner.is_some() && until.is_some() && attempts > 0;
-    let unleased = owner.is_none() && until.is_none() && attempts == 0;
+    let unleased = owner.is_none() && until.is_none() && attempts >= 0;
     let fine = match (status, state) {
-        (OperationStatus::Pending, "pending") => unleased && !has_receipt,
-        (OperationStatus::Processing, "processing") => leased && !has_receipt,
-        (OperationStatus::Succeeded, "delivered") => has_receipt && attempts >= 0,
+        (OperationStatus::Pending, "pending") => unleased && !has_receipt && outcome.is_none(),
+        (OperationStatus::Processing, "processing") => leased && !has_receipt && outcome.is_none(),
+        (OperationStatus::Succeeded, "delivered") => {
+            has_receipt && attempts >= 0 && outcome.is_none()
+        }
+        (OperationStatus::Failed, "failed") => {
+            !has_receipt && attempts >= 0 && outcome == Some("failed")
+        }
+        (OperationStatus::Quarantined, "quarantined") => {
+            !has_receipt && attempts >= 0 && outcome == Some("quarantined")
+        }
         _ => false,
     };
     if fine {
@@ -259,6 +311,23 @@ const RECEIPT_MEMBERS: [&str; 6] = [
     "output_revision",
     "output",
 ];
+
+/// Checks a stored terminal outcome: its kind, finalizer, reason and kept receipt.
+fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
+    if !matches!(raw.finalized_by.as_str(), "worker" | "status_query")
+        || !(1..=512).contains(&raw.reason.len())
+    {
+        return Err(Flaw::OutOfStep("terminal outcome's finalizer or reason is out of domain"));
+    }
+    match (raw.kind.as_str(), raw.receipt_json) {
+        ("failed", None) => Ok(TerminalOutcome::Failed { reason: raw.reason }),
+        ("quarantined", Some(receipt)) => Ok(TerminalOutcome::Quarantined {
+            reason: raw.reason,
+            receipt: canonical_json(&receipt)?,
+        }),
+        _ => Err(Flaw::OutOfStep("terminal outcome's kind and receipt are not in step")),
+    }
+}
 
 /// Checks a stored downstream receipt against itself.
 pub(crate) fn downstream(

@@ -83,10 +83,10 @@ fn vectors() -> Value {
     let unicode_arguments = json!({"note": "café — 📦", "名前": "値", "\u{e000}": 1, "📦": 2, "é": [true, null, "\u{7f}\u{2028}"]});
     let unicode_output = json!({"message": "Rückerstattung über 25,99 € erstattet", "emoji": "✅", "\u{ffff}": "BMP end", "😀": "astral"});
     let approval = approval_preimage(
-        &case.approval.approval_id,
-        &case.approval.approver_id,
-        case.approval.approved_at,
-        case.approval.expires_at,
+        &case.approval.as_ref().unwrap().approval_id,
+        &case.approval.as_ref().unwrap().approver_id,
+        case.approval.as_ref().unwrap().approved_at,
+        case.approval.as_ref().unwrap().expires_at,
         &binding,
     );
 
@@ -251,10 +251,10 @@ fn digest_functions_equal_h_of_their_preimages() {
         fast(
             "approval",
             approval_sha256(
-                &case.approval.approval_id,
-                &case.approval.approver_id,
-                case.approval.approved_at,
-                case.approval.expires_at,
+                &case.approval.as_ref().unwrap().approval_id,
+                &case.approval.as_ref().unwrap().approver_id,
+                case.approval.as_ref().unwrap().approved_at,
+                case.approval.as_ref().unwrap().expires_at,
                 &binding,
             )
             .as_str(),

@@ -3,9 +3,9 @@
 //! spots are closed: refs that no longer recompute, call identities, a succeeded
 //! operation whose downstream receipt is gone, the schema itself.
 
+use crate::{Audited, audit_sqlite, open_sqlite};
 use serde_json::{Value, json};
 use toolledger_contract::Registry;
-use toolledger_engine::{Answer, audit_sqlite, open_sqlite};
 
 use crate::{Db, Roles, TempDir, case, dispatch};
 
@@ -19,14 +19,14 @@ fn store_after(sql: &str) -> Db {
     db
 }
 
-fn audited(db: &Db) -> Answer {
+fn audited(db: &Db) -> Audited {
     let answer = audit_sqlite(&db.path).unwrap();
     assert_eq!(answer.code(), "AUDIT_FAILED", "{}", answer.package());
     answer
 }
 
 /// The check names of the findings.
-fn checks(answer: &Answer) -> Vec<String> {
+fn checks(answer: &Audited) -> Vec<String> {
     answer.package()["findings"]
         .as_array()
         .unwrap()
@@ -35,7 +35,7 @@ fn checks(answer: &Answer) -> Vec<String> {
         .collect()
 }
 
-fn has(answer: &Answer, check: &str) {
+fn has(answer: &Audited, check: &str) {
     assert!(checks(answer).iter().any(|name| name == check), "{check}: {}", answer.package());
     assert_eq!(answer.package()["checks"][check], json!(false), "{check}");
 }
@@ -141,7 +141,7 @@ fn a_file_with_only_a_meta_table_is_never_modified() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
-         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v1'); PRAGMA user_version = 1;",
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v2'); PRAGMA user_version = 2;",
     )
     .unwrap();
     drop(conn);

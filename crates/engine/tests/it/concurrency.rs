@@ -9,7 +9,9 @@ use std::{
 
 use serde_json::json;
 use toolledger_contract::{Case, Clock, LeaseSeconds, Registry, StatusRef};
-use toolledger_engine::{Answer, FailurePoint, open_sqlite};
+use toolledger_engine::Answer;
+
+use crate::{FailurePoint, Flows, open_sqlite};
 use toolledger_store::{Claim, LedgerStore, SqliteStore};
 
 use crate::{Db, Roles, at, case, case_with, dispatch, id, status_ref_of};
@@ -50,7 +52,7 @@ fn race(db: &Db, cases: Vec<Case>) -> Vec<Answer> {
         move |index| cases[index].clone(),
         move |index, case| {
             let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
-            engine.dispatch(&case, &id(&format!("worker-{index}")), None).unwrap()
+            engine.dispatch_at(&case, &id(&format!("worker-{index}")), None).unwrap()
         },
     )
 }
@@ -88,7 +90,7 @@ fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect
         ),
         (1, 1, 1, 1)
     );
-    assert_eq!(toolledger_engine::audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "OK");
 }
 
 #[test]
@@ -143,7 +145,7 @@ fn eight_processes_of_one_event_make_one_side_effect() {
             let clock =
                 Clock { now: at(1_767_225_600), lease_seconds: LeaseSeconds::new(30).unwrap() };
             let worker = id(&format!("w{index}"));
-            engine.process(&status_ref, &clock, &case().business_state, &worker, None).unwrap()
+            engine.process_at(&status_ref, &clock, &case().business_state, &worker, None).unwrap()
         },
     );
     let counts = tally(&answers);

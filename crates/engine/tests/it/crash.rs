@@ -5,7 +5,9 @@
 
 use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, StatusRef, digest::downstream_request_ref};
-use toolledger_engine::{Downstream, DownstreamRequest, FailurePoint, StandIn};
+use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
+
+use crate::{FailurePoint, Flows};
 use toolledger_store::{Claim, Finalize, Finalizer, LedgerStore, LocalReceipt, SqliteStore};
 
 use crate::{Db, at, case, dispatch, id, status_ref_of};
@@ -62,7 +64,7 @@ fn each_failure_point_leaves_the_crash_table_state_and_redispatch_touches_nothin
 
         let before = snapshot(&db);
         for now in [NOW, NOW + 3600] {
-            let again = engine.dispatch(&case_at(now), &id("worker-other"), None).unwrap();
+            let again = engine.dispatch_at(&case_at(now), &id("worker-other"), None).unwrap();
             assert_eq!(again.code(), "OUTCOME_UNKNOWN", "{point:?} re-dispatch");
             assert_eq!(again.package()["status_ref"], answer.package()["status_ref"]);
         }
@@ -84,7 +86,8 @@ fn a_live_lease_is_held_and_an_expired_one_is_reclaimed() {
     let status_ref = status_ref_of(&unknown);
     let state = case().business_state;
     for now in [NOW, NOW + 29] {
-        let held = engine.process(&status_ref, &clock(now), &state, &id("worker-2"), None).unwrap();
+        let held =
+            engine.process_at(&status_ref, &clock(now), &state, &id("worker-2"), None).unwrap();
         assert_eq!(held.code(), "LEASE_HELD", "at +{}", now - NOW);
         assert_eq!(held.package()["status"], json!("processing"));
         assert_eq!(held.package()["status_ref"], json!(status_ref));
@@ -92,13 +95,13 @@ fn a_live_lease_is_held_and_an_expired_one_is_reclaimed() {
     assert_eq!(db.int("SELECT attempt_count FROM outbox"), 1);
     // lease_until <= now: reclaimable.
     let fresh =
-        engine.process(&status_ref, &clock(NOW + 30), &state, &id("worker-2"), None).unwrap();
+        engine.process_at(&status_ref, &clock(NOW + 30), &state, &id("worker-2"), None).unwrap();
     assert_eq!(fresh.delivery().unwrap().as_str(), "fresh");
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 2, 1, 1));
     assert_eq!(db.text("SELECT lease_owner FROM outbox"), "worker-2");
     // A worker on a finished operation replays with the ledger's first call.
     let replay =
-        engine.process(&status_ref, &clock(NOW + 40), &state, &id("worker-3"), None).unwrap();
+        engine.process_at(&status_ref, &clock(NOW + 40), &state, &id("worker-3"), None).unwrap();
     assert_eq!(replay.delivery().unwrap().as_str(), "local_replay");
     assert_eq!(replay.package()["result"]["host_view"]["provider_call_id"], json!("call-001"));
     assert_eq!(replay.package()["result"]["host_view"]["purpose"], json!("dispatch"));
@@ -110,7 +113,7 @@ fn an_accepted_intent_is_worked_later_by_process() {
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));
     let fresh = engine
-        .process(
+        .process_at(
             &status_ref_of(&unknown),
             &clock(NOW + 7200),
             &case().business_state,
@@ -129,7 +132,7 @@ fn a_reclaimed_downstream_request_is_not_executed_twice() {
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let first_receipt = db.text("SELECT receipt_ref FROM downstream_receipts");
     let fresh = engine
-        .process(
+        .process_at(
             &status_ref_of(&unknown),
             &clock(NOW + 30),
             &case().business_state,
@@ -154,17 +157,23 @@ fn a_status_query_reconciles_after_the_downstream_commit() {
     // Still unknown to dispatch: it never looks at receipts.
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OUTCOME_UNKNOWN");
     // The worker holds a live lease; a status query needs none.
-    let reconciled = engine.status(&case(), &status_ref).unwrap();
+    let reconciled = engine.status_of(&case(), &status_ref).unwrap();
     assert_eq!(reconciled.delivery().unwrap().as_str(), "receipt_reconciled");
     assert_eq!(db.text("SELECT finalized_by FROM local_receipts"), "status_query");
     assert_eq!(
-        engine.status(&case(), &status_ref).unwrap().delivery().unwrap().as_str(),
+        engine.status_of(&case(), &status_ref).unwrap().delivery().unwrap().as_str(),
         "local_replay"
     );
     assert_eq!(dispatch(&mut engine, &case(), None).delivery().unwrap().as_str(), "local_replay");
     // The worker whose lease it was finds the operation finished.
     let late = engine
-        .process(&status_ref, &clock(NOW + 1), &case().business_state, &id("worker-dispatch"), None)
+        .process_at(
+            &status_ref,
+            &clock(NOW + 1),
+            &case().business_state,
+            &id("worker-dispatch"),
+            None,
+        )
         .unwrap();
     assert_eq!(late.delivery().unwrap().as_str(), "local_replay");
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 1, 1, 1));
@@ -182,7 +191,7 @@ fn a_status_query_before_any_downstream_commit_stays_unknown() {
             case.host.provider_call_id = crate::id(&format!("call-{key}"));
         });
         let unknown = dispatch(&mut engine, &keyed, Some(point));
-        let answer = engine.status(&keyed, &status_ref_of(&unknown)).unwrap();
+        let answer = engine.status_of(&keyed, &status_ref_of(&unknown)).unwrap();
         assert_eq!(answer.code(), "OUTCOME_UNKNOWN");
     }
     assert_eq!(db.count("local_receipts"), 0);
@@ -255,12 +264,12 @@ fn a_stale_lease_holder_cannot_finalize() {
     );
     assert_eq!(
         store.finalize(&status_ref, &current, &local, at(NOW + 34)).unwrap(),
-        Finalize::AlreadySucceeded
+        Finalize::AlreadyFinal
     );
     assert_eq!(
         store.finalize(&status_ref, &Finalizer::StatusQuery, &local, at(NOW + 34)).unwrap(),
-        Finalize::AlreadySucceeded
+        Finalize::AlreadyFinal
     );
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 2, 1, 1));
-    assert_eq!(store.claim(&status_ref, &id("c"), at(NOW + 999), lease).unwrap(), Claim::Delivered);
+    assert_eq!(store.claim(&status_ref, &id("c"), at(NOW + 999), lease).unwrap(), Claim::Final);
 }

@@ -5,9 +5,14 @@
 //! downstream receipt.
 
 use toolledger_contract::{
-    Clock, ContractError, Identifier, LeaseSeconds, PrincipalResolver, Registry, Scope, StatusRef,
+    Clock, Identifier, LeaseSeconds, PrincipalResolver, Registry, ResolverError, Scope, StatusRef,
 };
-use toolledger_engine::{Answer, Engine, StandIn};
+use toolledger_engine::{
+    Answer, Engine, StandIn,
+    drill::{Interrupt, Switch},
+};
+
+use crate::{FailurePoint, Flows};
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
     LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation,
@@ -27,10 +32,10 @@ struct Failing {
 }
 
 impl Failing {
-    fn fail(&self, method: &'static str) -> Result<(), StoreError> {
+    fn fault(&self, method: &'static str) -> Result<(), StoreError> {
         match self.method {
             Some("claim") if method == "claim" => Err(StoreError::Busy),
-            Some(failing) if failing == method => Err(StoreError::Sqlite("an I/O error")),
+            Some(failing) if failing == method => Err(StoreError::failed("an I/O error")),
             _ => Ok(()),
         }
     }
@@ -38,7 +43,7 @@ impl Failing {
 
 impl LedgerStore for Failing {
     fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
-        self.fail("operation_by_scope")?;
+        self.fault("operation_by_scope")?;
         self.inner.operation_by_scope(scope)
     }
 
@@ -46,7 +51,7 @@ impl LedgerStore for Failing {
         &mut self,
         status_ref: &StatusRef,
     ) -> Result<Option<Operation>, StoreError> {
-        self.fail("operation_by_status_ref")?;
+        self.fault("operation_by_status_ref")?;
         self.inner.operation_by_status_ref(status_ref)
     }
 
@@ -55,12 +60,12 @@ impl LedgerStore for Failing {
         scope: &Scope,
         call: &CallIdentity,
     ) -> Result<DispatchLookup, StoreError> {
-        self.fail("dispatch_lookup")?;
+        self.fault("dispatch_lookup")?;
         self.inner.dispatch_lookup(scope, call)
     }
 
     fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
-        self.fail("recorded_call")?;
+        self.fault("recorded_call")?;
         self.inner.recorded_call(call)
     }
 
@@ -70,7 +75,7 @@ impl LedgerStore for Failing {
         call: &CallIdentity,
         now: Now,
     ) -> Result<Reservation, StoreError> {
-        self.fail("reserve")?;
+        self.fault("reserve")?;
         self.inner.reserve(intent, call, now)
     }
 
@@ -81,7 +86,7 @@ impl LedgerStore for Failing {
         now: Now,
         lease: LeaseSeconds,
     ) -> Result<Claim, StoreError> {
-        self.fail("claim")?;
+        self.fault("claim")?;
         self.inner.claim(status_ref, owner, now, lease)
     }
 
@@ -91,7 +96,7 @@ impl LedgerStore for Failing {
         status_ref: &StatusRef,
         now: Now,
     ) -> Result<Option<RecordedCall>, StoreError> {
-        self.fail("record_status_query")?;
+        self.fault("record_status_query")?;
         self.inner.record_status_query(call, status_ref, now)
     }
 
@@ -100,7 +105,7 @@ impl LedgerStore for Failing {
         receipt: &DownstreamReceipt,
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
-        self.fail("record_downstream_receipt")?;
+        self.fault("record_downstream_receipt")?;
         self.inner.record_downstream_receipt(receipt, now)
     }
 
@@ -108,7 +113,7 @@ impl LedgerStore for Failing {
         &mut self,
         downstream_request_ref: &str,
     ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.fail("downstream_receipt")?;
+        self.fault("downstream_receipt")?;
         self.inner.downstream_receipt(downstream_request_ref)
     }
 
@@ -119,12 +124,46 @@ impl LedgerStore for Failing {
         receipt: &LocalReceipt,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.fail("finalize")?;
+        self.fault("finalize")?;
         self.inner.finalize(status_ref, by, receipt, now)
     }
 
+    fn fail(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.fault("fail")?;
+        self.inner.fail(status_ref, by, reason, now)
+    }
+
+    fn quarantine(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &serde_json::Value,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.fault("quarantine")?;
+        self.inner.quarantine(status_ref, by, receipt, reason, now)
+    }
+
+    fn release(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        attempt: i64,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        self.fault("release")?;
+        self.inner.release(status_ref, owner, attempt, now)
+    }
+
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
-        self.fail("audit")?;
+        self.fault("audit")?;
         self.inner.audit()
     }
 }
@@ -143,10 +182,10 @@ impl PrincipalResolver for FlakyRoles {
         &self,
         tenant: &Identifier,
         subject: &Identifier,
-    ) -> Result<Vec<String>, ContractError> {
+    ) -> Result<Vec<String>, ResolverError> {
         self.asked.set(self.asked.get() + 1);
         if self.asked.get() >= self.fail_from {
-            return Err(ContractError::ClaimsIo);
+            return Err(ResolverError::Unavailable);
         }
         self.roles.current_roles(tenant, subject)
     }
@@ -169,20 +208,20 @@ fn unknown_then_settled(db: &Db, answer: &Answer) {
     let status_ref = answer.package()["status_ref"].as_str().unwrap().to_owned();
     assert!(status_ref.starts_with("sr_"));
     let mut engine = db.engine_with(roles(), Registry::builtin());
-    let status = engine.status(&case(), &status_ref).unwrap();
+    let status = engine.status_of(&case(), &status_ref).unwrap();
     if status.code() != "OK" {
         assert_eq!(status.code(), "OUTCOME_UNKNOWN");
         // No downstream receipt yet: a worker takes it once any lease has expired.
         let worked = engine
-            .process(&status_ref, &clock(NOW + 31), &case().business_state, &id("w2"), None)
+            .process_at(&status_ref, &clock(NOW + 31), &case().business_state, &id("w2"), None)
             .unwrap();
         assert_eq!(worked.code(), "OK", "{:?}", worked.package());
     }
-    let settled = engine.status(&case(), &status_ref).unwrap();
+    let settled = engine.status_of(&case(), &status_ref).unwrap();
     assert_eq!(settled.code(), "OK");
     assert_eq!(db.count("downstream_receipts"), 1);
     assert_eq!(db.count("local_receipts"), 1);
-    assert_eq!(toolledger_engine::audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "OK");
 }
 
 #[test]
@@ -196,9 +235,13 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
         let ledger_store = Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger };
         let downstream_store =
             Failing { inner: SqliteStore::open(&db.path).unwrap(), method: downstream };
-        let mut engine =
-            Engine::new(ledger_store, StandIn::new(downstream_store), roles(), Registry::builtin());
-        let answer = engine.dispatch(&case(), &id("w1"), None).unwrap();
+        let mut engine = Engine::new(
+            ledger_store,
+            Interrupt::new(StandIn::new(downstream_store), Switch::default()),
+            roles(),
+            Registry::builtin(),
+        );
+        let answer = engine.dispatch_at(&case(), &id("w1"), None).unwrap();
         assert_eq!(db.count("operations"), 1, "{ledger:?} {downstream:?}");
         unknown_then_settled(&db, &answer);
     }
@@ -211,11 +254,11 @@ fn a_resolver_failure_after_commit_a_is_outcome_unknown_in_dispatch() {
     let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from: 3 };
     let mut engine = Engine::new(
         SqliteStore::open(&db.path).unwrap(),
-        StandIn::new(SqliteStore::open(&db.path).unwrap()),
+        Interrupt::new(StandIn::new(SqliteStore::open(&db.path).unwrap()), Switch::default()),
         resolver,
         Registry::builtin(),
     );
-    let answer = engine.dispatch(&case(), &id("w1"), None).unwrap();
+    let answer = engine.dispatch_at(&case(), &id("w1"), None).unwrap();
     unknown_then_settled(&db, &answer);
 }
 
@@ -229,21 +272,24 @@ fn a_failure_after_the_claim_is_outcome_unknown_in_process() {
         let db = Db::new();
         let accepted = db
             .engine_with(roles(), Registry::builtin())
-            .dispatch(&case(), &id("w0"), Some(toolledger_engine::FailurePoint::AfterIntentCommit))
+            .dispatch_at(&case(), &id("w0"), Some(FailurePoint::AfterIntentCommit))
             .unwrap();
         let status_ref = accepted.package()["status_ref"].as_str().unwrap().to_owned();
         let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from };
         let mut engine = Engine::new(
             Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger },
-            StandIn::new(Failing {
-                inner: SqliteStore::open(&db.path).unwrap(),
-                method: downstream,
-            }),
+            Interrupt::new(
+                StandIn::new(Failing {
+                    inner: SqliteStore::open(&db.path).unwrap(),
+                    method: downstream,
+                }),
+                Switch::default(),
+            ),
             resolver,
             Registry::builtin(),
         );
         let answer = engine
-            .process(&status_ref, &clock(NOW), &case().business_state, &id("w1"), None)
+            .process_at(&status_ref, &clock(NOW), &case().business_state, &id("w1"), None)
             .unwrap();
         unknown_then_settled(&db, &answer);
     }

@@ -5,7 +5,7 @@
 use serde_json::json;
 use toolledger_contract::{IdempotencyKey, Registry};
 
-use crate::{Db, Roles, case, case_with, dispatch, field, id};
+use crate::{Db, Flows, Roles, case, case_with, dispatch, field, id};
 
 #[test]
 fn fresh_then_same_intent_replays_without_a_second_side_effect() {
@@ -78,10 +78,9 @@ fn a_different_intent_under_the_same_key_conflicts_and_changes_nothing() {
         |case| case.proposal.arguments["reason"] = json!("duplicate"),
         |case| {
             case.proposal.arguments["order_id"] = json!("ord-1002");
-            case.business_state.orders.push(toolledger_contract::Order {
-                order_id: "ord-1002".to_owned(),
-                ..case.business_state.orders[0].clone()
-            });
+            let mut order = case.business_state["orders"][0].clone();
+            order["order_id"] = json!("ord-1002");
+            case.business_state["orders"].as_array_mut().unwrap().push(order);
         },
     ];
     for change in changes {
@@ -161,10 +160,10 @@ fn a_recorded_call_under_a_new_key_is_refused_as_reused() {
         case.principal.subject_id = id("user-2");
         case.host.idempotency_key = IdempotencyKey::new("refund-ord-2002-a").unwrap();
         case.proposal.arguments["order_id"] = json!("ord-2002");
-        let mut order = case.business_state.orders[0].clone();
-        order.order_id = "ord-2002".to_owned();
-        order.owner_subject_id = id("user-2");
-        case.business_state.orders.push(order);
+        let mut order = case.business_state["orders"][0].clone();
+        order["order_id"] = json!("ord-2002");
+        order["owner_subject_id"] = json!("user-2");
+        case.business_state["orders"].as_array_mut().unwrap().push(order);
     });
     let hidden = dispatch(&mut engine, &other, None);
     assert_eq!(hidden.code(), "CALL_REUSED", "{:?}", hidden.package());
@@ -192,7 +191,7 @@ fn a_status_query_under_another_operations_call_is_refused_as_reused() {
         case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-b").unwrap();
     });
     let calls = db.count("call_identities");
-    let answer = engine.status(&crossed, &second_ref).unwrap();
+    let answer = engine.status_of(&crossed, &second_ref).unwrap();
     assert_eq!(answer.code(), "CALL_REUSED", "{:?}", answer.package());
     assert_eq!(db.count("call_identities"), calls);
 }

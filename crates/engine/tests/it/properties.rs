@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::{FailurePoint, Flows, audit_sqlite};
 use proptest::prelude::*;
 use toolledger_contract::digest::{downstream_request_ref, result_sha256};
 use toolledger_contract::{
     Clock, IdempotencyKey, LeaseSeconds, Registry, Scope, digest::status_ref,
 };
-use toolledger_engine::{FailurePoint, audit_sqlite};
 use toolledger_store::{Finalize, Finalizer, LedgerStore, LocalReceipt};
 
 use crate::{Db, Roles, at, case_with, id};
@@ -103,7 +103,7 @@ proptest! {
             match *step {
                 Step::Advance { seconds } => now += seconds,
                 Step::Dispatch { key, failure } => {
-                    let answer = engine.dispatch(&keyed(key, now), &id("dispatcher"), failure).unwrap();
+                    let answer = engine.dispatch_at(&keyed(key, now), &id("dispatcher"), failure).unwrap();
                     if answer.delivery().is_some_and(|delivery| delivery.as_str() == "fresh") {
                         *fresh_per_key.entry(key).or_default() += 1;
                         prop_assert_eq!(lease_owner(&db, key), "dispatcher");
@@ -114,7 +114,7 @@ proptest! {
                     let scope = scope_of(&case);
                     let clock = Clock { now: at(now), lease_seconds: LeaseSeconds::new(30).unwrap() };
                     let worker_id = format!("worker-{worker}");
-                    let answer = engine.process(status_ref(&scope).as_str(), &clock, &case.business_state, &id(&worker_id), failure).unwrap();
+                    let answer = engine.process_at(status_ref(&scope).as_str(), &clock, &case.business_state, &id(&worker_id), failure).unwrap();
                     if answer.delivery().is_some_and(|delivery| delivery.as_str() == "fresh") {
                         *fresh_per_key.entry(key).or_default() += 1;
                         // Only the current lease holder finalizes.
@@ -147,7 +147,7 @@ proptest! {
                 Step::Status { key } => {
                     let case = keyed(key, now);
                     let scope = scope_of(&case);
-                    engine.status(&case, status_ref(&scope).as_str()).unwrap();
+                    engine.status_of(&case, status_ref(&scope).as_str()).unwrap();
                 }
             }
             if !db.path.exists() {

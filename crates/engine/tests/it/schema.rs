@@ -4,13 +4,23 @@
 
 use serde_json::json;
 use toolledger_contract::{Registry, Sha256Hex, load_case};
-use toolledger_engine::{Downstream, DownstreamRequest, StandIn, audit_sqlite, open_sqlite};
+use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
+
+use crate::{Flows, audit_sqlite, open_sqlite};
 use toolledger_store::SqliteStore;
 
 use crate::{Db, Roles, TempDir, at, case, dispatch, workspace};
 
-const TABLES: [&str; 6] =
-    ["meta", "operations", "outbox", "downstream_receipts", "local_receipts", "call_identities"];
+const TABLES: [&str; 8] = [
+    "meta",
+    "operations",
+    "outbox",
+    "downstream_receipts",
+    "local_receipts",
+    "terminal_outcomes",
+    "call_identities",
+    "migrations",
+];
 
 #[test]
 fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
@@ -19,8 +29,8 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
     let raw = db.raw();
     assert_eq!(db.text("PRAGMA journal_mode"), "wal");
-    assert_eq!(db.int("PRAGMA user_version"), 1);
-    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v1");
+    assert_eq!(db.int("PRAGMA user_version"), 2);
+    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v2");
     for table in TABLES {
         let strict: i64 = raw
             .query_row("SELECT strict FROM pragma_table_list WHERE name = ?1", [table], |row| {
@@ -81,7 +91,7 @@ fn foreign_and_old_schemas_are_refused_and_left_untouched() {
          INSERT INTO meta VALUES ('schema_id', 'persistent-tool-runtime-v3');",
         // The right id with the wrong user_version, and the other way round.
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
-         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v1'); PRAGMA user_version = 2;",
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v2'); PRAGMA user_version = 3;",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; PRAGMA user_version = 1;",
         "PRAGMA user_version = 1;",
     ];
@@ -168,7 +178,7 @@ fn a_trigger_aborting_the_outbox_insert_rolls_back_the_whole_reservation() {
     db.raw()
         .execute_batch("CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'injected'); END;")
         .unwrap();
-    let err = engine.dispatch(&case(), &crate::id("worker-1"), None).unwrap_err();
+    let err = engine.dispatch_at(&case(), &crate::id("worker-1"), None).unwrap_err();
     assert_eq!(err.code(), "SQLITE_ERROR");
     assert!(!err.to_string().contains("injected"), "{err}");
     assert_eq!(
@@ -193,7 +203,7 @@ fn a_trigger_aborting_the_delivered_update_rolls_back_finalize() {
         .unwrap();
     // Commit A succeeded in this call, so the failed commit C is not an error
     // ("nothing happened") but OUTCOME_UNKNOWN with the operation's ref.
-    let answer = engine.dispatch(&case(), &crate::id("worker-1"), None).unwrap();
+    let answer = engine.dispatch_at(&case(), &crate::id("worker-1"), None).unwrap();
     assert_eq!(answer.code(), "OUTCOME_UNKNOWN");
     assert_eq!(answer.package()["status_ref"], json!(db.text("SELECT status_ref FROM operations")));
     // Commit B happened (the side effect may have); commit C did not, in any part.
@@ -201,7 +211,7 @@ fn a_trigger_aborting_the_delivered_update_rolls_back_finalize() {
 
     // The receipt is evidence: once the fault is gone, a status query reconciles it.
     db.raw().execute_batch("DROP TRIGGER fail_delivered").unwrap();
-    let answer = engine.status(&case(), &db.text("SELECT status_ref FROM operations")).unwrap();
+    let answer = engine.status_of(&case(), &db.text("SELECT status_ref FROM operations")).unwrap();
     assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("receipt_reconciled"));
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 1, 1, 1));
 }

@@ -1,10 +1,10 @@
 //! Tampering row: non-canonical or duplicate-key JSON in a row, a changed digest, a
 //! receipt whose output or input binding is wrong: refused, never returned.
 
+use crate::FailurePoint;
 use toolledger_contract::{Clock, LeaseSeconds};
-use toolledger_engine::FailurePoint;
 
-use crate::{Db, at, case, dispatch, id, status_ref_of};
+use crate::{Db, Flows, at, case, dispatch, id, status_ref_of};
 
 const NOW: i64 = 1_767_225_600;
 
@@ -18,15 +18,15 @@ fn refused_after(sql: &str) {
     db.raw().execute_batch(sql).unwrap();
     let before = dump(&db);
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
-    let replay = engine.dispatch(&case(), &id("w"), None).unwrap_err();
+    let replay = engine.dispatch_at(&case(), &id("w"), None).unwrap_err();
     assert_eq!(replay.code(), "STORE_CONTRACT_VIOLATION", "dispatch after {sql}");
-    let status = engine.status(&case(), &status_ref).unwrap_err();
+    let status = engine.status_of(&case(), &status_ref).unwrap_err();
     assert_eq!(status.code(), "STORE_CONTRACT_VIOLATION", "status after {sql}");
     let process =
-        engine.process(&status_ref, &clock, &case().business_state, &id("w"), None).unwrap_err();
+        engine.process_at(&status_ref, &clock, &case().business_state, &id("w"), None).unwrap_err();
     assert_eq!(process.code(), "STORE_CONTRACT_VIOLATION", "process after {sql}");
     assert_eq!(dump(&db), before, "a refusing command wrote after {sql}");
-    let audit = toolledger_engine::audit_sqlite(&db.path).unwrap();
+    let audit = crate::audit_sqlite(&db.path).unwrap();
     assert_eq!(audit.code(), "AUDIT_FAILED", "audit after {sql}");
     // Findings name rows by opaque ref only, and at least one names this row.
     let findings = audit.package()["findings"].as_array().unwrap();
@@ -139,14 +139,14 @@ fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest() 
             rusqlite::params![
                 toolledger_json::canonicalize(&changed.proposal.arguments),
                 binding.request_sha256.as_str(),
-                changed.approval.approval_sha256.as_str(),
+                changed.approval.as_ref().unwrap().approval_sha256.as_str(),
                 dr_ref
             ],
         )
         .unwrap();
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
     let err = engine
-        .process(&status_ref_of(&unknown), &clock, &case().business_state, &id("w"), None)
+        .process_at(&status_ref_of(&unknown), &clock, &case().business_state, &id("w"), None)
         .unwrap_err();
     assert_eq!(err.code(), "STORE_CONTRACT_VIOLATION");
     assert_eq!(db.count("downstream_receipts"), 0);
@@ -170,15 +170,15 @@ fn a_changed_status_ref_is_refused_wherever_the_row_is_read() {
     let forged = "sr_11111111111111111111111111111111";
     db.raw().execute("UPDATE operations SET status_ref = ?1", [forged]).unwrap();
     assert_eq!(
-        engine.dispatch(&case(), &id("w"), None).unwrap_err().code(),
+        engine.dispatch_at(&case(), &id("w"), None).unwrap_err().code(),
         "STORE_CONTRACT_VIOLATION"
     );
-    assert_eq!(engine.status(&case(), forged).unwrap_err().code(), "STORE_CONTRACT_VIOLATION");
+    assert_eq!(engine.status_of(&case(), forged).unwrap_err().code(), "STORE_CONTRACT_VIOLATION");
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
     let process =
-        engine.process(forged, &clock, &case().business_state, &id("w"), None).unwrap_err();
+        engine.process_at(forged, &clock, &case().business_state, &id("w"), None).unwrap_err();
     assert_eq!(process.code(), "STORE_CONTRACT_VIOLATION");
-    assert_eq!(toolledger_engine::audit_sqlite(&db.path).unwrap().code(), "AUDIT_FAILED");
+    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "AUDIT_FAILED");
 }
 
 #[test]
@@ -192,9 +192,12 @@ fn a_receipt_with_a_wrong_output_or_input_binding_is_refused() {
 }
 
 /// A downstream receipt that is self-consistent but whose output breaks the input
-/// binding (another amount) is refused by the status query and never finalized.
+/// binding (another amount): the effect happened but its receipt breaks the output
+/// contract, so the status query quarantines the operation (receipt kept, reason
+/// recorded) instead of finalizing it, every later read answers RECEIPT_QUARANTINED, and
+/// the audit lists it as needing attention.
 #[test]
-fn a_downstream_receipt_breaking_the_input_binding_is_never_reconciled() {
+fn a_downstream_receipt_breaking_the_input_binding_is_quarantined() {
     let db = Db::new();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
@@ -208,8 +211,36 @@ fn a_downstream_receipt_breaking_the_input_binding_is_never_reconciled() {
             rusqlite::params![toolledger_json::canonicalize(&value), receipt_ref],
         )
         .unwrap();
-    let err = engine.status(&case(), &status_ref_of(&unknown)).unwrap_err();
-    assert_eq!(err.code(), "STORE_CONTRACT_VIOLATION");
+    let status_ref = status_ref_of(&unknown);
+    let answer = engine.status_of(&case(), &status_ref).unwrap();
+    assert_eq!(answer.code(), "RECEIPT_QUARANTINED");
+    assert_eq!(answer.package()["status"], serde_json::json!("quarantined"));
     assert_eq!(db.count("local_receipts"), 0);
-    assert_eq!(db.text("SELECT status FROM operations"), "processing");
+    assert_eq!(db.text("SELECT status FROM operations"), "quarantined");
+    assert_eq!(db.text("SELECT state FROM outbox"), "quarantined");
+    assert_eq!(
+        db.text("SELECT receipt_json FROM terminal_outcomes"),
+        toolledger_json::canonicalize(&value)
+    );
+    for again in [
+        engine.dispatch_at(&case(), &id("w"), None).unwrap(),
+        engine.status_of(&case(), &status_ref).unwrap(),
+        engine
+            .process_at(
+                &status_ref,
+                &Clock { now: at(NOW + 99), lease_seconds: LeaseSeconds::new(30).unwrap() },
+                &case().business_state,
+                &id("w"),
+                None,
+            )
+            .unwrap(),
+    ] {
+        assert_eq!(again.code(), "RECEIPT_QUARANTINED");
+    }
+    let audit = crate::audit_sqlite(&db.path).unwrap();
+    assert_eq!(audit.code(), "AUDIT_FAILED");
+    assert_eq!(
+        audit.package()["findings"],
+        serde_json::json!([{"check": "operations_quarantined", "ref": status_ref}])
+    );
 }

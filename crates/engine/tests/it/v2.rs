@@ -7,8 +7,8 @@ use toolledger_contract::{
     IdempotencyKey, Registry, approval_sha256, digest::request_sha256, verify_package,
 };
 
-use crate::{Db, case, case_with, dispatch, field, id, status_ref_of};
-use toolledger_engine::FailurePoint;
+use crate::FailurePoint;
+use crate::{Db, Flows, case, case_with, dispatch, field, id, status_ref_of};
 
 #[test]
 fn the_package_request_digest_is_the_contract_crates() {
@@ -76,7 +76,7 @@ fn every_delivery_verifies_and_answers_the_right_call() {
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let status_ref = status_ref_of(&unknown);
-    let reconciled = engine.status(&case(), &status_ref).unwrap();
+    let reconciled = engine.status_of(&case(), &status_ref).unwrap();
     assert_eq!(reconciled.delivery().unwrap().as_str(), "receipt_reconciled");
     assert_eq!(field(&reconciled, "/result/host_view/purpose"), &json!("query_status"));
     assert!(
@@ -86,7 +86,7 @@ fn every_delivery_verifies_and_answers_the_right_call() {
             .starts_with("qs_")
     );
     assert_eq!(field(&reconciled, "/result/host_view/operation_id"), &json!("op-001"));
-    let replayed = engine.status(&case(), &status_ref).unwrap();
+    let replayed = engine.status_of(&case(), &status_ref).unwrap();
     assert_eq!(replayed.delivery().unwrap().as_str(), "local_replay");
     assert_eq!(
         field(&replayed, "/result/host_view/provider_call_id"),
@@ -123,7 +123,7 @@ fn approver_identity_and_provider_context_are_persisted_and_recompute() {
         (
             "appr-001".to_owned(),
             "approver-1".to_owned(),
-            case.approval.approval_sha256.as_str().to_owned(),
+            case.approval.as_ref().unwrap().approval_sha256.as_str().to_owned(),
             1_767_225_500,
             1_767_229_100,
             "openai".to_owned(),
@@ -148,7 +148,7 @@ fn a_status_query_identity_cannot_dispatch_and_a_dispatch_identity_cannot_query(
     let db = Db::new();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
-    let reconciled = engine.status(&case(), &status_ref_of(&unknown)).unwrap();
+    let reconciled = engine.status_of(&case(), &status_ref_of(&unknown)).unwrap();
     let response =
         field(&reconciled, "/result/host_view/provider_response_id").as_str().unwrap().to_owned();
     let call =
@@ -181,7 +181,7 @@ fn a_status_query_identity_cannot_dispatch_and_a_dispatch_identity_cannot_query(
         case.host.idempotency_key = IdempotencyKey::new("refund-ord-1001-y").unwrap();
     });
     assert_eq!(dispatch(&mut engine, &squatter, None).code(), "OK");
-    let answer = engine.status(&case(), status_ref.as_str()).unwrap();
+    let answer = engine.status_of(&case(), status_ref.as_str()).unwrap();
     assert_eq!(answer.code(), "CALL_PURPOSE_CONFLICT");
     assert_eq!(db.count("local_receipts"), 1, "the conflicting query finalized something");
 }

@@ -1,0 +1,111 @@
+//! Where the command line meets operations it did not make: a host's operation (another
+//! downstream) is refused by the simulation, and an older store is refused until
+//! `migrate` upgrades it.
+
+use serde_json::Value;
+use toolledger::{
+    Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Ledger,
+    Lookup, NoRoles, RefundOrder, Registry, UnixSeconds, load_case,
+};
+
+use crate::{Dir, workspace};
+
+/// A host's payment client that always loses its response after committing.
+#[derive(Debug)]
+struct Payments(DownstreamIdentity);
+
+impl Downstream for Payments {
+    fn identity(&self) -> &DownstreamIdentity {
+        &self.0
+    }
+
+    fn execute(
+        &mut self,
+        _request: &DownstreamRequest,
+        _now: UnixSeconds,
+    ) -> Result<DownstreamReceipt, DownstreamError> {
+        Err(DownstreamError::Unknown { reason: "the response was lost".to_owned() })
+    }
+
+    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        Ok(Lookup::NotFound)
+    }
+}
+
+#[test]
+fn the_simulation_refuses_an_operation_of_another_downstream_and_writes_nothing() {
+    let dir = Dir::new();
+    let case = load_case(
+        &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),
+        &Registry::builtin(),
+        None,
+    )
+    .unwrap();
+    let payments = Payments(DownstreamIdentity::new("acme-payments", "3").unwrap());
+    let mut host = Ledger::builder(dir.join("toolledger.sqlite3"))
+        .tool(RefundOrder::default().tool())
+        .open(payments, NoRoles)
+        .unwrap();
+    let worker = toolledger::Identifier::new("host-worker").unwrap();
+    let unknown = host.engine().dispatch(&case, &worker).unwrap();
+    assert_eq!(unknown.code(), "OUTCOME_UNKNOWN");
+    let status_ref = unknown.package()["status_ref"].as_str().unwrap().to_owned();
+    drop(host);
+    let rows = |dir: &Dir| -> Vec<(String, String, i64)> {
+        let conn = rusqlite::Connection::open(dir.join("toolledger.sqlite3")).unwrap();
+        let mut statement = conn
+            .prepare("SELECT o.status, b.state, b.attempt_count FROM operations o JOIN outbox b ON b.op_id = o.id")
+            .unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let rows_before = rows(&dir);
+    for args in [
+        &["--fixture", "case.json", "process", "--status-ref", &status_ref, "--now", "1767229999"]
+            [..],
+        &["--fixture", "case.json", "status", "--status-ref", &status_ref],
+        &["--fixture", "case.json", "dispatch"],
+    ] {
+        let run = dir.run(args);
+        assert_eq!((run.code, run.text("/code")), (1, "DOWNSTREAM_MISMATCH".to_owned()), "{run:?}");
+    }
+    assert_eq!(rows(&dir), rows_before);
+    assert_eq!(dir.db_int("SELECT count(*) FROM downstream_receipts"), 0);
+    assert_eq!(dir.db_int("SELECT count(*) FROM call_identities"), 1);
+}
+
+#[test]
+fn an_older_store_is_refused_until_migrate_upgrades_it() {
+    let dir = Dir::new();
+    std::fs::copy(workspace("fixtures/v1-store.sqlite3"), dir.join("toolledger.sqlite3")).unwrap();
+    let original = std::fs::read(dir.join("toolledger.sqlite3")).unwrap();
+    for args in [&["--fixture", "case.json", "dispatch"][..], &["audit"]] {
+        let run = dir.run(args);
+        run.assert_error("SCHEMA_UNSUPPORTED");
+        assert!(run.stderr.contains("toolledger migrate"), "{}", run.stderr);
+    }
+    assert_eq!(std::fs::read(dir.join("toolledger.sqlite3")).unwrap(), original);
+
+    dir.run(&["migrate"]).assert_error("USAGE_ERROR");
+    dir.run(&["migrate", "--downstream", "no-revision"]).assert_error("USAGE_ERROR");
+    let migrated = dir.run(&["migrate", "--downstream", "toolledger-stand-in@1"]);
+    assert_eq!(migrated.code, 0, "{migrated:?}");
+    let answer = migrated.answer();
+    assert_eq!(answer["migrated"], Value::Bool(true));
+    assert_eq!(
+        (answer["from_version"].as_i64(), answer["to_version"].as_i64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(answer["operations"].as_i64(), Some(5));
+    let backup = answer["backup_file"].as_str().unwrap();
+    assert!(backup.starts_with("toolledger.sqlite3.v1-backup-"), "{backup}");
+    assert!(dir.join(backup).exists());
+    assert_eq!(dir.run(&["audit"]).code, 0);
+    // The PASS case was never dispatched into the v1 store: a fresh refund now.
+    assert_eq!(dir.run(&["--fixture", "case.json", "dispatch"]).text("/delivery"), "fresh");
+    let again = dir.run(&["migrate", "--downstream", "toolledger-stand-in@1"]);
+    assert_eq!(again.answer()["migrated"], Value::Bool(false));
+}

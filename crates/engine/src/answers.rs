@@ -1,0 +1,141 @@
+//! What the flows answer: PASS and BLOCK packages, built one way everywhere.
+
+use serde_json::Value;
+use toolledger_contract::{
+    BlockCode, Delivery, HostView, Identifier, Purpose, block_package, pass_package_with_result,
+};
+use toolledger_store::{LocalReceipt, Operation, RecordedCall, StoreError};
+
+use crate::EngineError;
+
+/// A business answer: the package the caller prints.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The operation succeeded; `package` is a PASS package.
+    Pass {
+        /// How the answer came about.
+        delivery: Delivery,
+        /// The package.
+        package: Value,
+    },
+    /// A refusal, a terminal failure or an unknown outcome; `package` is a BLOCK package.
+    Block {
+        /// Why.
+        code: BlockCode,
+        /// The package.
+        package: Value,
+    },
+}
+
+impl Answer {
+    /// The package to print.
+    pub fn package(&self) -> &Value {
+        match self {
+            Answer::Pass { package, .. } | Answer::Block { package, .. } => package,
+        }
+    }
+
+    /// `OK` or the BLOCK code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Answer::Pass { .. } => "OK",
+            Answer::Block { code, .. } => code.as_str(),
+        }
+    }
+
+    /// The delivery of a PASS package.
+    pub fn delivery(&self) -> Option<Delivery> {
+        match self {
+            Answer::Pass { delivery, .. } => Some(*delivery),
+            Answer::Block { .. } => None,
+        }
+    }
+
+    /// `NOT_FOUND` with no operation shown: what a status ref that is not even well
+    /// formed is answered, exactly like one that names nothing.
+    pub fn not_found() -> Answer {
+        block(BlockCode::NotFound, None)
+    }
+}
+
+/// A BLOCK answer; `operation` supplies `status` and `status_ref` where the ledger's
+/// are shown.
+pub(crate) fn block(code: BlockCode, operation: Option<&Operation>) -> Answer {
+    let package = block_package(
+        code,
+        operation.map(|operation| operation.status.as_str()),
+        operation.map(|operation| &operation.intent.status_ref),
+    );
+    Answer::Block { code, package }
+}
+
+/// `CALL_REUSED`: the model call is already the dispatch of another operation. That
+/// operation's status and ref are shown only to a principal who may see it (its own
+/// tenant and subject, the scope of a status query).
+pub(crate) fn call_reused(
+    recorded: &RecordedCall,
+    tenant: &Identifier,
+    subject: &Identifier,
+) -> Answer {
+    let visible = recorded.tenant_id == *tenant && recorded.subject_id == *subject;
+    let package = block_package(
+        BlockCode::CallReused,
+        visible.then(|| recorded.status.as_str()),
+        visible.then_some(&recorded.status_ref),
+    );
+    Answer::Block { code: BlockCode::CallReused, package }
+}
+
+pub(crate) fn violation(what: &'static str) -> EngineError {
+    EngineError::Store(StoreError::ContractViolation(what))
+}
+
+/// The call a package answers.
+pub(crate) struct Answering<'a> {
+    pub(crate) response: &'a Identifier,
+    pub(crate) call: &'a Identifier,
+    pub(crate) purpose: Purpose,
+}
+
+impl<'a> Answering<'a> {
+    /// The operation's own first call, purpose `dispatch`.
+    pub(crate) fn first_call(operation: &'a Operation) -> Answering<'a> {
+        Answering {
+            response: &operation.intent.provider_response_id,
+            call: &operation.intent.provider_call_id,
+            purpose: Purpose::Dispatch,
+        }
+    }
+}
+
+pub(crate) fn pass(
+    delivery: Delivery,
+    operation: &Operation,
+    receipt: &LocalReceipt,
+    answering: &Answering<'_>,
+) -> Answer {
+    let intent = &operation.intent;
+    let host_view = HostView {
+        provider: intent.profile.provider.clone(),
+        api_family: intent.profile.api_family.clone(),
+        adapter_revision: intent.profile.adapter_revision.clone(),
+        provider_response_id: answering.response.clone(),
+        provider_call_id: answering.call.clone(),
+        purpose: answering.purpose,
+        operation_id: intent.operation_id.clone(),
+        idempotency_key: intent.scope.idempotency_key.clone(),
+        revisions: intent.revisions.clone(),
+        downstream_request_ref: receipt.downstream.downstream_request_ref.clone(),
+        downstream_receipt_ref: receipt.downstream.receipt_ref.clone(),
+        status_ref: intent.status_ref.clone(),
+    };
+    let package = pass_package_with_result(
+        delivery,
+        &intent.scope.tool_name,
+        &receipt.output,
+        &receipt.result_sha256,
+        &host_view,
+        &intent.request_sha256,
+    );
+    Answer::Pass { delivery, package }
+}

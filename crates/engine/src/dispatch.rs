@@ -1,0 +1,280 @@
+//! `dispatch` and `enqueue`: a call becomes an accepted intent (commit A), or meets the
+//! one already in the ledger under its scope.
+
+use std::sync::Arc;
+
+use toolledger_contract::{
+    ApprovalPolicy, ApprovalRefusal, BlockCode, Case, Purpose, Registry, Scope, Sha256Hex,
+    ToolSpec,
+    digest::{request_sha256, status_ref},
+};
+use toolledger_store::{
+    CallIdentity, LedgerStore, NewOperation, Operation, OperationStatus, Reservation,
+    approval_binding,
+};
+
+use crate::{
+    Caller, Downstream, Engine, EngineError, Judged,
+    answers::{Answer, Answering, block, call_reused},
+};
+use toolledger_contract::PrincipalResolver;
+
+/// Whether a stored intent is the call's: request digest, the six revisions, canonical
+/// arguments, scope, and provider/API/adapter. The one comparison every flow uses.
+pub(crate) fn same_intent(
+    stored: &NewOperation,
+    request: &Sha256Hex,
+    tool: &ToolSpec,
+    case: &Case,
+) -> bool {
+    stored.request_sha256 == *request
+        && stored.revisions == tool.revisions
+        && stored.arguments == case.proposal.arguments
+        && stored.scope.tenant_id == case.principal.tenant_id
+        && stored.scope.subject_id == case.principal.subject_id
+        && stored.scope.tool_name == tool.name
+        && stored.scope.idempotency_key == case.host.idempotency_key
+        && stored.profile == case.host.profile
+}
+
+fn scope_of(case: &Case, tool: &ToolSpec) -> Scope {
+    Scope {
+        tenant_id: case.principal.tenant_id.clone(),
+        subject_id: case.principal.subject_id.clone(),
+        tool_name: tool.name.clone(),
+        idempotency_key: case.host.idempotency_key.clone(),
+    }
+}
+
+/// The call's own identity as the model made it.
+pub(crate) fn call_of(case: &Case) -> CallIdentity {
+    CallIdentity {
+        profile: case.host.profile.clone(),
+        provider_response_id: case.host.provider_response_id.clone(),
+        provider_call_id: case.host.provider_call_id.clone(),
+    }
+}
+
+/// How far a dispatch goes once its intent is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Work it now, in this call.
+    Work,
+    /// Stop at commit A: a worker takes it later.
+    Stop,
+}
+
+impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
+    /// Dispatches the call: a new intent is accepted (commit A) and worked in-process;
+    /// a known one replays, stays unknown, or answers how it ended; a different one
+    /// under the same key conflicts.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`] when the resolver or the store fails before the intent is
+    /// accepted. After commit A no error is returned: a failure is `OUTCOME_UNKNOWN`.
+    pub fn dispatch(
+        &mut self,
+        case: &Case,
+        worker: &toolledger_contract::Identifier,
+    ) -> Result<Answer, EngineError> {
+        self.accept(case, worker, Then::Work)
+    }
+
+    /// Accepts the call (commit A) and stops: the intent and its outbox event exist,
+    /// for a worker (`process`, a relay) to take later. Answers `OUTCOME_UNKNOWN` with the
+    /// new operation's ref — from the caller's side the outcome is not known yet. A
+    /// known intent is answered as [`Engine::dispatch`] would.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::dispatch`].
+    pub fn enqueue(&mut self, case: &Case) -> Result<Answer, EngineError> {
+        let nobody = toolledger_contract::Identifier::new("enqueue")
+            .unwrap_or_else(|_| unreachable!("a literal identifier"));
+        self.accept(case, &nobody, Then::Stop)
+    }
+
+    fn accept(
+        &mut self,
+        case: &Case,
+        worker: &toolledger_contract::Identifier,
+        then: Then,
+    ) -> Result<Answer, EngineError> {
+        let registry = Arc::clone(&self.registry);
+        let (tool, roles) = match self.admit(&registry, case)? {
+            Ok(admitted) => admitted,
+            Err(refused) => return Ok(refused),
+        };
+        let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
+        let arguments = &case.proposal.arguments;
+        let scope = scope_of(case, tool);
+        let request = request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions);
+        let call = call_of(case);
+        let lookup = self.store.dispatch_lookup(&scope, &call)?;
+        match &lookup.call {
+            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+                return Ok(block(BlockCode::CallPurposeConflict, None));
+            }
+            // One model call, one intent: this call already dispatched another scope.
+            // (A stored operation's ref was verified to recompute from this scope, so a
+            // replay compares with it and computes no digest.)
+            Some(recorded)
+                if match &lookup.operation {
+                    Some(stored) => stored.intent.status_ref != recorded.status_ref,
+                    None => recorded.status_ref != status_ref(&scope),
+                } =>
+            {
+                return Ok(call_reused(recorded, tenant, subject));
+            }
+            _ => {}
+        }
+        if let Some(stored) = lookup.operation {
+            return self.settled(&stored, &request, tool, case);
+        }
+
+        // A new intent: business state, approval, and authorization once more just
+        // before the reservation transaction.
+        let judged = Judged {
+            tenant_id: tenant,
+            subject_id: subject,
+            arguments,
+            context: &case.business_state,
+        };
+        if !judged.business_allows(tool, &roles) {
+            return Ok(block(BlockCode::BusinessStateInvalid, None));
+        }
+        let mut intent = NewOperation {
+            status_ref: status_ref(&scope),
+            request_sha256: request,
+            arguments: arguments.clone(),
+            revisions: tool.revisions.clone(),
+            profile: case.host.profile.clone(),
+            provider_response_id: case.host.provider_response_id.clone(),
+            provider_call_id: case.host.provider_call_id.clone(),
+            operation_id: case.host.operation_id.clone(),
+            approval: None,
+            downstream: self.downstream.identity().clone(),
+            scope,
+        };
+        if tool.rules.approval(arguments) == ApprovalPolicy::Required {
+            let Some(approval) = &case.approval else {
+                return Ok(block(BlockCode::ApprovalInvalid, None));
+            };
+            match approval.admits(
+                &approval_binding(&intent),
+                &case.eligible_approvers,
+                case.clock.now,
+            ) {
+                Ok(()) => {}
+                Err(ApprovalRefusal::Invalid) => {
+                    return Ok(block(BlockCode::ApprovalInvalid, None));
+                }
+                Err(ApprovalRefusal::Expired) => {
+                    return Ok(block(BlockCode::ApprovalExpired, None));
+                }
+            }
+            intent.approval = Some(approval.clone());
+        }
+        if !self.authorize(tool, &judged)?.1 {
+            return Ok(block(BlockCode::NotFound, None));
+        }
+        let reserved = match self.store.reserve(&intent, &call, case.clock.now)? {
+            Reservation::Reserved(operation) => operation,
+            Reservation::Exists(stored) => {
+                return self.settled(&stored, &intent.request_sha256, tool, case);
+            }
+            Reservation::CallPurposeConflict => {
+                return Ok(block(BlockCode::CallPurposeConflict, None));
+            }
+            Reservation::CallReused(recorded) => {
+                return Ok(call_reused(&recorded, tenant, subject));
+            }
+        };
+        if then == Then::Stop {
+            return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));
+        }
+        // Commit A has succeeded in this call: from here on no failure may be answered
+        // as "nothing happened". Whatever fails (store, resolver, downstream), the
+        // answer is the crash table's: OUTCOME_UNKNOWN with the operation's ref.
+        let worked = self.work(
+            &intent.status_ref,
+            &case.clock,
+            &case.business_state,
+            worker,
+            Caller::Dispatch,
+            Some(&reserved),
+        );
+        Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&reserved))))
+    }
+
+    /// The checks every call-driven flow starts with: the tool is registered and the
+    /// arguments pass its input schema (`INPUT_INVALID`), then the current principal may
+    /// act on the resource (`NOT_FOUND`, alike for missing and not theirs). On success,
+    /// the tool and the roles the principal holds now.
+    #[allow(clippy::type_complexity, reason = "a refusal is an answer, an error is not")]
+    pub(crate) fn admit<'r>(
+        &mut self,
+        registry: &'r Registry,
+        case: &Case,
+    ) -> Result<Result<(&'r ToolSpec, Vec<String>), Answer>, EngineError> {
+        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
+            return Ok(Err(block(BlockCode::InputInvalid, None)));
+        };
+        if tool.input.validate(&case.proposal.arguments, None).is_err() {
+            return Ok(Err(block(BlockCode::InputInvalid, None)));
+        }
+        let judged = Judged {
+            tenant_id: &case.principal.tenant_id,
+            subject_id: &case.principal.subject_id,
+            arguments: &case.proposal.arguments,
+            context: &case.business_state,
+        };
+        match self.authorize(tool, &judged)? {
+            (roles, true) => Ok(Ok((tool, roles))),
+            (_, false) => Ok(Err(block(BlockCode::NotFound, None))),
+        }
+    }
+
+    /// The answer for a scope already in the ledger: conflict, replay, unknown, or how
+    /// it ended — touching nothing (no worker, no receipt lookup, no approval or
+    /// business check).
+    fn settled(
+        &mut self,
+        stored: &Operation,
+        request: &Sha256Hex,
+        tool: &ToolSpec,
+        case: &Case,
+    ) -> Result<Answer, EngineError> {
+        self.check_stored_arguments(stored)?;
+        if !same_intent(&stored.intent, request, tool, case) {
+            return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
+        }
+        if stored.intent.downstream != *self.downstream.identity() {
+            return Ok(block(BlockCode::DownstreamMismatch, Some(stored)));
+        }
+        match stored.status {
+            OperationStatus::Succeeded => {
+                let answering = Answering {
+                    response: &case.host.provider_response_id,
+                    call: &case.host.provider_call_id,
+                    purpose: Purpose::Dispatch,
+                };
+                self.replay(stored, &answering)
+            }
+            OperationStatus::Failed | OperationStatus::Quarantined => Ok(ended(stored)),
+            OperationStatus::Pending | OperationStatus::Processing => {
+                Ok(block(BlockCode::OutcomeUnknown, Some(stored)))
+            }
+        }
+    }
+}
+
+/// How an operation that did not succeed ended, answered the same way on every read.
+pub(crate) fn ended(operation: &Operation) -> Answer {
+    let code = match operation.status {
+        OperationStatus::Quarantined => BlockCode::ReceiptQuarantined,
+        _ => BlockCode::DownstreamRefused,
+    };
+    block(code, Some(operation))
+}

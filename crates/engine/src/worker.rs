@@ -1,0 +1,365 @@
+//! The directed worker (`process`), and the steps it shares with dispatch: claim the
+//! lease, recheck the contract, authorization and business state, call the downstream,
+//! and end the operation one way or another (commit C).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolledger_contract::{
+    BlockCode, Clock, Delivery, Identifier, PrincipalResolver, StatusRef, ToolSpec,
+    digest::{request_sha256, result_sha256},
+};
+use toolledger_store::{
+    Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore, LocalReceipt, NewOperation,
+    Operation, OperationStatus, StoreError,
+};
+
+use crate::{
+    Caller, Downstream, DownstreamError, DownstreamRequest, Engine, EngineError, Judged,
+    answers::{Answer, Answering, block, pass, violation},
+    dispatch::ended,
+};
+
+/// What a downstream receipt proves once checked.
+pub(crate) enum Checked {
+    /// It is bound to the operation and keeps the output contract.
+    Valid(LocalReceipt),
+    /// It is bound to the operation but its output breaks the contract: quarantine it.
+    Broken(&'static str),
+}
+
+/// Checks a downstream receipt against the operation and the output contract (schema
+/// and input binding) before it may become a local receipt. A receipt of another
+/// request is a contract violation (the downstream is not idempotent on its scope).
+pub(crate) fn check_receipt(
+    operation: &Operation,
+    tool: &ToolSpec,
+    receipt: DownstreamReceipt,
+) -> Result<Checked, EngineError> {
+    let intent = &operation.intent;
+    let text = |name: &str| receipt.receipt.get(name).and_then(Value::as_str);
+    if receipt.request_sha256 != intent.request_sha256
+        || receipt.downstream_request_ref != operation.downstream_request_ref
+        || text("tool_name") != Some(tool.name.as_str())
+        || text("output_revision") != Some(intent.revisions.output.as_str())
+    {
+        return Err(violation("the downstream receipt is not bound to the operation"));
+    }
+    let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
+    if let Err(broken) = tool.output.validate(&output, intent.arguments.as_object()) {
+        return Ok(Checked::Broken(match broken {
+            toolledger_contract::SchemaError::NotBound(_) => {
+                "the receipt's output is not bound to the request's arguments"
+            }
+            _ => "the receipt's output breaks the tool's output schema",
+        }));
+    }
+    let result = result_sha256(&tool.name, &intent.revisions.output, &output);
+    Ok(Checked::Valid(LocalReceipt { downstream: receipt, output, result_sha256: result }))
+}
+
+/// The request the downstream is asked to perform (or asked about), from the ledger.
+pub(crate) fn request_of(operation: &Operation) -> DownstreamRequest {
+    let intent = &operation.intent;
+    DownstreamRequest {
+        downstream_request_ref: operation.downstream_request_ref.clone(),
+        request_sha256: intent.request_sha256.clone(),
+        tool_name: intent.scope.tool_name.clone(),
+        output_revision: intent.revisions.output.clone(),
+        arguments: intent.arguments.clone(),
+    }
+}
+
+impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
+    /// Works the operation named by `status_ref`: the directed worker. Reads only the
+    /// instant, the lease length and the business context from its caller: tenant,
+    /// subject and arguments come from the ledger.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`] when the store fails before the lease is claimed. After the claim
+    /// no error is returned: a failure is `OUTCOME_UNKNOWN`.
+    pub fn process(
+        &mut self,
+        status_ref: &StatusRef,
+        clock: &Clock,
+        context: &Value,
+        worker: &Identifier,
+    ) -> Result<Answer, EngineError> {
+        self.work(status_ref, clock, context, worker, Caller::Worker, None)
+    }
+
+    /// Claims and works the operation. Dispatch's in-process worker starts from the
+    /// operation it has just reserved; `process` reads it.
+    pub(crate) fn work(
+        &mut self,
+        status_ref: &StatusRef,
+        clock: &Clock,
+        context: &Value,
+        worker: &Identifier,
+        caller: Caller,
+        reserved: Option<&Operation>,
+    ) -> Result<Answer, EngineError> {
+        let read;
+        let operation = match reserved {
+            Some(operation) => operation,
+            None => match self.store.operation_by_status_ref(status_ref)? {
+                Some(operation) => {
+                    read = operation;
+                    &read
+                }
+                None => return Ok(block(BlockCode::NotFound, None)),
+            },
+        };
+        self.check_stored_arguments(operation)?;
+        if operation.intent.downstream != *self.downstream.identity() {
+            return Ok(block(BlockCode::DownstreamMismatch, Some(operation)));
+        }
+        match operation.status {
+            OperationStatus::Succeeded => return self.worker_replay(operation, context),
+            OperationStatus::Failed | OperationStatus::Quarantined => return Ok(ended(operation)),
+            OperationStatus::Pending | OperationStatus::Processing => {}
+        }
+        let (attempt, claimed) =
+            match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
+                Claim::Claimed { attempt, operation } => (attempt, *operation),
+                Claim::LeaseHeld if caller == Caller::Dispatch => {
+                    return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
+                }
+                Claim::LeaseHeld => return Ok(block(BlockCode::LeaseHeld, Some(operation))),
+                Claim::Final => return self.reread_and_answer(status_ref, context),
+                Claim::Missing => return Ok(block(BlockCode::NotFound, None)),
+            };
+        // This call now holds the lease, and may be about to cause the side effect: from
+        // here on a failure of the store, the resolver or the downstream is answered
+        // OUTCOME_UNKNOWN with the operation's ref, never as an error.
+        let lease = Lease { owner: worker, attempt, caller };
+        let worked = self.work_claimed(status_ref, &claimed, &lease, clock, context);
+        Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&claimed))))
+    }
+
+    /// The worker's steps after its claim: rechecks, the downstream, commit C.
+    fn work_claimed(
+        &mut self,
+        status_ref: &StatusRef,
+        claimed: &Operation,
+        lease: &Lease<'_>,
+        clock: &Clock,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        // The operation as the claim read it back: every stored digest, the approval's
+        // included, was recomputed from the ledger right before the side effect.
+        let operation = claimed;
+        self.check_stored_arguments(operation)?;
+        let intent = &operation.intent;
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
+        };
+        let current_request = request_sha256(
+            &intent.scope.tenant_id,
+            &intent.scope.subject_id,
+            &tool.name,
+            &intent.arguments,
+            &tool.revisions,
+        );
+        if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
+        }
+        // The approval digest was recomputed from the ledger by the claim's read-back,
+        // which refuses a row whose stored approval does not recompute.
+        let judged = judged(intent, context);
+        let (roles, allowed) = self.authorize(tool, &judged)?;
+        if !allowed {
+            return Ok(block(BlockCode::AuthorizationDenied, Some(operation)));
+        }
+        if !judged.business_allows(tool, &roles) {
+            return Ok(block(BlockCode::BusinessStateInvalid, Some(operation)));
+        }
+
+        let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
+        let receipt = match self.downstream.execute(&request_of(operation), clock.now) {
+            Ok(receipt) => receipt,
+            Err(DownstreamError::NotSent { .. }) => {
+                // Certainly not sent: give the lease back, so the operation can be worked
+                // again at once, and say so.
+                return match self.store.release(
+                    status_ref,
+                    lease.owner,
+                    lease.attempt,
+                    clock.now,
+                )? {
+                    Finalize::Finalized => {
+                        let released = self.reread(status_ref)?;
+                        Ok(block(BlockCode::DownstreamUnavailable, Some(&released)))
+                    }
+                    Finalize::AlreadyFinal => self.reread_and_answer(status_ref, context),
+                    Finalize::LeaseLost => self.lease_lost(status_ref, lease.caller),
+                };
+            }
+            Err(DownstreamError::Refused { reason }) => {
+                let ending = self.store.fail(status_ref, &finalizer, &reason, clock.now)?;
+                return self.after_ending(ending, status_ref, lease.caller, context);
+            }
+            Err(DownstreamError::Unknown { .. }) => {
+                return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
+            }
+            Err(DownstreamError::Conflict) => {
+                return Err(violation("the downstream holds a different request under this ref"));
+            }
+        };
+        match check_receipt(operation, tool, receipt.clone())? {
+            Checked::Valid(local) => {
+                match self.store.finalize(status_ref, &finalizer, &local, clock.now)? {
+                    Finalize::Finalized => Ok(pass(
+                        Delivery::Fresh,
+                        operation,
+                        &local,
+                        &Answering::first_call(operation),
+                    )),
+                    Finalize::AlreadyFinal => self.reread_and_answer(status_ref, context),
+                    Finalize::LeaseLost => self.lease_lost(status_ref, lease.caller),
+                }
+            }
+            Checked::Broken(reason) => {
+                let ending = self.store.quarantine(
+                    status_ref,
+                    &finalizer,
+                    &receipt.receipt,
+                    reason,
+                    clock.now,
+                )?;
+                self.after_ending(ending, status_ref, lease.caller, context)
+            }
+        }
+    }
+
+    /// The answer after this worker tried to end the operation as failed or
+    /// quarantined.
+    fn after_ending(
+        &mut self,
+        ending: Finalize,
+        status_ref: &StatusRef,
+        caller: Caller,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        match ending {
+            Finalize::Finalized | Finalize::AlreadyFinal => {
+                self.reread_and_answer(status_ref, context)
+            }
+            Finalize::LeaseLost => self.lease_lost(status_ref, caller),
+        }
+    }
+
+    /// Another worker took the lease over while this one worked.
+    fn lease_lost(
+        &mut self,
+        status_ref: &StatusRef,
+        caller: Caller,
+    ) -> Result<Answer, EngineError> {
+        let operation = self.reread(status_ref)?;
+        let code = match caller {
+            Caller::Dispatch => BlockCode::OutcomeUnknown,
+            Caller::Worker => BlockCode::LeaseHeld,
+        };
+        Ok(block(code, Some(&operation)))
+    }
+
+    pub(crate) fn reread(&mut self, status_ref: &StatusRef) -> Result<Operation, EngineError> {
+        self.store
+            .operation_by_status_ref(status_ref)?
+            .ok_or(EngineError::Store(StoreError::Internal("the operation vanished")))
+    }
+
+    /// The operation has ended: a worker answers how, re-authorizing a success first.
+    fn reread_and_answer(
+        &mut self,
+        status_ref: &StatusRef,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        let operation = self.reread(status_ref)?;
+        match operation.status {
+            OperationStatus::Succeeded => self.worker_replay(&operation, context),
+            OperationStatus::Failed | OperationStatus::Quarantined => Ok(ended(&operation)),
+            OperationStatus::Pending | OperationStatus::Processing => {
+                Ok(block(BlockCode::OutcomeUnknown, Some(&operation)))
+            }
+        }
+    }
+
+    /// A worker meeting a finished operation re-authorizes, then answers `local_replay`
+    /// with the ledger's first call ids and purpose `dispatch`.
+    fn worker_replay(
+        &mut self,
+        operation: &Operation,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        let intent = &operation.intent;
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
+        };
+        if !self.authorize(tool, &judged(intent, context))?.1 {
+            return Ok(block(BlockCode::AuthorizationDenied, Some(operation)));
+        }
+        self.replay(operation, &Answering::first_call(operation))
+    }
+
+    pub(crate) fn replay(
+        &mut self,
+        operation: &Operation,
+        answering: &Answering<'_>,
+    ) -> Result<Answer, EngineError> {
+        let receipt = operation
+            .receipt
+            .as_ref()
+            .ok_or(violation("a succeeded operation has no local receipt"))?;
+        self.check_output(operation, &receipt.output)?;
+        Ok(pass(Delivery::LocalReplay, operation, receipt, answering))
+    }
+
+    /// Stored arguments that fail the input schema of their own revision contradict the
+    /// row: `STORE_CONTRACT_VIOLATION`. (A row whose revision is not the current one is
+    /// drift, judged by each flow.)
+    pub(crate) fn check_stored_arguments(&self, operation: &Operation) -> Result<(), EngineError> {
+        let intent = &operation.intent;
+        match self.registry.tool(&intent.scope.tool_name) {
+            Some(tool) if tool.revisions.input == intent.revisions.input => tool
+                .input
+                .validate(&intent.arguments, None)
+                .map_err(|_| violation("stored arguments fail the input schema")),
+            _ => Ok(()),
+        }
+    }
+
+    /// A stored output that fails the output schema or the input binding of its own
+    /// revision contradicts the row.
+    fn check_output(&self, operation: &Operation, output: &Value) -> Result<(), EngineError> {
+        let intent = &operation.intent;
+        match self.registry.tool(&intent.scope.tool_name) {
+            Some(tool) if tool.revisions.output == intent.revisions.output => tool
+                .output
+                .validate(output, intent.arguments.as_object())
+                .map_err(|_| violation("stored output fails the output contract")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The worker's lease: its fencing token, and who it works for.
+struct Lease<'a> {
+    owner: &'a Identifier,
+    attempt: i64,
+    caller: Caller,
+}
+
+/// The stored intent as the rules judge it: tenant, subject and arguments from the
+/// ledger, never from the caller.
+fn judged<'a>(intent: &'a NewOperation, context: &'a Value) -> Judged<'a> {
+    Judged {
+        tenant_id: &intent.scope.tenant_id,
+        subject_id: &intent.scope.subject_id,
+        arguments: &intent.arguments,
+        context,
+    }
+}

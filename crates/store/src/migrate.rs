@@ -1,0 +1,180 @@
+//! Upgrading an older store: an explicit step, never done in passing.
+//!
+//! Every other command refuses an older schema (`SCHEMA_UNSUPPORTED`, naming
+//! `migrate`). [`migrate`] first copies the file with SQLite's online backup API to a
+//! sibling file, then applies every step of the chain from the file's version to the
+//! current one in **one** transaction, records each in `migrations` with its times, and
+//! checks foreign keys before it commits: a crash or an error leaves the file exactly as
+//! it was. Digests and refs are copied, never recomputed, so every one still verifies.
+//!
+//! The chain: v1 → v2 (approval columns optional; `failed` and `quarantined` states;
+//! the operation's downstream identity; `terminal_outcomes`; `migrations`). A later
+//! schema appends one step.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, backup::Backup};
+use toolledger_contract::DownstreamIdentity;
+
+use crate::{
+    Now, StoreError,
+    error::sqlite,
+    schema::{self, Contents, SCHEMA_ID, TABLES_DDL, USER_VERSION, Waits},
+};
+
+/// The schema id and `user_version` of version 1.
+const V1_SCHEMA_ID: &str = "toolledger-store-v1";
+
+/// The schema of `toolledger-store-v1`, as version 1 of this crate created it: a file is
+/// migrated only if its schema is exactly this.
+const V1_DDL: &str = include_str!("v1.sql");
+
+/// The version of an older store of this product, from its `meta.schema_id` and
+/// `user_version`; `None` for the current version and for anything else.
+pub(crate) fn older_version(schema_id: Option<&str>, user_version: i64) -> Option<i64> {
+    (schema_id == Some(V1_SCHEMA_ID) && user_version == 1).then_some(1)
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Migrated {
+    /// The store was already at the current version: nothing was written, no backup.
+    Current,
+    /// The store was upgraded.
+    Upgraded {
+        /// The version it had.
+        from: i64,
+        /// The version it has now.
+        to: i64,
+        /// The backup made before anything changed, beside the store.
+        backup: PathBuf,
+        /// Operations carried over.
+        operations: i64,
+    },
+}
+
+/// Upgrades the store at `path` to the current schema.
+///
+/// Version 1 did not record which downstream an operation belongs to; `legacy` is the
+/// identity every existing operation is recorded with (a host that has only ever used
+/// one downstream names it; the command line's simulation is
+/// `toolledger-stand-in@1`). `now` stamps the backup's name and the `migrations` rows.
+///
+/// # Errors
+///
+/// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
+/// when the file is not a store this crate knows, or an older store whose schema was
+/// changed by hand; [`StoreError::Busy`] when another connection holds a lock past
+/// `waits`; [`StoreError::Sqlite`] when the backup file exists already or cannot be
+/// written. On any error the store is as it was.
+pub fn migrate(
+    path: &Path,
+    legacy: &DownstreamIdentity,
+    now: Now,
+    waits: Waits,
+) -> Result<Migrated, StoreError> {
+    if !std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() > 0) {
+        return Err(StoreError::Missing);
+    }
+    let mut conn =
+        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(sqlite)?;
+    schema::set_busy_timeout(&conn, waits.next_wait())?;
+    let from = match schema::classify(&conn) {
+        Ok(Contents::Store) => return Ok(Migrated::Current),
+        Ok(Contents::Empty) => return Err(StoreError::Missing),
+        Ok(Contents::Damaged) => return Err(StoreError::SchemaUnsupported),
+        Err(StoreError::SchemaOutdated { version }) => version,
+        Err(err) => return Err(err),
+    };
+    if from != 1 || schema::schema_rows(&conn)? != v1_schema()? {
+        return Err(StoreError::SchemaUnsupported);
+    }
+
+    let backup = backup_path(path, from, now);
+    if backup.exists() {
+        return Err(StoreError::failed("the backup file of this migration exists already"));
+    }
+    {
+        let mut copy = Connection::open(&backup).map_err(sqlite)?;
+        Backup::new(&conn, &mut copy)
+            .and_then(|job| job.run_to_completion(256, std::time::Duration::ZERO, None))
+            .map_err(sqlite)?;
+    }
+
+    // Foreign keys are checked once, at the end, over the whole result.
+    conn.execute_batch("PRAGMA foreign_keys = OFF").map_err(sqlite)?;
+    let tx =
+        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite)?;
+    tx.execute_batch(&v1_to_v2(legacy)).map_err(sqlite)?;
+    tx.execute(
+        "INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+         VALUES (?1, ?2, ?3, ?4, ?4)",
+        rusqlite::params![USER_VERSION, V1_SCHEMA_ID, SCHEMA_ID, now.get()],
+    )
+    .map_err(sqlite)?;
+    let dangling: i64 = tx
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| row.get(0))
+        .map_err(sqlite)?;
+    if dangling != 0 || schema::schema_rows(&tx)? != schema::expected_schema() {
+        return Err(StoreError::failed("the migrated store does not hold together"));
+    }
+    let operations: i64 =
+        tx.query_row("SELECT count(*) FROM operations", [], |row| row.get(0)).map_err(sqlite)?;
+    tx.commit().map_err(sqlite)?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;").map_err(sqlite)?;
+    Ok(Migrated::Upgraded { from, to: USER_VERSION, backup, operations })
+}
+
+/// `<file>.v<from>-backup-<now>`, beside the store.
+fn backup_path(path: &Path, from: i64, now: Now) -> PathBuf {
+    let mut name = path.file_name().map(|name| name.to_os_string()).unwrap_or_default();
+    name.push(format!(".v{from}-backup-{}", now.get()));
+    path.with_file_name(name)
+}
+
+/// The schema rows version 1 made.
+fn v1_schema() -> Result<Vec<schema::SchemaRow>, StoreError> {
+    let conn = Connection::open_in_memory().map_err(sqlite)?;
+    conn.execute_batch(V1_DDL).map_err(sqlite)?;
+    schema::schema_rows(&conn)
+}
+
+/// v1 → v2 in SQL: the old tables step aside, the new ones are created from the current
+/// DDL (so the schema text is the new store's, byte for byte), rows are copied with
+/// their ids, and the old tables are dropped.
+fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
+    // The identity passed validation: `[A-Za-z0-9._:/-]` only, so it is safe as a literal.
+    let (name, revision) = (legacy.name(), legacy.revision());
+    format!(
+        "DROP INDEX call_identities_op;
+         ALTER TABLE call_identities RENAME TO v1_call_identities;
+         ALTER TABLE local_receipts RENAME TO v1_local_receipts;
+         ALTER TABLE downstream_receipts RENAME TO v1_downstream_receipts;
+         ALTER TABLE outbox RENAME TO v1_outbox;
+         ALTER TABLE operations RENAME TO v1_operations;
+         {TABLES_DDL}
+         INSERT INTO operations (id, tenant_id, subject_id, tool_name, idempotency_key, status_ref,
+             downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision,
+             effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family,
+             adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id,
+             approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status,
+             created_at, updated_at)
+           SELECT id, tenant_id, subject_id, tool_name, idempotency_key, status_ref,
+             downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision,
+             effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family,
+             adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id,
+             approval_sha256, approved_at, approval_expires_at, '{name}', '{revision}', status,
+             created_at, updated_at FROM v1_operations;
+         INSERT INTO outbox SELECT * FROM v1_outbox;
+         INSERT INTO downstream_receipts SELECT * FROM v1_downstream_receipts;
+         INSERT INTO local_receipts SELECT * FROM v1_local_receipts;
+         INSERT INTO call_identities SELECT * FROM v1_call_identities;
+         DROP TABLE v1_call_identities;
+         DROP TABLE v1_local_receipts;
+         DROP TABLE v1_downstream_receipts;
+         DROP TABLE v1_outbox;
+         DROP TABLE v1_operations;
+         UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
+         PRAGMA user_version = {USER_VERSION};"
+    )
+}

@@ -1,0 +1,279 @@
+//! A model's tool call, described by the host: who asks, what, under which key, from
+//! which model call, with which approval.
+
+use serde_json::Value;
+use toolledger_contract::{
+    Approval, Case, Clock, HostContext, IdempotencyKey, Identifier, Principal, Proposal,
+    ProviderProfile, Registry, UnixSeconds, approval_sha256,
+};
+
+use crate::Error;
+
+/// The model call a tool call came from: its provider profile and the response and call
+/// ids the provider gave it. One model call is one intent.
+///
+/// ```
+/// let call = toolledger::ModelCall::new("openai", "chat_completions", "openai-chat-2026-05", "chatcmpl-1", "call_7");
+/// # let _ = call;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCall {
+    profile: ProviderProfile,
+    response_id: String,
+    call_id: String,
+}
+
+impl ModelCall {
+    /// The call `call_id` of response `response_id`, through `provider`'s
+    /// `api_family` at `adapter_revision` (a registered profile).
+    ///
+    /// ```
+    /// let call = toolledger::ModelCall::new("anthropic", "messages", "anthropic-messages-2026-05", "msg_01", "toolu_01");
+    /// # let _ = call;
+    /// ```
+    pub fn new(
+        provider: &str,
+        api_family: &str,
+        adapter_revision: &str,
+        response_id: &str,
+        call_id: &str,
+    ) -> ModelCall {
+        ModelCall {
+            profile: ProviderProfile::new(provider, api_family, adapter_revision),
+            response_id: response_id.to_owned(),
+            call_id: call_id.to_owned(),
+        }
+    }
+}
+
+/// An approval as the approver gave it. The library binds it to the call (computes its
+/// digest over the call's exact request, key and model call); the host never patches a
+/// digest in.
+///
+/// ```
+/// let grant = toolledger::Grant {
+///     approval_id: "appr-9".to_owned(),
+///     approver_id: "lead-2".to_owned(),
+///     approved_at: 1_767_225_500,
+///     expires_at: 1_767_229_100,
+/// };
+/// # let _ = grant;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The approval's id.
+    pub approval_id: String,
+    /// Who approved.
+    pub approver_id: String,
+    /// When, in Unix seconds.
+    pub approved_at: i64,
+    /// Until when, in Unix seconds (exclusive).
+    pub expires_at: i64,
+}
+
+/// One tool call, described with a builder. Validated when it is used.
+///
+/// ```
+/// use serde_json::json;
+/// let call = toolledger::Call::new("open_ticket", json!({"queue": "billing", "title": "refund"}))
+///     .principal("acme", "user-7")
+///     .idempotency_key("ticket-42")
+///     .model_call(toolledger::ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp_9", "call_3"));
+/// # let _ = call;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    tool: String,
+    arguments: Value,
+    principal: (String, String),
+    key: String,
+    model_call: Option<ModelCall>,
+    operation_id: Option<String>,
+    context: Value,
+    grant: Option<(Grant, Vec<String>)>,
+    now: Option<i64>,
+}
+
+impl Call {
+    /// A call of `tool` with `arguments` (checked against the tool's input schema).
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("refund_order", serde_json::json!({"order_id": "ord-1"}));
+    /// # let _ = call;
+    /// ```
+    pub fn new(tool: &str, arguments: Value) -> Call {
+        Call {
+            tool: tool.to_owned(),
+            arguments,
+            principal: (String::new(), String::new()),
+            key: String::new(),
+            model_call: None,
+            operation_id: None,
+            context: Value::Null,
+            grant: None,
+            now: None,
+        }
+    }
+
+    /// Who asks: the tenant and the subject. Their roles are asked of the resolver at
+    /// every check, never taken from the call.
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).principal("acme", "user-7");
+    /// # let _ = call;
+    /// ```
+    pub fn principal(mut self, tenant_id: &str, subject_id: &str) -> Call {
+        self.principal = (tenant_id.to_owned(), subject_id.to_owned());
+        self
+    }
+
+    /// The idempotency key: one intent per (tenant, subject, tool, key).
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).idempotency_key("order-1-refund");
+    /// # let _ = call;
+    /// ```
+    pub fn idempotency_key(mut self, key: &str) -> Call {
+        self.key = key.to_owned();
+        self
+    }
+
+    /// The model call it came from.
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).model_call(
+    ///     toolledger::ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp_1", "call_1"),
+    /// );
+    /// # let _ = call;
+    /// ```
+    pub fn model_call(mut self, model_call: ModelCall) -> Call {
+        self.model_call = Some(model_call);
+        self
+    }
+
+    /// The host's own id for the operation (default: the model call's id).
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).operation_id("op-77");
+    /// # let _ = call;
+    /// ```
+    pub fn operation_id(mut self, operation_id: &str) -> Call {
+        self.operation_id = Some(operation_id.to_owned());
+        self
+    }
+
+    /// The business context the tool's rules judge (default `null`: rules that read the
+    /// host's own systems need none).
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).context(serde_json::json!({"plan": "pro"}));
+    /// # let _ = call;
+    /// ```
+    pub fn context(mut self, context: Value) -> Call {
+        self.context = context;
+        self
+    }
+
+    /// The approval, and the approvers the tenant's policy allows. Needed when the
+    /// tool's policy requires one; ignored (and not stored) otherwise.
+    ///
+    /// ```
+    /// let grant = toolledger::Grant {
+    ///     approval_id: "appr-1".to_owned(),
+    ///     approver_id: "lead-1".to_owned(),
+    ///     approved_at: 1_767_225_500,
+    ///     expires_at: 1_767_229_100,
+    /// };
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).approval(grant, &["lead-1"]);
+    /// # let _ = call;
+    /// ```
+    pub fn approval(mut self, grant: Grant, eligible_approvers: &[&str]) -> Call {
+        let approvers = eligible_approvers.iter().map(|approver| (*approver).to_owned()).collect();
+        self.grant = Some((grant, approvers));
+        self
+    }
+
+    /// The instant the call is judged at, in Unix seconds (default: the wall clock when
+    /// it is used).
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).at(1_767_225_600);
+    /// # let _ = call;
+    /// ```
+    pub fn at(mut self, now: i64) -> Call {
+        self.now = Some(now);
+        self
+    }
+
+    pub(crate) fn now(&self) -> Option<i64> {
+        self.now
+    }
+
+    pub(crate) fn context_value(&self) -> &Value {
+        &self.context
+    }
+
+    /// The engine's view of the call, validated, with the approval bound to it.
+    pub(crate) fn to_case(&self, clock: Clock, registry: &Registry) -> Result<Case, Error> {
+        let id = |text: &str, what: &str| {
+            Identifier::new(text)
+                .map_err(|_| Error::invalid(format!("the call's {what} is not an identifier")))
+        };
+        let model_call = self
+            .model_call
+            .as_ref()
+            .ok_or_else(|| Error::invalid("the call names no model call".to_owned()))?;
+        if !registry.has_profile(&model_call.profile) {
+            return Err(Error::invalid(
+                "the model call's provider profile is not registered".to_owned(),
+            ));
+        }
+        let call_id = id(&model_call.call_id, "model call id")?;
+        let host = HostContext {
+            profile: model_call.profile.clone(),
+            provider_response_id: id(&model_call.response_id, "model response id")?,
+            operation_id: match &self.operation_id {
+                Some(operation_id) => id(operation_id, "operation id")?,
+                None => call_id.clone(),
+            },
+            provider_call_id: call_id,
+            idempotency_key: IdempotencyKey::new(&self.key).map_err(|_| {
+                Error::invalid("the call's idempotency key is not an identifier".to_owned())
+            })?,
+        };
+        let mut case = Case {
+            clock,
+            principal: Principal {
+                tenant_id: id(&self.principal.0, "tenant id")?,
+                subject_id: id(&self.principal.1, "subject id")?,
+            },
+            host,
+            proposal: Proposal { tool_name: self.tool.clone(), arguments: self.arguments.clone() },
+            approval: None,
+            eligible_approvers: Vec::new(),
+            business_state: self.context.clone(),
+        };
+        if let (Some((grant, approvers)), Some(tool)) = (&self.grant, registry.tool(&self.tool)) {
+            let instant = |seconds: i64| {
+                UnixSeconds::new(seconds).map_err(|_| {
+                    Error::invalid("the approval's instants are out of range".to_owned())
+                })
+            };
+            let (approval_id, approver_id) =
+                (id(&grant.approval_id, "approval id")?, id(&grant.approver_id, "approver id")?);
+            let (approved_at, expires_at) =
+                (instant(grant.approved_at)?, instant(grant.expires_at)?);
+            let binding = case.approval_binding(&tool.name, &tool.revisions);
+            let approval_sha256 =
+                approval_sha256(&approval_id, &approver_id, approved_at, expires_at, &binding);
+            let approval =
+                Approval { approval_id, approver_id, approved_at, expires_at, approval_sha256 };
+            case.approval = Some(approval);
+            case.eligible_approvers = approvers
+                .iter()
+                .map(|approver| id(approver, "eligible approver"))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(case)
+    }
+}

@@ -1,0 +1,561 @@
+//! toolledger: make an AI agent's side-effecting tool calls survive retries, crashes and
+//! lost responses.
+//!
+//! A host embeds one [`Ledger`]: it registers its tools (schemas as data, rules as a
+//! [`ToolRules`] it implements), plugs in its own [`Downstream`] (the client that performs
+//! the effect), and describes each model call as a [`Call`]. Then:
+//!
+//! - [`Ledger::dispatch`] accepts the intent (commit A) and works it now: a retry of
+//!   the same call replays the first result, a different intent under the same key is a
+//!   conflict;
+//! - [`Ledger::enqueue`] accepts it and stops, for a worker to take later;
+//! - [`Ledger::process`] is that worker; [`Ledger::status`] is the explicit status query
+//!   that settles an unknown outcome.
+//!
+//! Every answer is a [`Reply`]: a typed [`Outcome`] (done with a [`Receipt`], unknown
+//! with its [`StatusRef`], or blocked with a [`BlockCode`]) that renders to the canonical
+//! package. An outcome that may have happened is never guessed: it is
+//! [`Outcome::Unknown`] until a status query settles it. toolledger is **not
+//! exactly-once**: the downstream must be idempotent on the request ref it is handed.
+//!
+//! ```
+//! use serde_json::json;
+//! use toolledger::{Call, Ledger, ModelCall, NoRoles, Outcome, RefundOrder};
+//!
+//! # let dir = std::env::temp_dir().join(format!("toolledger-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! # let path = dir.join("crate.sqlite3");
+//! // The built-in refund tool (with no approval up to 50.00) and the simulated
+//! // downstream the command line uses.
+//! let refunds = RefundOrder { approval_threshold_minor: Some(5_000) }.tool();
+//! let mut ledger = Ledger::builder(&path).tool(refunds).open_simulated(NoRoles)?;
+//! let call = Call::new("refund_order", json!({
+//!         "order_id": "ord-1", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}))
+//!     .principal("tenant-a", "user-1")
+//!     .idempotency_key("refund-ord-1")
+//!     .model_call(ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp-1", "call-1"))
+//!     .context(json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+//!         "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+//!     .at(1_767_225_600);
+//! let first = ledger.dispatch(&call)?;
+//! assert!(matches!(first.outcome(), Outcome::Fresh(_)));
+//! // The model retries: the first result again, no second refund.
+//! assert!(matches!(ledger.dispatch(&call)?.outcome(), Outcome::Replayed(_)));
+//! # std::fs::remove_dir_all(dir).unwrap();
+//! # Ok::<(), toolledger::Error>(())
+//! ```
+//!
+//! ## Async hosts
+//!
+//! The ledger is synchronous (SQLite, fsync) and [`Send`]: a tokio host moves it into
+//! `tokio::task::spawn_blocking` (or keeps it behind a `Mutex` and calls it from
+//! there), so no runtime thread ever waits on the disk. `examples/tokio_host.rs` shows
+//! the pattern and a test runs it.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod audit;
+mod call;
+mod reply;
+
+use std::path::{Path, PathBuf};
+
+use toolledger_engine::Engine;
+use toolledger_store::SqliteStore;
+
+pub use toolledger_contract::{
+    ApprovalPolicy, BlockCode, BusinessRefusal, Case, Charset, Claims, Clock, ContractError,
+    Delivery, Denied, DownstreamIdentity, ErrorCode, Field, FieldRule, Identifier, LeaseSeconds,
+    NoRoles, PrincipalResolver, ProviderProfile, RefundOrder, Registry, ResolverError, Revisions,
+    RuleCall, Schema, StatusRef, ToolRules, ToolSpec, UnixSeconds, load_case, load_claims,
+};
+pub use toolledger_engine::{
+    Answer, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest, EngineError,
+    Lookup, StandIn, Waits, drill,
+};
+pub use toolledger_store::{DownstreamReceipt, Migrated, SCHEMA_ID};
+
+pub use crate::{
+    audit::{Audit, audit, audit_with},
+    call::{Call, Grant, ModelCall},
+    reply::{Outcome, Receipt, Reply},
+};
+
+/// The simulated downstream of the command line: the stand-in refund API on its own
+/// connection to the ledger's file, behind a recovery-drill switch.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("simulated");
+/// use toolledger::drill::FailurePoint;
+/// // Stop the next call right after the downstream commits, as a crash would.
+/// ledger.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
+/// assert!(matches!(ledger.dispatch(&call)?.outcome(), toolledger::Outcome::Unknown { .. }));
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub type Simulated = drill::Interrupt<StandIn<SqliteStore>>;
+
+/// Why a call could not be answered at all. Nothing was accepted: an error never follows
+/// an accepted intent (that is [`Outcome::Unknown`]).
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("error");
+/// let nameless = call.idempotency_key("not an identifier");
+/// assert_eq!(ledger.dispatch(&nameless).unwrap_err().code(), toolledger::ErrorCode::UsageError);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Error {
+    /// The stable code, e.g. `STORE_BUSY`.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-err-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let missing = toolledger::audit(&dir.join("none.sqlite3")).unwrap_err();
+    /// assert_eq!(missing.code(), toolledger::ErrorCode::SqliteError);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// ```
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    pub(crate) fn invalid(message: String) -> Error {
+        Error { code: ErrorCode::UsageError, message }
+    }
+}
+
+impl From<EngineError> for Error {
+    fn from(err: EngineError) -> Error {
+        Error { code: err.code(), message: err.to_string() }
+    }
+}
+
+impl From<toolledger_store::StoreError> for Error {
+    fn from(err: toolledger_store::StoreError) -> Error {
+        Error { code: err.code(), message: err.to_string() }
+    }
+}
+
+/// The wall clock, in Unix seconds: the facade is where a host's calls get their instant
+/// when they do not name one.
+fn wall_clock() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// A ledger file with its tools, its downstream and its principal resolver.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("ledger");
+/// let reply = ledger.dispatch(&call)?;
+/// println!("{}", reply.canonical());
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Ledger<D, R> {
+    engine: Engine<SqliteStore, D, R>,
+    worker: Identifier,
+    lease: LeaseSeconds,
+}
+
+/// How to open a [`Ledger`]: which file, which tools, how long to wait for locks.
+///
+/// ```
+/// let builder = toolledger::Ledger::builder("ledger.sqlite3")
+///     .tool(toolledger::RefundOrder::default().tool())
+///     .lease_seconds(60)
+///     .worker_id("host-1");
+/// # let _ = builder;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LedgerBuilder {
+    path: PathBuf,
+    tools: Vec<ToolSpec>,
+    profiles: Vec<ProviderProfile>,
+    waits: Waits,
+    worker: Option<String>,
+    lease_seconds: i64,
+}
+
+impl Ledger<(), ()> {
+    /// Starts describing the ledger at `path` (created when missing). The built-in
+    /// provider profiles are registered; no tool is.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-b-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let ledger = toolledger::Ledger::builder(dir.join("ledger.sqlite3"))
+    ///     .tool(toolledger::RefundOrder::default().tool())
+    ///     .open_simulated(toolledger::NoRoles)?;
+    /// # drop(ledger);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn builder(path: impl AsRef<Path>) -> LedgerBuilder {
+        LedgerBuilder {
+            path: path.as_ref().to_path_buf(),
+            tools: Vec::new(),
+            profiles: toolledger_contract::builtin_profiles(),
+            waits: Waits::default(),
+            worker: None,
+            lease_seconds: 30,
+        }
+    }
+}
+
+impl LedgerBuilder {
+    /// Registers a tool: its schemas and revisions, and the rules the host implements.
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3")
+    ///     .tool(toolledger::RefundOrder::default().tool());
+    /// # let _ = builder;
+    /// ```
+    pub fn tool(mut self, tool: ToolSpec) -> LedgerBuilder {
+        self.tools.retain(|known| known.name != tool.name);
+        self.tools.push(tool);
+        self
+    }
+
+    /// Registers a provider profile beyond the built-in ones.
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3").profile(
+    ///     toolledger::ProviderProfile::new("acme-llm", "chat", "acme-chat-2026-11"),
+    /// );
+    /// # let _ = builder;
+    /// ```
+    pub fn profile(mut self, profile: ProviderProfile) -> LedgerBuilder {
+        if !self.profiles.contains(&profile) {
+            self.profiles.push(profile);
+        }
+        self
+    }
+
+    /// How long to wait for locks other connections hold (default: 5 s per wait).
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3")
+    ///     .waits(toolledger::Waits::total(std::time::Duration::from_secs(2)));
+    /// # let _ = builder;
+    /// ```
+    pub fn waits(mut self, waits: Waits) -> LedgerBuilder {
+        self.waits = waits;
+        self
+    }
+
+    /// This process's worker id, the owner of the leases it takes (default: unique per
+    /// process and moment).
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3").worker_id("host-7");
+    /// # let _ = builder;
+    /// ```
+    pub fn worker_id(mut self, worker: &str) -> LedgerBuilder {
+        self.worker = Some(worker.to_owned());
+        self
+    }
+
+    /// How long a worker's lease lasts, 1–3600 s (default 30): a crashed worker's
+    /// operation is reclaimable once it ends.
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3").lease_seconds(60);
+    /// # let _ = builder;
+    /// ```
+    pub fn lease_seconds(mut self, seconds: i64) -> LedgerBuilder {
+        self.lease_seconds = seconds;
+        self
+    }
+
+    /// Opens the ledger with the host's own downstream and principal resolver.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the file cannot be a store (another schema: `SCHEMA_UNSUPPORTED`,
+    /// an older one naming `migrate`), a lock outlasts the wait bound, or a setting is
+    /// invalid (`USAGE_ERROR`).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-o-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let path = dir.join("ledger.sqlite3");
+    /// use toolledger::{Ledger, NoRoles, RefundOrder, StandIn};
+    /// // Any `Downstream` will do; here, the stand-in on its own connection.
+    /// let downstream = StandIn::new(toolledger::store_connection(&path)?);
+    /// let ledger = Ledger::builder(&path).tool(RefundOrder::default().tool()).open(downstream, NoRoles)?;
+    /// # drop(ledger);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn open<D: Downstream, R: PrincipalResolver>(
+        self,
+        downstream: D,
+        resolver: R,
+    ) -> Result<Ledger<D, R>, Error> {
+        let worker = match &self.worker {
+            Some(worker) => Identifier::new(worker)
+                .map_err(|_| Error::invalid("the worker id is not an identifier".to_owned()))?,
+            None => unique_worker(),
+        };
+        let lease = LeaseSeconds::new(self.lease_seconds)
+            .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
+        let store = SqliteStore::open_with(&self.path, self.waits)?;
+        let registry = toolledger_contract::Registry::new(self.tools, self.profiles);
+        Ok(Ledger { engine: Engine::new(store, downstream, resolver, registry), worker, lease })
+    }
+
+    /// Opens the ledger with the command line's simulated downstream (the stand-in
+    /// refund API in this same file): for trying the contract, never for real effects.
+    ///
+    /// # Errors
+    ///
+    /// As [`LedgerBuilder::open`].
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-s-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let ledger = toolledger::Ledger::builder(dir.join("try.sqlite3"))
+    ///     .tool(toolledger::RefundOrder::default().tool())
+    ///     .open_simulated(toolledger::NoRoles)?;
+    /// # drop(ledger);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn open_simulated<R: PrincipalResolver>(
+        self,
+        resolver: R,
+    ) -> Result<Ledger<Simulated, R>, Error> {
+        let stand_in = StandIn::new(SqliteStore::open_with(&self.path, self.waits)?);
+        self.open(drill::Interrupt::new(stand_in, drill::Switch::default()), resolver)
+    }
+}
+
+/// A second connection to the ledger file at `path`: what the stand-in downstream
+/// commits its receipts on.
+///
+/// # Errors
+///
+/// As [`LedgerBuilder::open`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("toolledger-doc-c-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let connection = toolledger::store_connection(&dir.join("ledger.sqlite3"))?;
+/// # drop(connection);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn store_connection(path: &Path) -> Result<SqliteStore, Error> {
+    Ok(SqliteStore::open(path)?)
+}
+
+/// `worker-<pid>-<nanoseconds, hex>`: unique to this process and this moment.
+fn unique_worker() -> Identifier {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    Identifier::new(&format!("worker-{}-{nanos:x}", std::process::id()))
+        .unwrap_or_else(|_| unreachable!("digits, '-' and hex form an identifier"))
+}
+
+impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
+    /// Dispatches a call: a new intent is accepted (commit A) and worked now; a known one
+    /// replays, stays unknown, or answers how it ended; a different intent under the
+    /// same key is `IDEMPOTENCY_CONFLICT`.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] only when nothing was accepted (an invalid call, the store or the
+    /// resolver failing first). Once the intent is accepted, every failure is
+    /// [`Outcome::Unknown`].
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("dispatch");
+    /// let reply = ledger.dispatch(&call)?;
+    /// match reply.outcome() {
+    ///     toolledger::Outcome::Fresh(receipt) => assert!(receipt.output()["refund_id"].is_string()),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn dispatch(&mut self, call: &Call) -> Result<Reply, Error> {
+        let case = self.case_of(call)?;
+        Ok(Reply::from(self.engine.dispatch(&case, &self.worker)?))
+    }
+
+    /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it
+    /// later. The reply is [`Outcome::Unknown`] with the operation's ref.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::dispatch`].
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("enqueue");
+    /// let accepted = ledger.enqueue(&call)?;
+    /// let status_ref = accepted.status_ref().unwrap().clone();
+    /// let worked = ledger.process(&status_ref, &call)?;
+    /// assert!(matches!(worked.outcome(), toolledger::Outcome::Fresh(_)));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn enqueue(&mut self, call: &Call) -> Result<Reply, Error> {
+        let case = self.case_of(call)?;
+        Ok(Reply::from(self.engine.enqueue(&case)?))
+    }
+
+    /// Works the accepted operation `status_ref` as a worker: claims its lease, rechecks
+    /// the contract, the current authorization and the business precondition (against
+    /// the `call`'s business context and instant), calls the downstream, records the
+    /// outcome. Tenant, subject and arguments come from the ledger, never the call.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the store fails before the lease is claimed.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("process");
+    /// let status_ref = ledger.enqueue(&call)?.status_ref().unwrap().clone();
+    /// assert!(ledger.process(&status_ref, &call)?.outcome().is_done());
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn process(&mut self, status_ref: &StatusRef, call: &Call) -> Result<Reply, Error> {
+        let clock = self.clock_of(call)?;
+        Ok(Reply::from(self.engine.process(
+            status_ref,
+            &clock,
+            call.context_value(),
+            &self.worker,
+        )?))
+    }
+
+    /// The explicit status query for `status_ref`, asked by the model call `call`
+    /// describes (the same intent): settles an unknown outcome on the downstream's
+    /// evidence, or answers what the ledger knows.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the store or the resolver fails; a status query causes no side
+    /// effect, so asking again is always safe.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("status");
+    /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+    /// assert!(matches!(ledger.status(&call, &status_ref)?.outcome(), toolledger::Outcome::Replayed(_)));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn status(&mut self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
+        let case = self.case_of(call)?;
+        Ok(Reply::from(self.engine.status(&case, status_ref)?))
+    }
+
+    /// The downstream, e.g. to arm a [`drill::Switch`] or read a test double.
+    ///
+    /// ```
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("downstream");
+    /// use toolledger::Downstream;
+    /// assert_eq!(ledger.downstream().identity().to_string(), "toolledger-stand-in@1");
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// ```
+    pub fn downstream(&mut self) -> &mut D {
+        self.engine.downstream()
+    }
+
+    /// The flows underneath, for a caller that already holds a validated [`Case`] (the
+    /// command line, which reads case files).
+    ///
+    /// ```
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("engine");
+    /// assert!(ledger.engine().registry().tool("refund_order").is_some());
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// ```
+    pub fn engine(&mut self) -> &mut Engine<SqliteStore, D, R> {
+        &mut self.engine
+    }
+
+    fn clock_of(&self, call: &Call) -> Result<Clock, Error> {
+        let now = UnixSeconds::new(call.now().unwrap_or_else(wall_clock))
+            .map_err(|_| Error::invalid("the call's instant is out of range".to_owned()))?;
+        if now.checked_add(self.lease).is_none() {
+            return Err(Error::invalid("the call's lease would end after year 9999".to_owned()));
+        }
+        Ok(Clock { now, lease_seconds: self.lease })
+    }
+
+    /// The call as the engine takes it, its approval digest computed from the call
+    /// itself.
+    fn case_of(&self, call: &Call) -> Result<Case, Error> {
+        let clock = self.clock_of(call)?;
+        call.to_case(clock, self.engine.registry())
+    }
+}
+
+/// Upgrades the store at `path` to the current schema, after an online backup to a
+/// sibling file (see [`Migrated`]). `legacy` is the downstream every existing operation
+/// belongs to (older stores did not record it).
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store, it is not one this version knows, a lock
+/// outlasts `waits`, or the backup cannot be written. The store is then as it was.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("toolledger-doc-m-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// # let path = dir.join("ledger.sqlite3");
+/// # drop(toolledger::store_connection(&path)?);
+/// let stand_in = toolledger::DownstreamIdentity::new("toolledger-stand-in", "1").unwrap();
+/// // A store of the current version is left alone.
+/// assert_eq!(toolledger::migrate(&path, &stand_in, toolledger::Waits::default())?, toolledger::Migrated::Current);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn migrate(path: &Path, legacy: &DownstreamIdentity, waits: Waits) -> Result<Migrated, Error> {
+    let now = UnixSeconds::new(wall_clock())
+        .map_err(|_| Error::invalid("the wall clock is out of range".to_owned()))?;
+    Ok(toolledger_store::migrate(path, legacy, now, waits)?)
+}
+
+/// For the documentation's examples: a simulated ledger with the refund tool in a fresh
+/// directory, and a refund call. Not part of the API.
+#[doc(hidden)]
+#[allow(clippy::unwrap_used, clippy::expect_used, reason = "documentation examples only")]
+pub fn doc_fixture(name: &str) -> (Ledger<Simulated, NoRoles>, Call, PathBuf) {
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("toolledger-doc-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+        .open_simulated(NoRoles)
+        .unwrap();
+    let call = Call::new(
+        "refund_order",
+        json!({"order_id": "ord-1", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+    )
+    .principal("tenant-a", "user-1")
+    .idempotency_key("refund-ord-1")
+    .model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-1",
+        "call-1",
+    ))
+    .context(json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+    .at(1_767_225_600);
+    (ledger, call, dir)
+}

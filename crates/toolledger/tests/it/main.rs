@@ -1,0 +1,78 @@
+//! The one integration-test binary of `toolledger`: a host's own tool and downstream
+//! through every state, migrations of a real v1 store, and the async pattern.
+
+#[path = "../../examples/tickets/mod.rs"]
+mod tickets;
+
+mod host;
+mod migrate;
+mod tokio_host;
+
+use std::path::{Path, PathBuf};
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "toolledger-facade-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn workspace(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
+}
+
+/// Every row of every table, as text: what "writes nothing" compares.
+pub fn dump(path: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut rows = Vec::new();
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for table in tables {
+        let mut statement = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
+        let columns = statement.column_count();
+        let mut query = statement.query([]).unwrap();
+        while let Some(row) = query.next().unwrap() {
+            let values: Vec<String> =
+                (0..columns).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect();
+            rows.push(format!("{table}: {}", values.join(", ")));
+        }
+    }
+    rows
+}
+
+pub fn text(path: &Path, sql: &str) -> String {
+    rusqlite::Connection::open(path).unwrap().query_row(sql, [], |row| row.get(0)).unwrap()
+}
+
+pub fn int(path: &Path, sql: &str) -> i64 {
+    rusqlite::Connection::open(path).unwrap().query_row(sql, [], |row| row.get(0)).unwrap()
+}

@@ -1,0 +1,137 @@
+//! Migrations on a real v1 store (`fixtures/v1-store.sqlite3`, written by version 1 with
+//! an operation in every state v1 can leave behind): refused until migrated, then
+//! upgraded with a backup first, every row and digest kept, the audit passing, every
+//! operation still answerable.
+
+use serde_json::json;
+use toolledger::{
+    Call, DownstreamIdentity, ErrorCode, Ledger, Migrated, ModelCall, NoRoles, Outcome,
+    RefundOrder, StatusRef, Waits,
+};
+
+use crate::{TempDir, dump, int, text, workspace};
+
+fn stand_in() -> DownstreamIdentity {
+    DownstreamIdentity::new("toolledger-stand-in", "1").unwrap()
+}
+
+/// The v1 fixture's case for one of its keys (it was written from the PASS case with
+/// the key, call id and operation id changed).
+fn v1_call(key: &str) -> Call {
+    Call::new(
+        "refund_order",
+        json!({"order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+    )
+    .principal("tenant-a", "user-1")
+    .idempotency_key(key)
+    .model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-001",
+        &format!("call-{key}"),
+    ))
+    .operation_id(&format!("op-{key}"))
+    .context(json!({"orders": [{"order_id": "ord-1001", "tenant_id": "tenant-a",
+        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+    .at(1_767_225_700)
+}
+
+/// The rows whose bytes must survive the migration: every digest and ref, the JSON.
+const KEPT: [&str; 5] = [
+    "SELECT group_concat(status_ref || request_sha256 || downstream_request_ref || approval_sha256 || arguments_json || status, '|') FROM (SELECT * FROM operations ORDER BY id)",
+    "SELECT group_concat(op_id || state || attempt_count, '|') FROM (SELECT * FROM outbox ORDER BY op_id)",
+    "SELECT group_concat(receipt_ref || receipt_json, '|') FROM (SELECT * FROM downstream_receipts ORDER BY rowid)",
+    "SELECT group_concat(receipt_ref || output_json || result_sha256, '|') FROM (SELECT * FROM local_receipts ORDER BY op_id)",
+    "SELECT group_concat(provider_call_id || purpose || op_id, '|') FROM (SELECT * FROM call_identities ORDER BY id)",
+];
+
+#[test]
+fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
+    let dir = TempDir::new("migrate");
+    let path = dir.join("ledger.sqlite3");
+    std::fs::copy(workspace("fixtures/v1-store.sqlite3"), &path).unwrap();
+    let original = std::fs::read(&path).unwrap();
+    let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    assert_eq!(int(&path, "SELECT count(*) FROM operations"), 5);
+
+    // Every command refuses it, naming `migrate`, and leaves it as it was.
+    let refused =
+        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles);
+    let err = refused.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaUnsupported);
+    assert!(err.to_string().contains("toolledger migrate"), "{err}");
+    assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+
+    let Migrated::Upgraded { from, to, backup, operations } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded")
+    };
+    assert_eq!((from, to, operations), (1, 2, 5));
+    // The backup is the v1 store, beside it.
+    assert_eq!(backup.parent(), path.parent());
+    assert_eq!(int(&backup, "PRAGMA user_version"), 1);
+    assert_eq!(dump(&backup), dump(&workspace("fixtures/v1-store.sqlite3")));
+
+    // Every row and every digest kept; the downstream recorded; the step logged.
+    let after: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    assert_eq!(after, kept);
+    assert_eq!(int(&path, "PRAGMA user_version"), 2);
+    assert_eq!(text(&path, "PRAGMA journal_mode"), "wal");
+    assert_eq!(
+        int(
+            &path,
+            "SELECT count(*) FROM operations WHERE downstream_name = 'toolledger-stand-in' AND downstream_revision = '1'"
+        ),
+        5
+    );
+    assert_eq!(
+        text(&path, "SELECT from_schema || '>' || to_schema FROM migrations WHERE version = 2"),
+        "toolledger-store-v1>toolledger-store-v2"
+    );
+    let audit = toolledger::audit(&path).unwrap();
+    assert!(audit.passed(), "{}", audit.package());
+
+    // Every v1 operation is answerable under v2.
+    let mut ledger =
+        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
+    assert!(matches!(
+        ledger.dispatch(&v1_call("v1-fresh")).unwrap().outcome(),
+        Outcome::Replayed(_)
+    ));
+    let unknown = ledger.dispatch(&v1_call("v1-unknown")).unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome().clone() else { panic!("{unknown:?}") };
+    assert!(matches!(
+        ledger.status(&v1_call("v1-unknown"), &status_ref).unwrap().outcome(),
+        Outcome::Reconciled(_)
+    ));
+    let pending = ledger.dispatch(&v1_call("v1-pending")).unwrap();
+    let pending_ref: StatusRef = pending.status_ref().unwrap().clone();
+    assert!(ledger.process(&pending_ref, &v1_call("v1-pending")).unwrap().outcome().is_done());
+    assert!(toolledger::audit(&path).unwrap().passed());
+
+    // Migrating again is a no-op.
+    assert_eq!(
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap(),
+        Migrated::Current
+    );
+}
+
+#[test]
+fn a_v1_store_changed_by_hand_is_not_migrated() {
+    let dir = TempDir::new("migrate-bad");
+    let path = dir.join("ledger.sqlite3");
+    std::fs::copy(workspace("fixtures/v1-store.sqlite3"), &path).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TRIGGER extra AFTER INSERT ON outbox BEGIN SELECT 1; END;")
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaUnsupported);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let backups = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(backups, 1, "a refused migration made a backup");
+}
