@@ -231,12 +231,15 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
     Ok(report(findings.0, counts, unreconciled))
 }
 
-/// Every operation re-verified as a read would, its outbox event and local receipt
-/// with it. A row that cannot even be decoded is `rows_decode`, by its ref when that
-/// column still reads; a page that cannot be read ends the pass as `rows_decode`.
-fn operations(tx: &Connection, findings: &mut Findings) {
-    let sql = format!("SELECT {OPERATION_COLUMNS} {OPERATION_FROM} ORDER BY o.id");
-    let Ok(mut statement) = tx.prepare(&sql) else {
+/// Hands each row of `sql` to `each`. A statement that cannot run, or a page that
+/// cannot be read, is a `rows_decode` finding and ends the pass.
+fn each_row(
+    tx: &Connection,
+    sql: &str,
+    findings: &mut Findings,
+    mut each: impl FnMut(&rusqlite::Row<'_>, &mut Findings),
+) {
+    let Ok(mut statement) = tx.prepare(sql) else {
         findings.add("rows_decode", None);
         return;
     };
@@ -245,21 +248,27 @@ fn operations(tx: &Connection, findings: &mut Findings) {
         return;
     };
     loop {
-        let row = match rows.next() {
-            Ok(Some(row)) => row,
+        match rows.next() {
+            Ok(Some(row)) => each(row, findings),
             Ok(None) => break,
             Err(_) => {
                 findings.add("rows_decode", None);
                 break;
             }
-        };
+        }
+    }
+}
+
+/// Every operation re-verified as a read would, its outbox event and local receipt
+/// with it. A row that cannot even be decoded is `rows_decode`, by its ref when that
+/// column still reads.
+fn operations(tx: &Connection, findings: &mut Findings) {
+    let sql = format!("SELECT {OPERATION_COLUMNS} {OPERATION_FROM} ORDER BY o.id");
+    each_row(tx, &sql, findings, |row, findings| {
         let status_ref = row.get::<_, String>(4).ok();
-        let raw = match raw_operation(row) {
-            Ok(raw) => raw,
-            Err(_) => {
-                findings.add("rows_decode", status_ref);
-                continue;
-            }
+        let Ok(raw) = raw_operation(row) else {
+            findings.add("rows_decode", status_ref);
+            return;
         };
         match verify::operation(raw) {
             Ok(_) => {}
@@ -267,7 +276,7 @@ fn operations(tx: &Connection, findings: &mut Findings) {
             Err(Flaw::Contradiction(_)) => findings.add("digests_recompute", status_ref),
             Err(Flaw::OutOfStep(_)) => findings.add("states_in_step", status_ref),
         }
-    }
+    });
 }
 
 /// A downstream receipt row and, when there is one, its local receipt's copy.
@@ -294,31 +303,14 @@ fn raw_downstream(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawDownstream> {
 /// Downstream receipts: one byte-identical to its operation's local receipt was
 /// verified with it; every other one is verified on its own.
 fn downstream_receipts(tx: &Connection, findings: &mut Findings) {
-    let Ok(mut statement) = tx.prepare(
-        "SELECT d.downstream_request_ref, d.request_sha256, d.receipt_ref, d.receipt_json, \
+    let sql = "SELECT d.downstream_request_ref, d.request_sha256, d.receipt_ref, d.receipt_json, \
          l.receipt_ref, l.receipt_json FROM downstream_receipts d \
-         LEFT JOIN local_receipts l ON l.downstream_request_ref = d.downstream_request_ref ORDER BY d.rowid",
-    ) else {
-        findings.add("rows_decode", None);
-        return;
-    };
-    let Ok(mut rows) = statement.query([]) else {
-        findings.add("rows_decode", None);
-        return;
-    };
-    loop {
-        let row = match rows.next() {
-            Ok(Some(row)) => row,
-            Ok(None) => break,
-            Err(_) => {
-                findings.add("rows_decode", None);
-                break;
-            }
-        };
+         LEFT JOIN local_receipts l ON l.downstream_request_ref = d.downstream_request_ref ORDER BY d.rowid";
+    each_row(tx, sql, findings, |row, findings| {
         let receipt_ref = row.get::<_, String>(2).ok();
         let Ok(receipt) = raw_downstream(row) else {
             findings.add("rows_decode", receipt_ref);
-            continue;
+            return;
         };
         let RawDownstream {
             dr_ref,
@@ -331,7 +323,7 @@ fn downstream_receipts(tx: &Connection, findings: &mut Findings) {
         if local_ref.as_deref() == Some(receipt_ref_text.as_str())
             && local_json.as_deref() == Some(receipt_json.as_str())
         {
-            continue;
+            return;
         }
         match verify::downstream(dr_ref, &request, receipt_ref_text, &receipt_json) {
             Ok(_) => {}
@@ -340,5 +332,5 @@ fn downstream_receipts(tx: &Connection, findings: &mut Findings) {
                 findings.add("digests_recompute", receipt_ref);
             }
         }
-    }
+    });
 }

@@ -14,10 +14,9 @@ mod tickets;
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::json;
-use toolledger::{BlockCode, Call, Ledger, ModelCall, NoRoles, Outcome};
+use toolledger::{BlockCode, Ledger, NoRoles, Outcome};
 
-use crate::tickets::{TicketService, Tickets, open_ticket};
+use crate::tickets::{TicketService, Tickets, open_ticket, ticket_call};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("toolledger-host-{}", std::process::id()));
@@ -28,21 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .open(Tickets::new(Arc::clone(&service)), NoRoles)?;
 
     // One model call per intent: the model's call id, the host's key.
-    let call = |key: &str, queue: &str| {
-        Call::new(
-            "open_ticket",
-            json!({"queue": queue, "summary": "refund-not-received", "priority": "high"}),
-        )
-        .principal("acme", "user-7")
-        .idempotency_key(key)
-        .model_call(ModelCall::new(
-            "openai",
-            "responses",
-            "openai-responses-2026-05",
-            "resp-1",
-            &format!("call-{key}"),
-        ))
-    };
+    let call = |key: &str, queue: &str| ticket_call(key, queue, "high");
 
     // 1. Done, then the model retries: the same ticket, not a second one.
     let first = ledger.dispatch(&call("t-1", "acme-billing"))?;

@@ -8,9 +8,9 @@ use std::{
 
 use serde_json::{Value, json};
 use toolledger::{
-    ApprovalPolicy, BusinessRefusal, Charset, Denied, Downstream, DownstreamError,
-    DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Field, FieldRule, Lookup, Revisions,
-    RuleCall, Schema, ToolRules, ToolSpec, UnixSeconds,
+    ApprovalPolicy, BusinessRefusal, Call, Charset, Denied, Downstream, DownstreamError,
+    DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Field, FieldRule, Lookup, ModelCall,
+    Revisions, RuleCall, Schema, ToolRules, ToolSpec, UnixSeconds,
 };
 
 /// The tool: its data (schemas, revisions) and its rules.
@@ -52,6 +52,23 @@ pub(crate) fn open_ticket() -> ToolSpec {
         },
         TicketRules,
     )
+}
+
+/// A model's call of `open_ticket` for user-7 of tenant acme: one model call per key.
+pub(crate) fn ticket_call(key: &str, queue: &str, priority: &str) -> Call {
+    Call::new(
+        "open_ticket",
+        json!({"queue": queue, "summary": "refund-not-received", "priority": priority}),
+    )
+    .principal("acme", "user-7")
+    .idempotency_key(key)
+    .model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-1",
+        &format!("call-{key}"),
+    ))
 }
 
 /// Anyone may open a ticket in one of their own tenant's queues (`<tenant>-…`), unless

@@ -12,7 +12,7 @@ use toolledger::{
 
 use crate::{
     TempDir, dump, int, text,
-    tickets::{TicketService, Tickets, open_ticket},
+    tickets::{TicketService, Tickets, open_ticket, ticket_call},
 };
 
 struct Host {
@@ -42,20 +42,7 @@ impl Host {
 }
 
 fn ticket(key: &str, queue: &str) -> Call {
-    Call::new(
-        "open_ticket",
-        json!({"queue": queue, "summary": "printer-on-fire", "priority": "low"}),
-    )
-    .principal("acme", "user-7")
-    .idempotency_key(key)
-    .model_call(ModelCall::new(
-        "openai",
-        "responses",
-        "openai-responses-2026-05",
-        "resp-1",
-        &format!("call-{key}"),
-    ))
-    .at(1_767_225_600)
+    ticket_call(key, queue, "low").at(1_767_225_600)
 }
 
 fn blocked(outcome: &Outcome) -> BlockCode {
