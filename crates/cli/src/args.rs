@@ -106,6 +106,34 @@ pub(crate) enum Command {
     /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
     /// invariants, counts, unreconciled downstream receipts. Creates nothing
     Audit,
+    /// Drain the outbox: claim due events in batches (pending ones, and processing ones
+    /// whose lease ended), work each as `process` would, retry what was not sent after a
+    /// backoff, and mark dead what used up its attempts. Reads business_state from the case
+    /// file. Runs until SIGTERM/SIGINT (finishing what it holds), or with --once until
+    /// nothing is due; progress goes to stderr, the totals to stdout
+    Relay {
+        /// Stop once a pass finds nothing due
+        #[arg(long)]
+        once: bool,
+        /// How long an idle worker waits before its next pass
+        #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+        poll_ms: u64,
+        /// How many workers, each with its own connections
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+        concurrency: u64,
+        /// How long a worker's lease lasts; live leases are renewed at a third of it
+        #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(i64).range(1..=3600))]
+        lease_seconds: i64,
+        /// How many due events one claim takes
+        #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        batch: u64,
+        /// Progress lines on stderr: text, or one JSON object per line
+        #[arg(long, value_name = "FORMAT", default_value = "text")]
+        log_format: LogFormat,
+        /// Judge every pass at this Unix time instead of the wall clock (for drills)
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        now: Option<i64>,
+    },
     /// Upgrade an older store to the current schema: an online backup to a sibling file
     /// first, then one transaction. Every other command refuses an older store
     Migrate {
@@ -118,6 +146,12 @@ pub(crate) enum Command {
     /// Tell the whole story in a fresh temporary directory, narrated for a person:
     /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
     Demo,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -11,6 +11,7 @@ mod claims;
 mod clock;
 mod demo;
 mod files;
+mod relay;
 mod run;
 
 use std::{

@@ -54,9 +54,9 @@ pub(crate) fn error_line(code: &str, message: &str) -> String {
 }
 
 /// A failure that ends the command with exit 2.
-struct Failure {
-    code: &'static str,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl From<toolledger::Error> for Failure {
@@ -121,7 +121,7 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
 
 /// What a command answered: an engine answer, or another package (audit, migrate) and
 /// whether it passed.
-enum Printed {
+pub(crate) enum Printed {
     Answer(Answer),
     Package(Value, bool),
 }
@@ -183,6 +183,9 @@ fn check_options(cli: &Cli) -> Result<(), Failure> {
         Command::Demo => ("demo", &[]),
         Command::Audit => ("audit", &["--db", "--pretty", "--busy-timeout-ms"]),
         Command::Migrate { .. } => ("migrate", &["--db", "--pretty", "--busy-timeout-ms"]),
+        Command::Relay { .. } => {
+            ("relay", &["--db", "--fixture", "--claims", "--pretty", "--busy-timeout-ms"])
+        }
         Command::Dispatch { .. } | Command::Process { .. } | Command::Status { .. } => {
             return Ok(());
         }
@@ -218,6 +221,24 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             Ok(Printed::Package(audit.package(), audit.passed()))
         }
         Command::Migrate { downstream } => migrate(&db, downstream, waits),
+        Command::Relay { once, poll_ms, concurrency, lease_seconds, batch, log_format, now } => {
+            let (case, claims) = inputs(cli, None)?;
+            // A relay runs for long: every wait is bounded, but there is no overall deadline.
+            let per_wait = Duration::from_millis(
+                cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
+            );
+            let mut relay = toolledger::Relay::new(&db)
+                .tool(RefundOrder::default().tool())
+                .concurrency(usize::try_from(*concurrency).unwrap_or(1))
+                .batch(usize::try_from(*batch).unwrap_or(32))
+                .lease_seconds(*lease_seconds)
+                .poll(Duration::from_millis(*poll_ms))
+                .waits(Waits { busy_timeout: per_wait, deadline: None });
+            if let Some(now) = now {
+                relay = relay.at(*now);
+            }
+            crate::relay::run(&relay, &db, claims, &case.business_state, *once, *log_format)
+        }
         Command::Demo => Err(usage("demo takes no options".to_owned())),
         Command::Dispatch { now, failure } => {
             let (case, claims) = inputs(cli, *now)?;

@@ -271,6 +271,9 @@ pub struct ToolSpec {
     pub output: Schema,
     /// Who may call it on what, the business precondition, the approval policy.
     pub rules: Arc<dyn ToolRules>,
+    /// How many times a relay sends a request that was not sent before the event is
+    /// `dead` (default 5).
+    pub max_attempts: u32,
 }
 
 impl ToolSpec {
@@ -282,7 +285,26 @@ impl ToolSpec {
         output: Schema,
         rules: impl ToolRules + 'static,
     ) -> ToolSpec {
-        ToolSpec { name: name.to_owned(), revisions, input, output, rules: Arc::new(rules) }
+        ToolSpec {
+            name: name.to_owned(),
+            revisions,
+            input,
+            output,
+            rules: Arc::new(rules),
+            max_attempts: 5,
+        }
+    }
+
+    /// The same tool, with a relay giving up after `max_attempts` sends that did not go
+    /// out (at least 1).
+    ///
+    /// ```
+    /// let refunds = toolledger_contract::RefundOrder::default().tool().with_max_attempts(3);
+    /// assert_eq!(refunds.max_attempts, 3);
+    /// ```
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> ToolSpec {
+        self.max_attempts = max_attempts.max(1);
+        self
     }
 }
 
@@ -294,6 +316,7 @@ impl std::fmt::Debug for ToolSpec {
             .field("input", &self.input)
             .field("output", &self.output)
             .field("rules", &self.rules)
+            .field("max_attempts", &self.max_attempts)
             .finish()
     }
 }
@@ -306,6 +329,7 @@ impl PartialEq for ToolSpec {
             && self.revisions == other.revisions
             && self.input == other.input
             && self.output == other.output
+            && self.max_attempts == other.max_attempts
             && Arc::ptr_eq(&self.rules, &other.rules)
     }
 }

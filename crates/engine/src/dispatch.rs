@@ -262,7 +262,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 };
                 self.replay(stored, &answering)
             }
-            OperationStatus::Failed | OperationStatus::Quarantined => Ok(ended(stored)),
+            OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
+                Ok(ended(stored))
+            }
             OperationStatus::Pending | OperationStatus::Processing => {
                 Ok(block(BlockCode::OutcomeUnknown, Some(stored)))
             }
@@ -274,6 +276,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
 pub(crate) fn ended(operation: &Operation) -> Answer {
     let code = match operation.status {
         OperationStatus::Quarantined => BlockCode::ReceiptQuarantined,
+        OperationStatus::Dead => BlockCode::DownstreamUnavailable,
         _ => BlockCode::DownstreamRefused,
     };
     block(code, Some(operation))

@@ -19,6 +19,7 @@ mod answers;
 mod dispatch;
 mod downstream;
 mod error;
+mod relay;
 mod status;
 mod worker;
 
@@ -33,6 +34,7 @@ pub use crate::{
     answers::Answer,
     downstream::{Downstream, DownstreamError, DownstreamRequest, Lookup, StandIn, drill},
     error::EngineError,
+    relay::{Backoff, Drained},
 };
 
 /// Who is working an operation: it decides how a lost lease is answered.
@@ -41,8 +43,12 @@ enum Caller {
     /// Dispatch's in-process worker, right after its own commit A: anything short of a
     /// receipt is `OUTCOME_UNKNOWN` to the model's host.
     Dispatch,
-    /// The directed worker `process`: a lease another worker holds is `LEASE_HELD`.
+    /// The directed worker `process`: a lease another worker holds is `LEASE_HELD`; a
+    /// request not sent is pending again at once.
     Worker,
+    /// A relay draining the outbox: a request not sent is retried after a backoff, and
+    /// dead once the tool's attempts are spent.
+    Relay(Backoff),
 }
 
 /// toolledger's flows over a store, a downstream and a principal resolver.

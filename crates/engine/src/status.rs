@@ -89,7 +89,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         };
         match operation.status {
             OperationStatus::Succeeded => return self.replay(&operation, &answering),
-            OperationStatus::Failed | OperationStatus::Quarantined => return Ok(ended(&operation)),
+            OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
+                return Ok(ended(&operation));
+            }
             OperationStatus::Pending | OperationStatus::Processing => {}
         }
         let now = case.clock.now;
@@ -124,7 +126,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let operation = self.reread(status_ref)?;
         match operation.status {
             OperationStatus::Succeeded => self.replay(&operation, &answering),
-            OperationStatus::Failed | OperationStatus::Quarantined => Ok(ended(&operation)),
+            OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
+                Ok(ended(&operation))
+            }
             OperationStatus::Pending | OperationStatus::Processing => {
                 Ok(block(BlockCode::OutcomeUnknown, Some(&operation)))
             }

@@ -11,7 +11,7 @@ use toolledger_contract::{
 };
 use toolledger_store::{
     Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore, LocalReceipt, NewOperation,
-    Operation, OperationStatus, StoreError,
+    Operation, OperationStatus, Release, StoreError,
 };
 
 use crate::{
@@ -117,7 +117,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         match operation.status {
             OperationStatus::Succeeded => return self.worker_replay(operation, context),
-            OperationStatus::Failed | OperationStatus::Quarantined => return Ok(ended(operation)),
+            OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
+                return Ok(ended(operation));
+            }
             OperationStatus::Pending | OperationStatus::Processing => {}
         }
         let (attempt, claimed) =
@@ -139,7 +141,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     }
 
     /// The worker's steps after its claim: rechecks, the downstream, commit C.
-    fn work_claimed(
+    pub(crate) fn work_claimed(
         &mut self,
         status_ref: &StatusRef,
         claimed: &Operation,
@@ -180,13 +182,27 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
         let receipt = match self.downstream.execute(&request_of(operation), clock.now) {
             Ok(receipt) => receipt,
-            Err(DownstreamError::NotSent { .. }) => {
+            Err(DownstreamError::NotSent { reason }) => {
                 // Certainly not sent: give the lease back, so the operation can be worked
-                // again at once, and say so.
+                // again — at once for a directed worker, after a backoff for a relay, and
+                // never again once the tool's attempts are spent.
+                let release = match lease.caller {
+                    Caller::Relay(_) if lease.attempt >= i64::from(tool.max_attempts) => {
+                        Release::Dead { reason: &reason }
+                    }
+                    Caller::Relay(backoff) => Release::Retry {
+                        at: backoff.due(status_ref, lease.attempt, clock.now),
+                        reason: &reason,
+                    },
+                    Caller::Dispatch | Caller::Worker => {
+                        Release::Retry { at: clock.now, reason: &reason }
+                    }
+                };
                 return match self.store.release(
                     status_ref,
                     lease.owner,
                     lease.attempt,
+                    &release,
                     clock.now,
                 )? {
                     Finalize::Finalized => {
@@ -260,7 +276,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let operation = self.reread(status_ref)?;
         let code = match caller {
             Caller::Dispatch => BlockCode::OutcomeUnknown,
-            Caller::Worker => BlockCode::LeaseHeld,
+            Caller::Worker | Caller::Relay(_) => BlockCode::LeaseHeld,
         };
         Ok(block(code, Some(&operation)))
     }
@@ -280,7 +296,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let operation = self.reread(status_ref)?;
         match operation.status {
             OperationStatus::Succeeded => self.worker_replay(&operation, context),
-            OperationStatus::Failed | OperationStatus::Quarantined => Ok(ended(&operation)),
+            OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
+                Ok(ended(&operation))
+            }
             OperationStatus::Pending | OperationStatus::Processing => {
                 Ok(block(BlockCode::OutcomeUnknown, Some(&operation)))
             }
@@ -347,10 +365,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
 }
 
 /// The worker's lease: its fencing token, and who it works for.
-struct Lease<'a> {
-    owner: &'a Identifier,
-    attempt: i64,
-    caller: Caller,
+pub(crate) struct Lease<'a> {
+    pub(crate) owner: &'a Identifier,
+    pub(crate) attempt: i64,
+    pub(crate) caller: Caller,
 }
 
 /// The stored intent as the rules judge it: tenant, subject and arguments from the

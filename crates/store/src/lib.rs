@@ -30,16 +30,16 @@ mod sqlite;
 mod verify;
 
 use serde_json::Value;
-use toolledger_contract::{Identifier, LeaseSeconds, Scope, StatusRef};
+use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 
 pub use crate::{
     audit::{CHECKS, TABLES},
     error::{Cause, StoreError},
     migrate::{Migrated, migrate},
     model::{
-        AuditFinding, AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt,
-        Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-        OutboxEvent, RecordedCall, Reservation, TerminalOutcome,
+        AuditFinding, AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup,
+        DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
+        OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
     schema::{DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_ID, USER_VERSION, Waits},
     sqlite::SqliteStore,
@@ -197,9 +197,9 @@ pub trait LedgerStore {
         now: Now,
     ) -> Result<Finalize, StoreError>;
 
-    /// Gives a lease back after a request that was certainly not sent: the event and
-    /// the operation are `pending` again (the attempt stays counted), conditional on
-    /// `owner` still holding the lease at `attempt`.
+    /// Gives a lease back after a request that was certainly not sent: the event is
+    /// `pending` again, due at a later time, or `dead` when the tool's attempts are
+    /// spent — conditional on `owner` still holding the lease at `attempt` (fenced).
     ///
     /// # Errors
     ///
@@ -209,8 +209,39 @@ pub trait LedgerStore {
         status_ref: &StatusRef,
         owner: &Identifier,
         attempt: i64,
+        release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError>;
+
+    /// Claims up to `limit` due events of `downstream`'s operations for `owner` until
+    /// `now + lease` in one transaction, oldest due first: pending ones whose time has
+    /// come and processing ones whose lease has ended.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn claim_due(
+        &mut self,
+        owner: &Identifier,
+        downstream: &DownstreamIdentity,
+        now: Now,
+        lease: LeaseSeconds,
+        limit: usize,
+    ) -> Result<ClaimedBatch, StoreError>;
+
+    /// Extends every lease `owner` still holds (not yet ended at `now`) to `now + lease`.
+    /// A lease that has ended, or that another worker took over, is not touched. The
+    /// number extended.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn heartbeat(
+        &mut self,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<usize, StoreError>;
 
     /// The audit of one read snapshot.
     ///

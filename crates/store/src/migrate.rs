@@ -8,7 +8,8 @@
 //! it was. Digests and refs are copied, never recomputed, so every one still verifies.
 //!
 //! The chain: v1 → v2 (approval columns optional; `failed` and `quarantined` states;
-//! the operation's downstream identity; `terminal_outcomes`; `migrations`). A later
+//! the operation's downstream identity; `terminal_outcomes`; `migrations`); v2 → v3
+//! (the relay's due time, last reason and `dead` state). A later
 //! schema appends one step.
 
 use std::path::{Path, PathBuf};
@@ -19,20 +20,30 @@ use toolledger_contract::DownstreamIdentity;
 use crate::{
     Now, StoreError,
     error::sqlite,
-    schema::{self, Contents, SCHEMA_ID, TABLES_DDL, USER_VERSION, Waits},
+    schema::{self, Contents, META_DDL, SCHEMA_ID, TABLES_DDL, USER_VERSION, Waits},
 };
 
-/// The schema id and `user_version` of version 1.
-const V1_SCHEMA_ID: &str = "toolledger-store-v1";
+/// The schema ids of the older versions, by `user_version`.
+const OLDER: [(i64, &str); 2] = [(1, "toolledger-store-v1"), (2, "toolledger-store-v2")];
 
 /// The schema of `toolledger-store-v1`, as version 1 of this crate created it: a file is
 /// migrated only if its schema is exactly this.
 const V1_DDL: &str = include_str!("v1.sql");
 
+/// The tables of `toolledger-store-v2`, as version 2 created them.
+const V2_TABLES: &str = include_str!("v2_tables.sql");
+
 /// The version of an older store of this product, from its `meta.schema_id` and
 /// `user_version`; `None` for the current version and for anything else.
 pub(crate) fn older_version(schema_id: Option<&str>, user_version: i64) -> Option<i64> {
-    (schema_id == Some(V1_SCHEMA_ID) && user_version == 1).then_some(1)
+    OLDER
+        .iter()
+        .find(|(version, id)| *version == user_version && schema_id == Some(*id))
+        .map(|(version, _)| *version)
+}
+
+fn schema_id_of(version: i64) -> &'static str {
+    OLDER.iter().find(|(known, _)| *known == version).map_or(SCHEMA_ID, |(_, id)| id)
 }
 
 /// What [`migrate`] did.
@@ -86,7 +97,7 @@ pub fn migrate(
         Err(StoreError::SchemaOutdated { version }) => version,
         Err(err) => return Err(err),
     };
-    if from != 1 || schema::schema_rows(&conn)? != v1_schema()? {
+    if schema::schema_rows(&conn)? != schema_of(from)? {
         return Err(StoreError::SchemaUnsupported);
     }
 
@@ -105,13 +116,19 @@ pub fn migrate(
     conn.execute_batch("PRAGMA foreign_keys = OFF").map_err(sqlite)?;
     let tx =
         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite)?;
-    tx.execute_batch(&v1_to_v2(legacy)).map_err(sqlite)?;
-    tx.execute(
-        "INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
-         VALUES (?1, ?2, ?3, ?4, ?4)",
-        rusqlite::params![USER_VERSION, V1_SCHEMA_ID, SCHEMA_ID, now.get()],
-    )
-    .map_err(sqlite)?;
+    // Every step of the chain, in order, each recorded as it is applied.
+    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3())] {
+        if to <= from {
+            continue;
+        }
+        tx.execute_batch(&step).map_err(sqlite)?;
+        tx.execute(
+            "INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+             VALUES (?1, ?2, ?3, ?4, ?4)",
+            rusqlite::params![to, schema_id_of(to - 1), schema_id_of(to), now.get()],
+        )
+        .map_err(sqlite)?;
+    }
     let dangling: i64 = tx
         .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| row.get(0))
         .map_err(sqlite)?;
@@ -132,16 +149,20 @@ fn backup_path(path: &Path, from: i64, now: Now) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The schema rows version 1 made.
-fn v1_schema() -> Result<Vec<schema::SchemaRow>, StoreError> {
+/// The schema rows version `version` made.
+fn schema_of(version: i64) -> Result<Vec<schema::SchemaRow>, StoreError> {
+    let ddl = match version {
+        1 => V1_DDL.to_owned(),
+        2 => format!("{META_DDL}{V2_TABLES}"),
+        _ => return Err(StoreError::SchemaUnsupported),
+    };
     let conn = Connection::open_in_memory().map_err(sqlite)?;
-    conn.execute_batch(V1_DDL).map_err(sqlite)?;
+    conn.execute_batch(&ddl).map_err(sqlite)?;
     schema::schema_rows(&conn)
 }
 
-/// v1 → v2 in SQL: the old tables step aside, the new ones are created from the current
-/// DDL (so the schema text is the new store's, byte for byte), rows are copied with
-/// their ids, and the old tables are dropped.
+/// v1 → v2 in SQL: the old tables step aside, the new ones are created from version 2's
+/// DDL, rows are copied with their ids, and the old tables are dropped.
 fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
     // The identity passed validation: `[A-Za-z0-9._:/-]` only, so it is safe as a literal.
     let (name, revision) = (legacy.name(), legacy.revision());
@@ -152,7 +173,7 @@ fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
          ALTER TABLE downstream_receipts RENAME TO v1_downstream_receipts;
          ALTER TABLE outbox RENAME TO v1_outbox;
          ALTER TABLE operations RENAME TO v1_operations;
-         {TABLES_DDL}
+         {V2_TABLES}
          INSERT INTO operations (id, tenant_id, subject_id, tool_name, idempotency_key, status_ref,
              downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision,
              effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family,
@@ -174,6 +195,43 @@ fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
          DROP TABLE v1_downstream_receipts;
          DROP TABLE v1_outbox;
          DROP TABLE v1_operations;
+         UPDATE meta SET value = 'toolledger-store-v2' WHERE key = 'schema_id';
+         PRAGMA user_version = 2;"
+    )
+}
+
+/// v2 → v3 in SQL, the same way, with the current DDL (so the schema text is a new
+/// store's, byte for byte). An event's due time is its lease end while it is processing
+/// (it is reclaimable then), its last change otherwise.
+fn v2_to_v3() -> String {
+    format!(
+        "DROP INDEX call_identities_op;
+         ALTER TABLE migrations RENAME TO v2_migrations;
+         ALTER TABLE call_identities RENAME TO v2_call_identities;
+         ALTER TABLE terminal_outcomes RENAME TO v2_terminal_outcomes;
+         ALTER TABLE local_receipts RENAME TO v2_local_receipts;
+         ALTER TABLE downstream_receipts RENAME TO v2_downstream_receipts;
+         ALTER TABLE outbox RENAME TO v2_outbox;
+         ALTER TABLE operations RENAME TO v2_operations;
+         {TABLES_DDL}
+         INSERT INTO operations SELECT * FROM v2_operations;
+         INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at,
+             last_reason, created_at, updated_at)
+           SELECT op_id, state, lease_owner, lease_until, attempt_count,
+             CASE WHEN state = 'processing' THEN lease_until ELSE updated_at END, NULL, created_at, updated_at
+           FROM v2_outbox;
+         INSERT INTO downstream_receipts SELECT * FROM v2_downstream_receipts;
+         INSERT INTO local_receipts SELECT * FROM v2_local_receipts;
+         INSERT INTO terminal_outcomes SELECT * FROM v2_terminal_outcomes;
+         INSERT INTO call_identities SELECT * FROM v2_call_identities;
+         INSERT INTO migrations SELECT * FROM v2_migrations;
+         DROP TABLE v2_migrations;
+         DROP TABLE v2_call_identities;
+         DROP TABLE v2_terminal_outcomes;
+         DROP TABLE v2_local_receipts;
+         DROP TABLE v2_downstream_receipts;
+         DROP TABLE v2_outbox;
+         DROP TABLE v2_operations;
          UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
          PRAGMA user_version = {USER_VERSION};"
     )

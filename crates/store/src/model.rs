@@ -20,6 +20,9 @@ pub enum OperationStatus {
     /// The downstream's receipt broke the output contract after the effect: kept for
     /// review. Terminal.
     Quarantined,
+    /// Every attempt the tool allows was made and none was sent: nothing happened.
+    /// Terminal until an operator requeues it.
+    Dead,
 }
 
 impl OperationStatus {
@@ -31,6 +34,7 @@ impl OperationStatus {
             OperationStatus::Succeeded => "succeeded",
             OperationStatus::Failed => "failed",
             OperationStatus::Quarantined => "quarantined",
+            OperationStatus::Dead => "dead",
         }
     }
 
@@ -41,15 +45,20 @@ impl OperationStatus {
             "succeeded" => Some(OperationStatus::Succeeded),
             "failed" => Some(OperationStatus::Failed),
             "quarantined" => Some(OperationStatus::Quarantined),
+            "dead" => Some(OperationStatus::Dead),
             _ => None,
         }
     }
 
-    /// Whether nothing more will happen to it: succeeded, failed or quarantined.
+    /// Whether nothing more will happen to it (without an operator): succeeded,
+    /// failed, quarantined or dead.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            OperationStatus::Succeeded | OperationStatus::Failed | OperationStatus::Quarantined
+            OperationStatus::Succeeded
+                | OperationStatus::Failed
+                | OperationStatus::Quarantined
+                | OperationStatus::Dead
         )
     }
 }
@@ -82,6 +91,10 @@ pub struct OutboxEvent {
     pub lease_until: Option<i64>,
     /// How many times the event was claimed.
     pub attempt_count: i64,
+    /// When it is due: now or later while pending, its lease end while processing.
+    pub next_attempt_at: i64,
+    /// Why its last attempt was given back, or why it died.
+    pub last_reason: Option<String>,
 }
 
 /// A new intent for commit A: everything the ledger keeps about it.
@@ -198,6 +211,33 @@ pub enum Finalize {
     AlreadyFinal,
     /// The caller's lease was reclaimed by another worker: nothing written.
     LeaseLost,
+}
+
+/// How a worker gives a lease back when the request was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release<'a> {
+    /// Pending again, due at `at` (a backoff), with the reason it was not sent.
+    Retry {
+        /// When it is due again.
+        at: Now,
+        /// Why it was not sent.
+        reason: &'a str,
+    },
+    /// Dead: the tool's attempts are spent; the reason is kept.
+    Dead {
+        /// Why the last attempt was not sent.
+        reason: &'a str,
+    },
+}
+
+/// What one batch claim took: each claimed event's attempt (its fencing token) and its
+/// operation, read and verified inside the claim.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimedBatch {
+    /// The claimed operations, oldest due first.
+    pub claimed: Vec<(i64, Operation)>,
+    /// Due events left alone because their row contradicts itself.
+    pub skipped: usize,
 }
 
 /// A downstream receipt as the stand-in stores it (commit B).

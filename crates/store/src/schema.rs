@@ -15,9 +15,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use crate::{StoreError, error::sqlite};
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v2";
+pub const SCHEMA_ID: &str = "toolledger-store-v3";
 /// The `PRAGMA user_version` of this schema.
-pub const USER_VERSION: i64 = 2;
+pub const USER_VERSION: i64 = 3;
 
 /// The `meta` table: the same in every version.
 pub(crate) const META_DDL: &str = r#"
@@ -27,7 +27,7 @@ CREATE TABLE meta (
 ) STRICT;
 "#;
 
-/// Every other table and index of `toolledger-store-v2`. Migrations create exactly
+/// Every other table and index of `toolledger-store-v3`. Migrations create exactly
 /// these, so a migrated store and a new one have byte-identical schemas.
 pub(crate) const TABLES_DDL: &str = r#"
 CREATE TABLE operations (
@@ -59,7 +59,7 @@ CREATE TABLE operations (
     approval_expires_at    INTEGER CHECK (approval_expires_at IS NULL OR approval_expires_at BETWEEN 0 AND 253402300799),
     downstream_name        TEXT NOT NULL CHECK (length(downstream_name) BETWEEN 1 AND 128),
     downstream_revision    TEXT NOT NULL CHECK (length(downstream_revision) BETWEEN 1 AND 128),
-    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded', 'failed', 'quarantined')),
+    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded', 'failed', 'quarantined', 'dead')),
     created_at             INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     updated_at             INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
     CHECK ((approval_id IS NULL) = (approver_id IS NULL) AND (approval_id IS NULL) = (approval_sha256 IS NULL)
@@ -69,16 +69,22 @@ CREATE TABLE operations (
 ) STRICT;
 
 CREATE TABLE outbox (
-    op_id         INTEGER PRIMARY KEY REFERENCES operations (id),
-    state         TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered', 'failed', 'quarantined')),
-    lease_owner   TEXT CHECK (lease_owner IS NULL OR length(lease_owner) BETWEEN 1 AND 128),
-    lease_until   INTEGER CHECK (lease_until IS NULL OR lease_until BETWEEN 0 AND 253402300799),
-    attempt_count INTEGER NOT NULL CHECK (attempt_count >= 0),
-    created_at    INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
-    updated_at    INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
-    CHECK (state <> 'pending' OR (lease_owner IS NULL AND lease_until IS NULL)),
-    CHECK (state <> 'processing' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL AND attempt_count > 0))
+    op_id           INTEGER PRIMARY KEY REFERENCES operations (id),
+    state           TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered', 'failed', 'quarantined', 'dead')),
+    lease_owner     TEXT CHECK (lease_owner IS NULL OR length(lease_owner) BETWEEN 1 AND 128),
+    lease_until     INTEGER CHECK (lease_until IS NULL OR lease_until BETWEEN 0 AND 253402300799),
+    attempt_count   INTEGER NOT NULL CHECK (attempt_count >= 0),
+    next_attempt_at INTEGER NOT NULL CHECK (next_attempt_at BETWEEN 0 AND 253402300799),
+    last_reason     TEXT CHECK (last_reason IS NULL OR length(last_reason) BETWEEN 1 AND 512),
+    created_at      INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    updated_at      INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
+    CHECK (state NOT IN ('pending', 'dead') OR (lease_owner IS NULL AND lease_until IS NULL)),
+    CHECK (state <> 'processing' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL AND attempt_count > 0
+           AND next_attempt_at = lease_until)),
+    CHECK (state <> 'dead' OR last_reason IS NOT NULL)
 ) STRICT;
+
+CREATE INDEX outbox_due ON outbox (next_attempt_at, op_id) WHERE state IN ('pending', 'processing');
 
 CREATE TABLE downstream_receipts (
     downstream_request_ref TEXT PRIMARY KEY CHECK (downstream_request_ref GLOB 'dr_*' AND length(downstream_request_ref) = 35),

@@ -8,13 +8,15 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::Value;
-use toolledger_contract::{Identifier, LeaseSeconds, Purpose, Scope, StatusRef};
+use toolledger_contract::{
+    DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef,
+};
 use toolledger_json::canonicalize;
 
 use crate::{
-    AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
-    LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus, OutboxEvent,
-    RecordedCall, Reservation, StoreError,
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
+    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
+    OutboxEvent, RecordedCall, Release, Reservation, StoreError,
     error::sqlite,
     gate::{Entered, Gate},
     schema::{self, Waits},
@@ -34,13 +36,13 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, t
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, \
                  ?21, ?22, ?23, ?24, ?25, ?27, ?28, 'pending', ?26, ?26) \
                  ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING";
-const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) \
-             VALUES (?1, 'pending', NULL, NULL, 0, ?2, ?2)";
+const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, \
+             last_reason, created_at, updated_at) VALUES (?1, 'pending', NULL, NULL, 0, ?2, NULL, ?2, ?2)";
 const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
          provider_call_id, purpose, op_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING";
 const CLAIM: &str = "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
-                 attempt_count = attempt_count + 1, updated_at = ?4 \
+                 next_attempt_at = ?3, attempt_count = attempt_count + 1, updated_at = ?4 \
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND (state = 'pending' OR (state = 'processing' AND lease_until <= ?4)) \
                  RETURNING op_id, attempt_count";
@@ -53,18 +55,29 @@ const INSERT_DOWNSTREAM: &str = "INSERT INTO downstream_receipts (downstream_req
 const SELECT_DOWNSTREAM: &str = "SELECT request_sha256, receipt_ref, receipt_json FROM downstream_receipts WHERE downstream_request_ref = ?1";
 const FINALIZE: &str = "UPDATE outbox SET state = ?5, updated_at = ?4 \
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1 \
-                 AND status NOT IN ('succeeded', 'failed', 'quarantined')) \
+                 AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
                  AND (?2 IS NULL OR (state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3)) \
                  RETURNING op_id";
 const INSERT_OUTCOME: &str = "INSERT INTO terminal_outcomes (op_id, kind, reason, receipt_json, finalized_by, created_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const MARK_ENDED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1 \
-             AND status NOT IN ('succeeded', 'failed', 'quarantined')";
-const RELEASE: &str = "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
+             AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')";
+const RELEASE: &str = "UPDATE outbox SET state = ?5, lease_owner = NULL, lease_until = NULL, next_attempt_at = ?6, \
+                 last_reason = ?7, updated_at = ?4 \
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
-const MARK_PENDING: &str =
-    "UPDATE operations SET status = 'pending', updated_at = ?2 WHERE id = ?1";
+const MARK_RELEASED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1";
+const DUE: &str = "SELECT b.op_id FROM outbox b JOIN operations o ON o.id = b.op_id \
+                 WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= ?1 \
+                 AND o.downstream_name = ?3 AND o.downstream_revision = ?4 \
+                 ORDER BY b.next_attempt_at, b.op_id LIMIT ?2";
+const CLAIM_ONE: &str = "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
+                 next_attempt_at = ?3, attempt_count = attempt_count + 1, updated_at = ?4 \
+                 WHERE op_id = ?1 AND state IN ('pending', 'processing') AND next_attempt_at <= ?4 \
+                 RETURNING attempt_count";
+const HEARTBEAT: &str = "UPDATE outbox SET lease_until = ?3, next_attempt_at = ?3, updated_at = ?2 \
+                 WHERE op_id IN (SELECT op_id FROM outbox WHERE state IN ('pending', 'processing') \
+                 AND next_attempt_at > ?2 AND lease_owner = ?1) AND state = 'processing'";
 const SELECT_STATUS: &str = "SELECT status FROM operations WHERE status_ref = ?1";
 const INSERT_LOCAL_RECEIPT: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, \
              result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -73,6 +86,7 @@ const SELECT_OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = 
 const BY_SCOPE: &str =
     "o.tenant_id = ?1 AND o.subject_id = ?2 AND o.tool_name = ?3 AND o.idempotency_key = ?4";
 const BY_STATUS_REF: &str = "o.status_ref = ?1";
+const BY_ID: &str = "o.id = ?1";
 
 /// An operation with its outbox event and local receipt, chosen by `filter`.
 fn operation_sql(filter: &str) -> String {
@@ -115,7 +129,11 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("C: insert terminal outcome", INSERT_OUTCOME.to_owned()),
         ("C: mark ended", MARK_ENDED.to_owned()),
         ("release: outbox", RELEASE.to_owned()),
-        ("release: mark pending", MARK_PENDING.to_owned()),
+        ("release: mark pending or dead", MARK_RELEASED.to_owned()),
+        ("relay: due events", DUE.to_owned()),
+        ("relay: claim one due event", CLAIM_ONE.to_owned()),
+        ("relay: heartbeat", HEARTBEAT.to_owned()),
+        ("relay: operation by id", operation_sql(BY_ID)),
         ("status query: operation id", SELECT_OPERATION_ID.to_owned()),
     ]
 }
@@ -260,10 +278,11 @@ pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_na
     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
     b.state, b.lease_owner, b.lease_until, b.attempt_count, \
     l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
-    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by";
+    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
+    b.next_attempt_at, b.last_reason";
 
 /// How many columns [`OPERATION_COLUMNS`] has: dispatch's lookup reads its own after them.
-const OPERATION_WIDTH: usize = 43;
+const OPERATION_WIDTH: usize = 45;
 
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt. One statement, one read transaction.
@@ -326,6 +345,8 @@ pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
             }),
             None => None,
         },
+        next_attempt_at: row.get(43)?,
+        last_reason: row.get(44)?,
     })
 }
 
@@ -730,6 +751,8 @@ impl LedgerStore for SqliteStore {
                 lease_owner: None,
                 lease_until: None,
                 attempt_count: 0,
+                next_attempt_at: now.get(),
+                last_reason: None,
             },
             receipt: None,
             outcome: None,
@@ -771,7 +794,7 @@ impl LedgerStore for SqliteStore {
                 .map_err(sqlite)?;
             return match state.as_deref() {
                 None => Ok(Claim::Missing),
-                Some("delivered" | "failed" | "quarantined") => Ok(Claim::Final),
+                Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
                 Some("processing") => Ok(Claim::LeaseHeld),
                 Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
             };
@@ -875,15 +898,21 @@ impl LedgerStore for SqliteStore {
         status_ref: &StatusRef,
         owner: &Identifier,
         attempt: i64,
+        release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
+        let (state, at, reason) = match release {
+            Release::Retry { at, reason } => ("pending", at.get(), bounded_reason(reason)),
+            Release::Dead { reason } => ("dead", now.get(), bounded_reason(reason)),
+        };
         let tx = self.immediate()?;
         let id: Option<i64> = tx
             .prepare_cached(RELEASE)
             .map_err(sqlite)?
-            .query_row(params![status_ref.as_str(), owner.as_str(), attempt, now.get()], |row| {
-                row.get(0)
-            })
+            .query_row(
+                params![status_ref.as_str(), owner.as_str(), attempt, now.get(), state, at, reason],
+                |row| row.get(0),
+            )
             .optional()
             .map_err(sqlite)?;
         let Some(id) = id else {
@@ -893,12 +922,87 @@ impl LedgerStore for SqliteStore {
                 Some(_) => Ok(Finalize::LeaseLost),
             };
         };
-        tx.prepare_cached(MARK_PENDING)
+        tx.prepare_cached(MARK_RELEASED)
             .map_err(sqlite)?
-            .execute(params![id, now.get()])
+            .execute(params![id, now.get(), state])
             .map_err(sqlite)?;
         tx.commit()?;
         Ok(Finalize::Finalized)
+    }
+
+    fn claim_due(
+        &mut self,
+        owner: &Identifier,
+        downstream: &DownstreamIdentity,
+        now: Now,
+        lease: LeaseSeconds,
+        limit: usize,
+    ) -> Result<ClaimedBatch, StoreError> {
+        let lease_until = now
+            .checked_add(lease)
+            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let tx = self.immediate()?;
+        let due: Vec<i64> = tx
+            .prepare_cached(DUE)
+            .map_err(sqlite)?
+            .query_map(
+                params![
+                    now.get(),
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                    downstream.name(),
+                    downstream.revision()
+                ],
+                |row| row.get(0),
+            )
+            .map_err(sqlite)?
+            .collect::<Result<_, _>>()
+            .map_err(sqlite)?;
+        let mut batch = ClaimedBatch::default();
+        for id in due {
+            // Verified before it is claimed: a row that contradicts itself is left as it
+            // is (nothing written) and counted, for the audit to name.
+            if !matches!(select_operation(&tx, BY_ID, &[&id]), Ok(Some(_))) {
+                batch.skipped += 1;
+                continue;
+            }
+            let attempt: Option<i64> = tx
+                .prepare_cached(CLAIM_ONE)
+                .map_err(sqlite)?
+                .query_row(params![id, owner.as_str(), lease_until.get(), now.get()], |row| {
+                    row.get(0)
+                })
+                .optional()
+                .map_err(sqlite)?;
+            let Some(attempt) = attempt else { continue };
+            tx.prepare_cached(MARK_PROCESSING)
+                .map_err(sqlite)?
+                .execute(params![id, now.get()])
+                .map_err(sqlite)?;
+            let operation = select_operation(&tx, BY_ID, &[&id])?
+                .ok_or(StoreError::Internal("the operation vanished"))?;
+            batch.claimed.push((attempt, operation));
+        }
+        tx.commit()?;
+        Ok(batch)
+    }
+
+    fn heartbeat(
+        &mut self,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<usize, StoreError> {
+        let lease_until = now
+            .checked_add(lease)
+            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let tx = self.immediate()?;
+        let extended = tx
+            .prepare_cached(HEARTBEAT)
+            .map_err(sqlite)?
+            .execute(params![owner.as_str(), now.get(), lease_until.get()])
+            .map_err(sqlite)?;
+        tx.commit()?;
+        Ok(extended)
     }
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
@@ -919,7 +1023,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 20);
+        assert_eq!(plans.len(), 24);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

@@ -91,6 +91,9 @@ pub(crate) struct RawOperation {
     pub(crate) downstream: (String, String),
     /// The terminal outcome, when the operation failed or was quarantined.
     pub(crate) outcome: Option<RawOutcome>,
+    /// The event's due time and last reason.
+    pub(crate) next_attempt_at: Option<i64>,
+    pub(crate) last_reason: Option<String>,
 }
 
 /// A `terminal_outcomes` row as SQLite returns it.
@@ -200,12 +203,18 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     }
     let status =
         OperationStatus::parse(&raw.status).ok_or(Flaw::OutOfStep("stored status is unknown"))?;
-    let (Some(state), Some(attempt_count)) = (raw.outbox_state, raw.attempt_count) else {
+    let (Some(state), Some(attempt_count), Some(next_attempt_at)) =
+        (raw.outbox_state, raw.attempt_count, raw.next_attempt_at)
+    else {
         return Err(Flaw::OutOfStep("operation has no outbox event"));
     };
     // The same range `UnixSeconds` checks, without building a civil date per read.
     let in_range = |seconds: i64| (0..=UnixSeconds::MAX).contains(&seconds);
-    if !in_range(raw.created_at) || raw.lease_until.is_some_and(|until| !in_range(until)) {
+    if !in_range(raw.created_at)
+        || !in_range(next_attempt_at)
+        || raw.lease_until.is_some_and(|until| !in_range(until))
+        || raw.last_reason.as_ref().is_some_and(|reason| !(1..=512).contains(&reason.len()))
+    {
         return Err(Flaw::OutOfStep("stored instant is out of range"));
     }
     let outcome_kind = raw.outcome.as_ref().map(|outcome| outcome.kind.as_str());
@@ -227,6 +236,8 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             lease_owner: raw.lease_owner,
             lease_until: raw.lease_until,
             attempt_count,
+            next_attempt_at,
+            last_reason: raw.last_reason,
         },
         receipt: None,
         outcome: raw.outcome.map(outcome).transpose()?,
@@ -269,6 +280,7 @@ fn in_step(
     let fine = match (status, state) {
         (OperationStatus::Pending, "pending") => unleased && !has_receipt && outcome.is_none(),
         (OperationStatus::Processing, "processing") => leased && !has_receipt && outcome.is_none(),
+        (OperationStatus::Dead, "dead") => unleased && !has_receipt && outcome.is_none(),
         (OperationStatus::Succeeded, "delivered") => {
             has_receipt && attempts >= 0 && outcome.is_none()
         }

@@ -56,6 +56,7 @@
 
 mod audit;
 mod call;
+mod relay;
 mod reply;
 
 use std::path::{Path, PathBuf};
@@ -70,14 +71,15 @@ pub use toolledger_contract::{
     RuleCall, Schema, StatusRef, ToolRules, ToolSpec, UnixSeconds, load_case, load_claims,
 };
 pub use toolledger_engine::{
-    Answer, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest, EngineError,
-    Lookup, StandIn, Waits, drill,
+    Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
+    Drained, EngineError, Lookup, StandIn, Waits, drill,
 };
 pub use toolledger_store::{DownstreamReceipt, Migrated, SCHEMA_ID};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
     call::{Call, Grant, ModelCall},
+    relay::{Relay, RelayEvent, Until, simulated},
     reply::{Outcome, Receipt, Reply},
 };
 

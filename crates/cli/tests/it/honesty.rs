@@ -70,7 +70,7 @@ fn settle(dir: &Dir, status_ref: &str) {
 #[test]
 fn a_file_size_limit_never_turns_an_accepted_intent_into_an_error() {
     let mut seen = std::collections::BTreeSet::new();
-    for kib in (8..=200).step_by(6) {
+    for kib in (8..=260).step_by(6) {
         let dir = Dir::new();
         let run = finish(under_bash(
             &dir,

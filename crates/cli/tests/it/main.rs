@@ -8,6 +8,7 @@ mod flows;
 mod honesty;
 mod kill;
 mod library;
+mod relay;
 
 use std::{
     path::{Path, PathBuf},

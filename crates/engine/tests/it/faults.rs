@@ -14,9 +14,9 @@ use toolledger_engine::{
 
 use crate::{FailurePoint, Flows};
 use toolledger_store::{
-    AuditReport, CallIdentity, Claim, DispatchLookup, DownstreamReceipt, Finalize, Finalizer,
-    LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Reservation,
-    SqliteStore, StoreError,
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
+    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Release,
+    Reservation, SqliteStore, StoreError,
 };
 
 use crate::{Db, Roles, at, case, id};
@@ -156,10 +156,33 @@ impl LedgerStore for Failing {
         status_ref: &StatusRef,
         owner: &Identifier,
         attempt: i64,
+        release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
         self.fault("release")?;
-        self.inner.release(status_ref, owner, attempt, now)
+        self.inner.release(status_ref, owner, attempt, release, now)
+    }
+
+    fn claim_due(
+        &mut self,
+        owner: &Identifier,
+        downstream: &toolledger_contract::DownstreamIdentity,
+        now: Now,
+        lease: LeaseSeconds,
+        limit: usize,
+    ) -> Result<ClaimedBatch, StoreError> {
+        self.fault("claim_due")?;
+        self.inner.claim_due(owner, downstream, now, lease, limit)
+    }
+
+    fn heartbeat(
+        &mut self,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<usize, StoreError> {
+        self.fault("heartbeat")?;
+        self.inner.heartbeat(owner, now, lease)
     }
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {

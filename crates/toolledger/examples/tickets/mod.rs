@@ -125,6 +125,8 @@ pub(crate) struct TicketService {
     pub(crate) lose_next_response: bool,
     /// The next request is not delivered at all.
     pub(crate) refuse_next_connection: bool,
+    /// The next this many requests are not delivered at all.
+    pub(crate) unreachable_for: usize,
     /// The next ticket comes back with a field the contract does not allow.
     pub(crate) garble_next: bool,
 }
@@ -138,6 +140,10 @@ impl TicketService {
         request: &Value,
     ) -> Result<Value, ClientError> {
         if std::mem::take(&mut self.refuse_next_connection) {
+            return Err(ClientError::Unreachable);
+        }
+        if self.unreachable_for > 0 {
+            self.unreachable_for -= 1;
             return Err(ClientError::Unreachable);
         }
         let queue = request.get("queue").and_then(Value::as_str).unwrap_or_default();

@@ -6,6 +6,7 @@ mod tickets;
 
 mod host;
 mod migrate;
+mod relay;
 mod tokio_host;
 
 use std::path::{Path, PathBuf};

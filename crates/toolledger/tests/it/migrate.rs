@@ -69,7 +69,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (1, 2, 5));
+    assert_eq!((from, to, operations), (1, 3, 5));
     // The backup is the v1 store, beside it.
     assert_eq!(backup.parent(), path.parent());
     assert_eq!(int(&backup, "PRAGMA user_version"), 1);
@@ -78,7 +78,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     // Every row and every digest kept; the downstream recorded; the step logged.
     let after: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
     assert_eq!(after, kept);
-    assert_eq!(int(&path, "PRAGMA user_version"), 2);
+    assert_eq!(int(&path, "PRAGMA user_version"), 3);
     assert_eq!(text(&path, "PRAGMA journal_mode"), "wal");
     assert_eq!(
         int(
@@ -87,9 +87,13 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
         ),
         5
     );
+    // Each step of the chain is recorded.
     assert_eq!(
-        text(&path, "SELECT from_schema || '>' || to_schema FROM migrations WHERE version = 2"),
-        "toolledger-store-v1>toolledger-store-v2"
+        text(
+            &path,
+            "SELECT group_concat(from_schema || '>' || to_schema, ' ') FROM (SELECT * FROM migrations ORDER BY version)"
+        ),
+        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3"
     );
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());

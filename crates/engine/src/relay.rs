@@ -1,0 +1,152 @@
+//! The relay's pass over the outbox: claim a batch of due events in one transaction,
+//! then work each exactly as the directed worker would (the same rechecks of contract,
+//! current authorization and business state before the downstream is called), with a
+//! relay's answer to a request that was not sent: retry after a backoff, dead once the
+//! tool's attempts are spent.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use toolledger_contract::{BlockCode, Clock, Identifier, PrincipalResolver, StatusRef};
+use toolledger_store::{LedgerStore, Now};
+
+use crate::{Caller, Downstream, Engine, EngineError, answers::Answer, worker::Lease};
+
+/// How long a relay waits before sending a request again that was not sent:
+/// exponential in the attempt, capped, with jitter so that workers that failed together
+/// do not retry together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait after the first attempt, in seconds (at least 1).
+    pub base_seconds: i64,
+    /// The longest wait, in seconds.
+    pub max_seconds: i64,
+}
+
+impl Default for Backoff {
+    /// 2 s, doubling, at most 5 minutes.
+    fn default() -> Backoff {
+        Backoff { base_seconds: 2, max_seconds: 300 }
+    }
+}
+
+impl Backoff {
+    /// When attempt `attempt` of `status_ref` is due again, from `now`: a delay of
+    /// `min(max, base * 2^(attempt-1))`, of which the upper half is jitter. The jitter is
+    /// drawn from a digest of the ref and the attempt, so a run can be replayed exactly.
+    ///
+    /// ```
+    /// use toolledger_contract::{StatusRef, UnixSeconds};
+    /// let backoff = toolledger_engine::Backoff { base_seconds: 2, max_seconds: 60 };
+    /// let status_ref = StatusRef::new(&format!("sr_{}", "0".repeat(32))).unwrap();
+    /// let now = UnixSeconds::new(1_767_225_600).unwrap();
+    /// let due = backoff.due(&status_ref, 3, now).get() - now.get();
+    /// assert!((4..=8).contains(&due), "{due}");
+    /// ```
+    pub fn due(&self, status_ref: &StatusRef, attempt: i64, now: Now) -> Now {
+        let base = self.base_seconds.max(1);
+        let max = self.max_seconds.max(base);
+        let exponent = u32::try_from((attempt - 1).clamp(0, 30)).unwrap_or(30);
+        let delay = base.saturating_mul(1_i64 << exponent).min(max);
+        let half = delay / 2;
+        let digest = Sha256::digest(format!("{}:{attempt}", status_ref.as_str()));
+        let mut draw = [0u8; 8];
+        draw.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
+        let jitter = i64::try_from(u64::from_be_bytes(draw) % u64::try_from(half + 1).unwrap_or(1))
+            .unwrap_or(0);
+        let seconds = now.get().saturating_add(delay - half + jitter);
+        Now::new(seconds.min(toolledger_contract::UnixSeconds::MAX)).unwrap_or(now)
+    }
+}
+
+/// What one relay pass did, event by event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Events claimed.
+    pub claimed: usize,
+    /// Done: a local receipt.
+    pub delivered: usize,
+    /// Refused definitively by the downstream.
+    pub failed: usize,
+    /// Their receipt broke the output contract.
+    pub quarantined: usize,
+    /// Not sent; pending again after a backoff.
+    pub retried: usize,
+    /// Not sent, and the tool's attempts are spent.
+    pub dead: usize,
+    /// The downstream may have acted: they stay under their lease for a later pass to ask
+    /// again by the same ref.
+    pub unknown: usize,
+    /// Refused before the downstream (drift, authorization, business state): their lease
+    /// runs out and a later pass rechecks them.
+    pub refused: usize,
+    /// Another worker took the lease over first: this worker's write was refused.
+    pub fenced: usize,
+    /// Due events left alone because their row contradicts itself.
+    pub skipped: usize,
+}
+
+impl Drained {
+    /// Adds another pass's counts.
+    pub fn add(&mut self, other: &Drained) {
+        self.claimed += other.claimed;
+        self.delivered += other.delivered;
+        self.failed += other.failed;
+        self.quarantined += other.quarantined;
+        self.retried += other.retried;
+        self.dead += other.dead;
+        self.unknown += other.unknown;
+        self.refused += other.refused;
+        self.fenced += other.fenced;
+        self.skipped += other.skipped;
+    }
+
+    fn count(&mut self, answer: &Answer) {
+        let slot = match answer {
+            Answer::Pass { .. } => &mut self.delivered,
+            Answer::Block { code, package } => match code {
+                BlockCode::DownstreamRefused => &mut self.failed,
+                BlockCode::ReceiptQuarantined => &mut self.quarantined,
+                BlockCode::DownstreamUnavailable if package["status"] == "dead" => &mut self.dead,
+                BlockCode::DownstreamUnavailable => &mut self.retried,
+                BlockCode::LeaseHeld => &mut self.fenced,
+                BlockCode::OutcomeUnknown => &mut self.unknown,
+                _ => &mut self.refused,
+            },
+        };
+        *slot += 1;
+    }
+}
+
+impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
+    /// One relay pass: claims up to `limit` due events for `owner` (one transaction) and
+    /// works each. Only the events of this relay's downstream are claimed: another
+    /// downstream's operations are left for its own relay.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`] when the batch claim fails (nothing was claimed). A failure
+    /// working one claimed event is counted `unknown`: the event stays under its lease.
+    pub fn relay_batch(
+        &mut self,
+        owner: &Identifier,
+        clock: &Clock,
+        context: &Value,
+        limit: usize,
+        backoff: Backoff,
+    ) -> Result<Drained, EngineError> {
+        let identity = self.downstream.identity().clone();
+        let batch =
+            self.store.claim_due(owner, &identity, clock.now, clock.lease_seconds, limit)?;
+        let mut drained = Drained { skipped: batch.skipped, ..Drained::default() };
+        for (attempt, operation) in batch.claimed {
+            drained.claimed += 1;
+            let status_ref = operation.intent.status_ref.clone();
+            let lease = Lease { owner, attempt, caller: Caller::Relay(backoff) };
+            match self.work_claimed(&status_ref, &operation, &lease, clock, context) {
+                Ok(answer) => drained.count(&answer),
+                Err(_) => drained.unknown += 1,
+            }
+        }
+        Ok(drained)
+    }
+}

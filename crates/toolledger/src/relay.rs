@@ -1,0 +1,368 @@
+//! The relay: workers that drain the outbox, each claiming a batch of due events at a
+//! time, with a heartbeat that keeps their live leases from running out while a slow
+//! downstream call is under way.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use toolledger_contract::{
+    Clock, Identifier, LeaseSeconds, PrincipalResolver, ProviderProfile, Registry, ToolSpec,
+    UnixSeconds,
+};
+use toolledger_engine::{Backoff, Downstream, Drained, Engine};
+use toolledger_store::{LedgerStore, SqliteStore, Waits};
+
+use crate::{Error, wall_clock};
+
+/// When a relay stops.
+#[derive(Debug, Clone, Copy)]
+pub enum Until<'a> {
+    /// When a pass of every worker finds nothing due (`--once`).
+    Drained,
+    /// When the flag is raised (SIGTERM, SIGINT): no new claims; what is claimed is
+    /// finished first.
+    Stopped(&'a AtomicBool),
+}
+
+/// What a relay reports as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayEvent {
+    /// One worker's pass over a batch.
+    Pass {
+        /// Which worker (0-based).
+        worker: usize,
+        /// What the pass did.
+        drained: Drained,
+    },
+    /// A pass that could not claim (the store was busy or failed); the worker goes on
+    /// after its poll interval.
+    Failed {
+        /// Which worker.
+        worker: usize,
+        /// The stable code.
+        code: &'static str,
+    },
+}
+
+/// A relay over the ledger at a path: how many workers, how big a batch, how long a
+/// lease, how long to wait between empty passes, how to back off.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("relay");
+/// ledger.enqueue(&call)?;
+/// let relay = toolledger::Relay::new(dir.join("ledger.sqlite3"))
+///     .tool(toolledger::RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+///     .at(1_767_225_600);
+/// let drained = relay.run(
+///     || toolledger::simulated(&dir.join("ledger.sqlite3")),
+///     || toolledger::NoRoles,
+///     &call_context(),
+///     toolledger::Until::Drained,
+///     &|_| {},
+/// )?;
+/// assert_eq!(drained.delivered, 1);
+/// # fn call_context() -> serde_json::Value {
+/// #     serde_json::json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+/// #         "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]})
+/// # }
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Relay {
+    path: PathBuf,
+    tools: Vec<ToolSpec>,
+    profiles: Vec<ProviderProfile>,
+    waits: Waits,
+    lease_seconds: i64,
+    batch: usize,
+    concurrency: usize,
+    poll: Duration,
+    backoff: Backoff,
+    now: Option<i64>,
+}
+
+impl Relay {
+    /// A relay over the ledger at `path`: one worker, batches of 32, 30 s leases, a
+    /// pass a second when idle, the default backoff, the wall clock.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("ledger.sqlite3");
+    /// # let _ = relay;
+    /// ```
+    pub fn new(path: impl AsRef<Path>) -> Relay {
+        Relay {
+            path: path.as_ref().to_path_buf(),
+            tools: Vec::new(),
+            profiles: toolledger_contract::builtin_profiles(),
+            waits: Waits::default(),
+            lease_seconds: 30,
+            batch: 32,
+            concurrency: 1,
+            poll: Duration::from_secs(1),
+            backoff: Backoff::default(),
+            now: None,
+        }
+    }
+
+    /// Registers a tool whose events this relay works.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").tool(toolledger::RefundOrder::default().tool());
+    /// # let _ = relay;
+    /// ```
+    pub fn tool(mut self, tool: ToolSpec) -> Relay {
+        self.tools.retain(|known| known.name != tool.name);
+        self.tools.push(tool);
+        self
+    }
+
+    /// How many workers (threads), each with its own connections (1–64).
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").concurrency(4);
+    /// # let _ = relay;
+    /// ```
+    pub fn concurrency(mut self, workers: usize) -> Relay {
+        self.concurrency = workers.clamp(1, 64);
+        self
+    }
+
+    /// How many due events one claim takes (1–1000).
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").batch(100);
+    /// # let _ = relay;
+    /// ```
+    pub fn batch(mut self, events: usize) -> Relay {
+        self.batch = events.clamp(1, 1000);
+        self
+    }
+
+    /// How long a worker's lease lasts (1–3600 s); the heartbeat renews live leases at a
+    /// third of it.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").lease_seconds(60);
+    /// # let _ = relay;
+    /// ```
+    pub fn lease_seconds(mut self, seconds: i64) -> Relay {
+        self.lease_seconds = seconds;
+        self
+    }
+
+    /// How long an idle worker waits before its next pass.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").poll(std::time::Duration::from_millis(200));
+    /// # let _ = relay;
+    /// ```
+    pub fn poll(mut self, interval: Duration) -> Relay {
+        self.poll = interval;
+        self
+    }
+
+    /// How long each wait for another connection's lock may take (default 5 s; a relay
+    /// has no overall deadline).
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").waits(toolledger::Waits::default());
+    /// # let _ = relay;
+    /// ```
+    pub fn waits(mut self, waits: Waits) -> Relay {
+        self.waits = waits;
+        self
+    }
+
+    /// How a request that was not sent is retried.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3")
+    ///     .backoff(toolledger::Backoff { base_seconds: 1, max_seconds: 60 });
+    /// # let _ = relay;
+    /// ```
+    pub fn backoff(mut self, backoff: Backoff) -> Relay {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Judges every pass at this instant instead of the wall clock (for tests and
+    /// drills; a relay that runs for long reads the wall clock).
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3").at(1_767_225_600);
+    /// # let _ = relay;
+    /// ```
+    pub fn at(mut self, now: i64) -> Relay {
+        self.now = Some(now);
+        self
+    }
+
+    /// Runs the workers until `until`, each with its own downstream and resolver, and a
+    /// heartbeat beside them; `log` hears of every pass. The totals of every pass.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when a setting is invalid or a worker's store cannot be opened.
+    pub fn run<D, R>(
+        &self,
+        downstream: impl Fn() -> Result<D, Error> + Sync,
+        resolver: impl Fn() -> R + Sync,
+        context: &Value,
+        until: Until<'_>,
+        log: &(dyn Fn(RelayEvent) + Sync),
+    ) -> Result<Drained, Error>
+    where
+        D: Downstream + Send,
+        R: PrincipalResolver + Send,
+    {
+        let lease = LeaseSeconds::new(self.lease_seconds)
+            .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
+        let registry = Registry::new(self.tools.clone(), self.profiles.clone());
+        let stamp = unique_stamp();
+        let owners: Vec<Identifier> = (0..self.concurrency)
+            .map(|worker| {
+                Identifier::new(&format!("relay-{stamp}-{worker}"))
+                    .map_err(|_| Error::invalid("a worker id is not an identifier".to_owned()))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut engines = Vec::new();
+        for _ in 0..self.concurrency {
+            let store = SqliteStore::open_with(&self.path, self.waits)?;
+            engines.push(Engine::new(store, downstream()?, resolver(), registry.clone()));
+        }
+        let mut heart = SqliteStore::open_with(&self.path, self.waits)?;
+        let done = AtomicBool::new(false);
+        let totals = std::thread::scope(|scope| {
+            let workers: Vec<_> = engines
+                .into_iter()
+                .zip(&owners)
+                .enumerate()
+                .map(|(worker, (mut engine, owner))| {
+                    scope.spawn(move || {
+                        let mut totals = Drained::default();
+                        loop {
+                            if let Until::Stopped(stop) = until {
+                                if stop.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                            }
+                            let Ok(clock) = self.clock(lease) else { break };
+                            match engine.relay_batch(
+                                owner,
+                                &clock,
+                                context,
+                                self.batch,
+                                self.backoff,
+                            ) {
+                                Ok(drained) => {
+                                    totals.add(&drained);
+                                    let idle = drained.claimed == 0;
+                                    log(RelayEvent::Pass { worker, drained });
+                                    if idle {
+                                        if matches!(until, Until::Drained) {
+                                            break;
+                                        }
+                                        self.idle(until);
+                                    }
+                                }
+                                Err(err) => {
+                                    log(RelayEvent::Failed { worker, code: err.code().as_str() });
+                                    if matches!(until, Until::Drained) {
+                                        break;
+                                    }
+                                    self.idle(until);
+                                }
+                            }
+                        }
+                        totals
+                    })
+                })
+                .collect();
+            // The heartbeat: every third of a lease, each worker's live leases are renewed
+            // (fenced by owner: a lease that ended or was taken over is not touched).
+            let beat = Duration::from_secs(u64::try_from(self.lease_seconds).unwrap_or(1)) / 3;
+            let (heart, done, owners) = (&mut heart, &done, &owners);
+            let heartbeat = scope.spawn(move || {
+                let mut last = Instant::now();
+                while !done.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    if last.elapsed() < beat {
+                        continue;
+                    }
+                    last = Instant::now();
+                    if let Ok(clock) = self.clock(lease) {
+                        for owner in owners {
+                            let _ = heart.heartbeat(owner, clock.now, lease);
+                        }
+                    }
+                }
+            });
+            let mut totals = Drained::default();
+            for worker in workers {
+                if let Ok(drained) = worker.join() {
+                    totals.add(&drained);
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+            let _ = heartbeat.join();
+            totals
+        });
+        Ok(totals)
+    }
+
+    fn clock(&self, lease: LeaseSeconds) -> Result<Clock, Error> {
+        let now = UnixSeconds::new(self.now.unwrap_or_else(wall_clock))
+            .map_err(|_| Error::invalid("the relay's instant is out of range".to_owned()))?;
+        Ok(Clock { now, lease_seconds: lease })
+    }
+
+    /// Waits out the poll interval, waking early when asked to stop.
+    fn idle(&self, until: Until<'_>) {
+        let started = Instant::now();
+        while started.elapsed() < self.poll {
+            if let Until::Stopped(stop) = until {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+            std::thread::sleep(self.poll.min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// The command line's simulated downstream on its own connection to `path`: what a
+/// relay over a simulated ledger hands each worker.
+///
+/// # Errors
+///
+/// As [`crate::LedgerBuilder::open`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("toolledger-doc-sim-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let downstream = toolledger::simulated(&dir.join("ledger.sqlite3"))?;
+/// # drop(downstream);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn simulated(path: &Path) -> Result<crate::Simulated, Error> {
+    let stand_in = toolledger_engine::StandIn::new(SqliteStore::open(path)?);
+    Ok(toolledger_engine::drill::Interrupt::new(
+        stand_in,
+        toolledger_engine::drill::Switch::default(),
+    ))
+}
+
+/// `<pid>-<nanoseconds, hex>`: unique to this process and this moment.
+fn unique_stamp() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{nanos:x}", std::process::id())
+}
