@@ -8,7 +8,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0  PASS: the operation succeeded (fresh, receipt_reconciled or local_replay), or the audit passed
   1  BLOCK: a business answer on stdout, e.g. OUTCOME_UNKNOWN, IDEMPOTENCY_CONFLICT, NOT_FOUND,
-     LEASE_HELD, DOWNSTREAM_REFUSED, RECEIPT_QUARANTINED, DOWNSTREAM_MISMATCH, AUDIT_FAILED.
+     LEASE_HELD, DOWNSTREAM_REFUSED, RECEIPT_QUARANTINED, DOWNSTREAM_MISMATCH, KEY_RETIRED,
+     AUDIT_FAILED.
      OUTCOME_UNKNOWN means the side effect may have happened: query it with `status`, never
      retry it under a new key
   2  error, and nothing was accepted: stdout is empty and stderr holds one line
@@ -131,6 +132,83 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FORMAT", default_value = "text")]
         log_format: LogFormat,
         /// Judge every pass at this Unix time instead of the wall clock (for drills)
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        now: Option<i64>,
+        /// Serve `metrics` at http://ADDR/metrics while the relay runs (a loopback address)
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// How many sends that did not go out before an event is dead
+        #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        max_attempts: u32,
+        /// Drill: percent of the simulation's requests answered "not sent"
+        #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+        simulate_unavailable: u8,
+        /// Drill: milliseconds the simulation takes per request
+        #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        simulate_delay_ms: u64,
+        /// Drill: the seed of the simulation's faults
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        simulate_seed: u64,
+    },
+    /// List operations by state, oldest change first: one JSON object per line with the
+    /// status_ref, tool, state, attempts, ages and last reason (arguments only with
+    /// --show-arguments). States: pending, processing, unknown (processing with an ended
+    /// lease), succeeded, failed, quarantined, dead. Creates nothing
+    List {
+        /// Only this state
+        #[arg(long, value_name = "STATE", value_parser = clap::builder::PossibleValuesParser::new(["pending", "processing", "unknown", "succeeded", "failed", "quarantined", "dead"]))]
+        state: Option<String>,
+        /// Only operations unchanged for at least this many seconds
+        #[arg(long, value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..=315_360_000))]
+        older_than: i64,
+        /// At most this many lines
+        #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        limit: u64,
+        /// Include each operation's arguments
+        #[arg(long)]
+        show_arguments: bool,
+        /// Judge ages at this Unix time instead of the wall clock
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        now: Option<i64>,
+    },
+    /// Show one operation's whole history: state, attempts, owner and lease, refs and
+    /// digests, how it ended, every operator action. Creates nothing
+    Show {
+        /// The operation's status_ref (sr_…)
+        #[arg(long, value_name = "R")]
+        status_ref: String,
+        /// Include its arguments
+        #[arg(long)]
+        show_arguments: bool,
+    },
+    /// Put a dead or failed operation back to pending with a fresh attempt budget,
+    /// recorded with the reason in the append-only operator log
+    Requeue {
+        /// The operation's status_ref (sr_…)
+        #[arg(long, value_name = "R")]
+        status_ref: String,
+        /// Why (kept in the operator log, 1–512 bytes)
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Record the action at this Unix time instead of the wall clock
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        now: Option<i64>,
+    },
+    /// Print the ledger's figures in the Prometheus text format (0.0.4): operations and
+    /// events by state, oldest pending and unknown ages, dead letters, claims, lease
+    /// reclaims, fenced writes, reconciliations, retired operations. Creates nothing
+    Metrics {
+        /// Judge ages at this Unix time instead of the wall clock
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        now: Option<i64>,
+    },
+    /// Retire finished operations unchanged for N days: each leaves a tombstone, so a
+    /// reused key answers KEY_RETIRED instead of causing a second effect
+    Gc {
+        /// How many days a finished operation is kept
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..=36_500))]
+        older_than_days: i64,
+        /// Judge ages at this Unix time instead of the wall clock
         #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
         now: Option<i64>,
     },

@@ -2,9 +2,14 @@
 //! stderr, the totals on stdout, and a clean stop on SIGTERM or SIGINT.
 
 use std::{
-    io::Write,
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
     path::Path,
-    sync::{Arc, atomic::AtomicBool},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
 
 use serde_json::{Value, json};
@@ -66,15 +71,27 @@ fn line(format: LogFormat, event: &RelayEvent) -> String {
     }
 }
 
+/// How the command runs its relay.
+pub(crate) struct Options {
+    pub(crate) once: bool,
+    pub(crate) format: LogFormat,
+    pub(crate) metrics_listen: Option<SocketAddr>,
+    pub(crate) faults: toolledger::Faults,
+}
+
 pub(crate) fn run(
     relay: &Relay,
     db: &Path,
     claims: Claims,
     context: &Value,
-    once: bool,
-    format: LogFormat,
+    options: &Options,
 ) -> Result<Printed, Failure> {
+    let Options { once, format, metrics_listen, faults } = *options;
     let stop = Arc::new(AtomicBool::new(false));
+    let server = match metrics_listen {
+        Some(addr) => Some(serve_metrics(addr, db, Arc::clone(&stop))?),
+        None => None,
+    };
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|_| Failure {
             code: "INTERNAL_ERROR",
@@ -90,7 +107,68 @@ pub(crate) fn run(
         }
         let _ = writeln!(std::io::stderr(), "{}", line(format, &event));
     };
-    let totals =
-        relay.run(|| toolledger::simulated(db), || claims.clone(), context, until, &log)?;
-    Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "relay": counts(&totals)}), true))
+    let totals = relay.run(
+        || toolledger::simulated_with(db, faults),
+        || claims.clone(),
+        context,
+        until,
+        &log,
+    );
+    stop.store(true, Ordering::SeqCst);
+    if let Some(server) = server {
+        let _ = server.join();
+    }
+    Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "relay": counts(&totals?)}), true))
+}
+
+/// Serves `GET /metrics` (the `metrics` command's text) on a loopback address until
+/// `stop`. Any other request is 404; a request is read at most 8 KiB and 2 s.
+fn serve_metrics(
+    addr: SocketAddr,
+    db: &Path,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, Failure> {
+    let refused = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
+    if !addr.ip().is_loopback() {
+        return Err(refused("--metrics-listen must be a loopback address"));
+    }
+    let listener =
+        TcpListener::bind(addr).map_err(|_| refused("--metrics-listen could not be bound"))?;
+    listener.set_nonblocking(true).map_err(|_| refused("--metrics-listen could not be set up"))?;
+    if let Ok(bound) = listener.local_addr() {
+        let _ = writeln!(std::io::stderr(), "relay metrics listening on {bound}");
+    }
+    let db = db.to_path_buf();
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            match listener.accept() {
+                Ok((stream, _)) => answer(stream, &db),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }))
+}
+
+fn answer(mut stream: TcpStream, db: &Path) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut request = Vec::new();
+    let mut chunk = [0_u8; 1024];
+    while request.len() < 8192 && !request.windows(4).any(|window| window == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => request.extend_from_slice(chunk.get(..read).unwrap_or_default()),
+        }
+    }
+    let wanted = request.starts_with(b"GET /metrics ") || request.starts_with(b"GET /metrics?");
+    let (status, body) = match (wanted, toolledger::metrics(db, None)) {
+        (true, Ok(text)) => ("200 OK", text),
+        (true, Err(_)) => ("503 Service Unavailable", "the ledger could not be read\n".to_owned()),
+        (false, _) => ("404 Not Found", "not found\n".to_owned()),
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }

@@ -115,6 +115,7 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
         Ok(Printed::Package(package, passed)) => {
             printed(&cli, &package, if passed { 0 } else { 1 })
         }
+        Ok(Printed::Text(text)) => Outcome { code: 0, stdout: text, stderr: String::new() },
         Err(failure) => Outcome::error(failure.code, &failure.message),
     }
 }
@@ -124,6 +125,8 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
 pub(crate) enum Printed {
     Answer(Answer),
     Package(Value, bool),
+    /// Text printed as it is (list's lines, metrics' exposition), exit 0.
+    Text(String),
 }
 
 fn printed(cli: &Cli, package: &Value, code: u8) -> Outcome {
@@ -154,7 +157,7 @@ fn usage_message(err: &clap::Error) -> String {
         ErrorKind::UnknownArgument => format!("unknown option {option}"),
         ErrorKind::InvalidSubcommand => "unknown command".to_owned(),
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: one of dispatch, process, status, audit, migrate, demo".to_owned()
+            "missing command: one of dispatch, process, status, audit, relay, list, show, requeue, metrics, gc, migrate, demo".to_owned()
         }
         _ => format!("invalid use of {option}"),
     }
@@ -185,6 +188,11 @@ fn check_options(cli: &Cli) -> Result<(), Failure> {
         Command::Migrate { .. } => ("migrate", &["--db", "--pretty", "--busy-timeout-ms"]),
         Command::Relay { .. } => {
             ("relay", &["--db", "--fixture", "--claims", "--pretty", "--busy-timeout-ms"])
+        }
+        Command::List { .. } => ("list", &["--db", "--busy-timeout-ms"]),
+        Command::Metrics { .. } => ("metrics", &["--db", "--busy-timeout-ms"]),
+        Command::Show { .. } | Command::Requeue { .. } | Command::Gc { .. } => {
+            ("this command", &["--db", "--pretty", "--busy-timeout-ms"])
         }
         Command::Dispatch { .. } | Command::Process { .. } | Command::Status { .. } => {
             return Ok(());
@@ -221,14 +229,75 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             Ok(Printed::Package(audit.package(), audit.passed()))
         }
         Command::Migrate { downstream } => migrate(&db, downstream, waits),
-        Command::Relay { once, poll_ms, concurrency, lease_seconds, batch, log_format, now } => {
+        Command::List { state, older_than, limit, show_arguments, now } => {
+            let filter = toolledger::ListFilter {
+                state: state.as_deref(),
+                older_than: *older_than,
+                limit: usize::try_from(*limit).unwrap_or(100),
+            };
+            let listed = toolledger::list(&db, &filter, *show_arguments, *now)?;
+            let lines: String = listed
+                .iter()
+                .map(|listed| format!("{}\n", canonicalize(&toolledger::listed_json(listed))))
+                .collect();
+            Ok(Printed::Text(lines))
+        }
+        Command::Show { status_ref, show_arguments } => {
+            let Ok(status_ref) = StatusRef::new(status_ref) else {
+                return Ok(Printed::Answer(Answer::not_found()));
+            };
+            match toolledger::show(&db, &status_ref, *show_arguments)? {
+                Some(shown) => Ok(Printed::Package(shown, true)),
+                None => Ok(Printed::Answer(Answer::not_found())),
+            }
+        }
+        Command::Requeue { status_ref, reason, now } => {
+            let Ok(status_ref) = StatusRef::new(status_ref) else {
+                return Ok(Printed::Answer(Answer::not_found()));
+            };
+            if reason.trim().is_empty() {
+                return Err(usage("invalid value for --reason".to_owned()));
+            }
+            match toolledger::requeue(&db, &status_ref, reason, *now)? {
+                toolledger::Requeued::Requeued => Ok(Printed::Package(
+                    json!({"gate": "PASS", "code": "OK", "requeued": status_ref.as_str(), "status": "pending"}),
+                    true,
+                )),
+                toolledger::Requeued::Missing => Ok(Printed::Answer(Answer::not_found())),
+                toolledger::Requeued::Refused(status) => Ok(Printed::Package(
+                    json!({"gate": "BLOCK", "code": "NOT_REQUEUEABLE", "status": status.as_str(),
+                        "status_ref": status_ref.as_str(),
+                        "message": toolledger::BlockCode::NotRequeueable.message()}),
+                    false,
+                )),
+            }
+        }
+        Command::Metrics { now } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
+        Command::Gc { older_than_days, now } => {
+            let retired = toolledger::gc(&db, *older_than_days, *now)?;
+            Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "retired": retired}), true))
+        }
+        Command::Relay {
+            once,
+            poll_ms,
+            concurrency,
+            lease_seconds,
+            batch,
+            log_format,
+            now,
+            metrics_listen,
+            max_attempts,
+            simulate_unavailable,
+            simulate_delay_ms,
+            simulate_seed,
+        } => {
             let (case, claims) = inputs(cli, None)?;
             // A relay runs for long: every wait is bounded, but there is no overall deadline.
             let per_wait = Duration::from_millis(
                 cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
             );
             let mut relay = toolledger::Relay::new(&db)
-                .tool(RefundOrder::default().tool())
+                .tool(RefundOrder::default().tool().with_max_attempts(*max_attempts))
                 .concurrency(usize::try_from(*concurrency).unwrap_or(1))
                 .batch(usize::try_from(*batch).unwrap_or(32))
                 .lease_seconds(*lease_seconds)
@@ -237,7 +306,20 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             if let Some(now) = now {
                 relay = relay.at(*now);
             }
-            crate::relay::run(&relay, &db, claims, &case.business_state, *once, *log_format)
+            {
+                let faults = toolledger::Faults {
+                    unavailable_percent: *simulate_unavailable,
+                    delay_ms: *simulate_delay_ms,
+                    seed: *simulate_seed,
+                };
+                let options = crate::relay::Options {
+                    once: *once,
+                    format: *log_format,
+                    metrics_listen: *metrics_listen,
+                    faults,
+                };
+                crate::relay::run(&relay, &db, claims, &case.business_state, &options)
+            }
         }
         Command::Demo => Err(usage("demo takes no options".to_owned())),
         Command::Dispatch { now, failure } => {

@@ -159,11 +159,16 @@ pub enum BlockCode {
     /// The downstream could not be reached and the request was not sent: nothing
     /// happened, and the operation stays accepted, to be worked again.
     DownstreamUnavailable,
+    /// The key belonged to an operation that retention removed: using it again is a new
+    /// business decision, made with a new key.
+    KeyRetired,
+    /// Only a dead or failed operation can be requeued.
+    NotRequeueable,
 }
 
 impl BlockCode {
     /// Every code, in SPEC order.
-    pub const ALL: [BlockCode; 17] = [
+    pub const ALL: [BlockCode; 19] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -181,6 +186,8 @@ impl BlockCode {
         BlockCode::ReceiptQuarantined,
         BlockCode::DownstreamMismatch,
         BlockCode::DownstreamUnavailable,
+        BlockCode::KeyRetired,
+        BlockCode::NotRequeueable,
     ];
 
     /// The stable code, e.g. `OUTCOME_UNKNOWN`.
@@ -203,6 +210,8 @@ impl BlockCode {
             BlockCode::ReceiptQuarantined => "RECEIPT_QUARANTINED",
             BlockCode::DownstreamMismatch => "DOWNSTREAM_MISMATCH",
             BlockCode::DownstreamUnavailable => "DOWNSTREAM_UNAVAILABLE",
+            BlockCode::KeyRetired => "KEY_RETIRED",
+            BlockCode::NotRequeueable => "NOT_REQUEUEABLE",
         }
     }
 
@@ -250,6 +259,10 @@ impl BlockCode {
             BlockCode::DownstreamUnavailable => {
                 "the downstream could not be reached and nothing was sent; the operation stays accepted: work it again by its status_ref"
             }
+            BlockCode::KeyRetired => {
+                "this key belonged to an operation removed by retention; a new intent needs a new key"
+            }
+            BlockCode::NotRequeueable => "only a dead or failed operation can be requeued",
         }
     }
 }

@@ -132,6 +132,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if let Some(stored) = lookup.operation {
             return self.settled(&stored, &request, tool, case);
         }
+        if self.store.retired(&status_ref(&scope))? {
+            return Ok(block(BlockCode::KeyRetired, None));
+        }
 
         // A new intent: business state, approval, and authorization once more just
         // before the reservation transaction.
@@ -190,6 +193,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Reservation::CallReused(recorded) => {
                 return Ok(call_reused(&recorded, tenant, subject));
             }
+            Reservation::Retired => return Ok(block(BlockCode::KeyRetired, None)),
         };
         if then == Then::Stop {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));

@@ -160,6 +160,21 @@ pub trait Downstream {
 pub struct StandIn<S> {
     store: S,
     identity: DownstreamIdentity,
+    faults: Faults,
+    calls: u64,
+}
+
+/// Faults a simulation injects, for drills and the relay's liveness tests: a share of
+/// requests not sent, and a delay before each one. Drawn from a digest of the seed, the
+/// request ref and the call's number, so a run replays exactly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Percent (0–100) of requests answered "not sent".
+    pub unavailable_percent: u8,
+    /// Milliseconds each request takes before it is answered.
+    pub delay_ms: u64,
+    /// The seed of the draw.
+    pub seed: u64,
 }
 
 impl<S: LedgerStore> StandIn<S> {
@@ -167,7 +182,35 @@ impl<S: LedgerStore> StandIn<S> {
     pub fn new(store: S) -> StandIn<S> {
         let identity = DownstreamIdentity::new(STAND_IN_NAME, STAND_IN_REVISION)
             .unwrap_or_else(|_| unreachable!("the stand-in's identity is well formed"));
-        StandIn { store, identity }
+        StandIn { store, identity, faults: Faults::default(), calls: 0 }
+    }
+
+    /// The same stand-in, injecting `faults`.
+    pub fn with_faults(mut self, faults: Faults) -> StandIn<S> {
+        self.faults = faults;
+        self
+    }
+
+    /// Whether this call is one the faults make "not sent".
+    fn unavailable(&mut self, request: &DownstreamRequest) -> bool {
+        self.calls += 1;
+        if self.faults.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(self.faults.delay_ms));
+        }
+        if self.faults.unavailable_percent == 0 {
+            return false;
+        }
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(format!(
+            "{}:{}:{}:{}",
+            self.faults.seed,
+            request.downstream_request_ref,
+            std::process::id(),
+            self.calls
+        ));
+        digest.first().is_some_and(|byte| {
+            u16::from(*byte) * 100 / 256 < u16::from(self.faults.unavailable_percent)
+        })
     }
 }
 
@@ -190,6 +233,11 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
         if request.tool_name != "refund_order" {
             return Err(DownstreamError::Refused {
                 reason: "the stand-in only refunds orders".to_owned(),
+            });
+        }
+        if self.unavailable(request) {
+            return Err(DownstreamError::NotSent {
+                reason: "the simulation was unavailable".to_owned(),
             });
         }
         let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);

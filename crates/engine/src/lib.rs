@@ -32,7 +32,7 @@ pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 
 pub use crate::{
     answers::Answer,
-    downstream::{Downstream, DownstreamError, DownstreamRequest, Lookup, StandIn, drill},
+    downstream::{Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, drill},
     error::EngineError,
     relay::{Backoff, Drained},
 };

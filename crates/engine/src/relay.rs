@@ -138,10 +138,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let batch =
             self.store.claim_due(owner, &identity, clock.now, clock.lease_seconds, limit)?;
         let mut drained = Drained { skipped: batch.skipped, ..Drained::default() };
-        for (attempt, operation) in batch.claimed {
+        for (attempt, reclaimed, operation) in batch.claimed {
             drained.claimed += 1;
             let status_ref = operation.intent.status_ref.clone();
-            let lease = Lease { owner, attempt, caller: Caller::Relay(backoff) };
+            let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed };
             match self.work_claimed(&status_ref, &operation, &lease, clock, context) {
                 Ok(answer) => drained.count(&answer),
                 Err(_) => drained.unknown += 1,

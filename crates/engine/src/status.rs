@@ -49,6 +49,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             ),
         };
         let Some(operation) = self.store.operation_by_status_ref(status_ref)? else {
+            // Removed by retention: said so to the principal whose scope it was.
+            let own = toolledger_contract::digest::status_ref(&toolledger_contract::Scope {
+                tenant_id: tenant.clone(),
+                subject_id: subject.clone(),
+                tool_name: tool.name.clone(),
+                idempotency_key: case.host.idempotency_key.clone(),
+            }) == *status_ref;
+            if own && self.store.retired(status_ref)? {
+                return Ok(block(BlockCode::KeyRetired, None));
+            }
             return Ok(block(BlockCode::NotFound, None));
         };
         if operation.intent.scope.tenant_id != *tenant

@@ -15,7 +15,7 @@ use toolledger_store::{
 };
 
 use crate::{
-    Caller, Downstream, DownstreamError, DownstreamRequest, Engine, EngineError, Judged,
+    Caller, Downstream, DownstreamError, DownstreamRequest, Engine, EngineError, Judged, Lookup,
     answers::{Answer, Answering, block, pass, violation},
     dispatch::ended,
 };
@@ -122,9 +122,11 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             }
             OperationStatus::Pending | OperationStatus::Processing => {}
         }
-        let (attempt, claimed) =
+        let (attempt, reclaimed, claimed) =
             match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
-                Claim::Claimed { attempt, operation } => (attempt, *operation),
+                Claim::Claimed { attempt, operation, reclaimed } => {
+                    (attempt, reclaimed, *operation)
+                }
                 Claim::LeaseHeld if caller == Caller::Dispatch => {
                     return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
                 }
@@ -135,7 +137,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         // This call now holds the lease, and may be about to cause the side effect: from
         // here on a failure of the store, the resolver or the downstream is answered
         // OUTCOME_UNKNOWN with the operation's ref, never as an error.
-        let lease = Lease { owner: worker, attempt, caller };
+        let lease = Lease { owner: worker, attempt, caller, reclaimed };
         let worked = self.work_claimed(status_ref, &claimed, &lease, clock, context);
         Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&claimed))))
     }
@@ -180,14 +182,37 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
 
         let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
-        let receipt = match self.downstream.execute(&request_of(operation), clock.now) {
+        // A lease taken over from a worker that vanished: its attempt may have acted, so
+        // the downstream is asked first. Only "no record of it" lets this attempt send:
+        // otherwise a later "not sent" would bury as dead what may have happened.
+        let receipt = if lease.reclaimed {
+            match self.downstream.lookup(&request_of(operation)) {
+                Ok(Lookup::Done(receipt)) => Some(receipt),
+                Ok(Lookup::Refused { reason }) => {
+                    let ending = self.store.fail(status_ref, &finalizer, &reason, clock.now)?;
+                    return self.after_ending(ending, status_ref, lease.caller, context);
+                }
+                Ok(Lookup::NotFound) => None,
+                Err(_) => return Ok(block(BlockCode::OutcomeUnknown, Some(operation))),
+            }
+        } else {
+            None
+        };
+        let executed = match receipt {
+            Some(receipt) => Ok(receipt),
+            None => self.downstream.execute(&request_of(operation), clock.now),
+        };
+        let receipt = match executed {
             Ok(receipt) => receipt,
             Err(DownstreamError::NotSent { reason }) => {
                 // Certainly not sent: give the lease back, so the operation can be worked
                 // again — at once for a directed worker, after a backoff for a relay, and
                 // never again once the tool's attempts are spent.
                 let release = match lease.caller {
-                    Caller::Relay(_) if lease.attempt >= i64::from(tool.max_attempts) => {
+                    Caller::Relay(_)
+                        if lease.attempt - operation.outbox.attempts_before
+                            >= i64::from(tool.max_attempts) =>
+                    {
                         Release::Dead { reason: &reason }
                     }
                     Caller::Relay(backoff) => Release::Retry {
@@ -369,6 +394,8 @@ pub(crate) struct Lease<'a> {
     pub(crate) owner: &'a Identifier,
     pub(crate) attempt: i64,
     pub(crate) caller: Caller,
+    /// The claim took over an ended lease: an earlier attempt may have acted.
+    pub(crate) reclaimed: bool,
 }
 
 /// The stored intent as the rules judge it: tenant, subject and arguments from the

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The checks, in the order they are reported.
-pub const CHECKS: [&str; 15] = [
+pub const CHECKS: [&str; 16] = [
     "integrity_check",
     "foreign_key_check",
     "journal_mode_wal",
@@ -33,10 +33,11 @@ pub const CHECKS: [&str; 15] = [
     "downstream_receipts_have_operation",
     "local_receipts_have_downstream_receipt",
     "operations_quarantined",
+    "tombstones_retired",
 ];
 
 /// The tables counted, in the order they are reported.
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 11] = [
     "meta",
     "operations",
     "outbox",
@@ -44,6 +45,9 @@ pub const TABLES: [&str; 8] = [
     "local_receipts",
     "terminal_outcomes",
     "call_identities",
+    "operator_log",
+    "tombstones",
+    "counters",
     "migrations",
 ];
 
@@ -68,6 +72,10 @@ const RECEIPTS_WITHOUT_EVIDENCE: &str = "SELECT o.status_ref FROM local_receipts
      WHERE (d.downstream_request_ref IS NULL AND o.downstream_name = ?1 AND o.downstream_revision = ?2) \
      OR d.receipt_ref <> l.receipt_ref OR d.receipt_json <> l.receipt_json \
      ORDER BY o.id";
+
+/// Tombstones whose scope holds an operation again: retention must have removed it.
+const RESURRECTED: &str = "SELECT t.status_ref FROM tombstones t JOIN operations o \
+     ON o.status_ref = t.status_ref ORDER BY t.status_ref";
 
 /// Quarantined operations: each needs a person.
 const QUARANTINED: &str =
@@ -217,6 +225,7 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
         strings_with(&tx, RECEIPTS_WITHOUT_EVIDENCE, &[&STAND_IN_NAME, &STAND_IN_REVISION]),
     );
     findings.refs("operations_quarantined", strings(&tx, QUARANTINED));
+    findings.refs("tombstones_retired", strings(&tx, RESURRECTED));
     let unreconciled = strings(
         &tx,
         "SELECT d.receipt_ref FROM downstream_receipts d JOIN operations o \

@@ -25,6 +25,7 @@ mod error;
 mod gate;
 mod migrate;
 mod model;
+mod operator;
 mod schema;
 mod sqlite;
 mod verify;
@@ -41,6 +42,7 @@ pub use crate::{
         DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
         OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
+    operator::{Figures, ListFilter, Listed, Requeued, STATES, Shown},
     schema::{DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_ID, USER_VERSION, Waits},
     sqlite::SqliteStore,
     verify::approval_binding,
@@ -228,6 +230,13 @@ pub trait LedgerStore {
         lease: LeaseSeconds,
         limit: usize,
     ) -> Result<ClaimedBatch, StoreError>;
+
+    /// Whether the scope of `status_ref` belonged to an operation retention removed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError>;
 
     /// Extends every lease `owner` still holds (not yet ended at `now`) to `now + lease`.
     /// A lease that has ended, or that another worker took over, is not touched. The

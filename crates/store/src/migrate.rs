@@ -9,7 +9,8 @@
 //!
 //! The chain: v1 → v2 (approval columns optional; `failed` and `quarantined` states;
 //! the operation's downstream identity; `terminal_outcomes`; `migrations`); v2 → v3
-//! (the relay's due time, last reason and `dead` state). A later
+//! (the relay's due time, last reason and `dead` state; the operator log, tombstones
+//! and counters). A later
 //! schema appends one step.
 
 use std::path::{Path, PathBuf};
@@ -216,9 +217,9 @@ fn v2_to_v3() -> String {
          {TABLES_DDL}
          INSERT INTO operations SELECT * FROM v2_operations;
          INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at,
-             last_reason, created_at, updated_at)
+             last_reason, attempts_before, created_at, updated_at)
            SELECT op_id, state, lease_owner, lease_until, attempt_count,
-             CASE WHEN state = 'processing' THEN lease_until ELSE updated_at END, NULL, created_at, updated_at
+             CASE WHEN state = 'processing' THEN lease_until ELSE updated_at END, NULL, 0, created_at, updated_at
            FROM v2_outbox;
          INSERT INTO downstream_receipts SELECT * FROM v2_downstream_receipts;
          INSERT INTO local_receipts SELECT * FROM v2_local_receipts;

@@ -95,6 +95,8 @@ pub struct OutboxEvent {
     pub next_attempt_at: i64,
     /// Why its last attempt was given back, or why it died.
     pub last_reason: Option<String>,
+    /// Attempts made before the last requeue: a relay's attempt budget counts from here.
+    pub attempts_before: i64,
 }
 
 /// A new intent for commit A: everything the ledger keeps about it.
@@ -157,6 +159,9 @@ pub enum Reservation {
     /// The call identity was already recorded as the dispatch of another operation:
     /// one model call is one intent. Nothing was written.
     CallReused(Box<RecordedCall>),
+    /// The scope belonged to an operation that retention removed: reusing its key is a
+    /// new business decision, not a replay. Nothing was written.
+    Retired,
 }
 
 /// The outcome of a claim.
@@ -169,6 +174,9 @@ pub enum Claim {
         /// The operation as of the claim, read and verified inside the claim's
         /// transaction: what the worker must recheck before the side effect.
         operation: Box<Operation>,
+        /// Whether this took over an ended lease: an earlier attempt's outcome is
+        /// unknown, and the downstream must be asked before anything is concluded.
+        reclaimed: bool,
     },
     /// Someone else holds an unexpired lease.
     LeaseHeld,
@@ -234,8 +242,9 @@ pub enum Release<'a> {
 /// operation, read and verified inside the claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimedBatch {
-    /// The claimed operations, oldest due first.
-    pub claimed: Vec<(i64, Operation)>,
+    /// The claimed operations, oldest due first: each one's attempt, whether it took
+    /// over an ended lease, and the operation.
+    pub claimed: Vec<(i64, bool, Operation)>,
     /// Due events left alone because their row contradicts itself.
     pub skipped: usize,
 }

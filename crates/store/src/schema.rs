@@ -76,6 +76,7 @@ CREATE TABLE outbox (
     attempt_count   INTEGER NOT NULL CHECK (attempt_count >= 0),
     next_attempt_at INTEGER NOT NULL CHECK (next_attempt_at BETWEEN 0 AND 253402300799),
     last_reason     TEXT CHECK (last_reason IS NULL OR length(last_reason) BETWEEN 1 AND 512),
+    attempts_before INTEGER NOT NULL CHECK (attempts_before BETWEEN 0 AND attempt_count),
     created_at      INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     updated_at      INTEGER NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
     CHECK (state NOT IN ('pending', 'dead') OR (lease_owner IS NULL AND lease_until IS NULL)),
@@ -129,6 +130,38 @@ CREATE TABLE call_identities (
 ) STRICT;
 
 CREATE INDEX call_identities_op ON call_identities (op_id);
+
+CREATE INDEX operations_status ON operations (status, updated_at);
+
+CREATE TABLE operator_log (
+    id         INTEGER PRIMARY KEY,
+    status_ref TEXT NOT NULL CHECK (status_ref GLOB 'sr_*' AND length(status_ref) = 35),
+    action     TEXT NOT NULL CHECK (action IN ('requeue')),
+    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead')),
+    reason     TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
+    was        TEXT NOT NULL CHECK (length(was) BETWEEN 1 AND 512),
+    at         INTEGER NOT NULL CHECK (at BETWEEN 0 AND 253402300799)
+) STRICT;
+
+CREATE INDEX operator_log_ref ON operator_log (status_ref);
+
+CREATE TRIGGER operator_log_no_update BEFORE UPDATE ON operator_log
+BEGIN SELECT RAISE(ABORT, 'the operator log is append-only'); END;
+
+CREATE TRIGGER operator_log_no_delete BEFORE DELETE ON operator_log
+BEGIN SELECT RAISE(ABORT, 'the operator log is append-only'); END;
+
+CREATE TABLE tombstones (
+    status_ref     TEXT PRIMARY KEY CHECK (status_ref GLOB 'sr_*' AND length(status_ref) = 35),
+    request_sha256 TEXT NOT NULL CHECK (length(request_sha256) = 64),
+    final_status   TEXT NOT NULL CHECK (final_status IN ('succeeded', 'failed', 'quarantined', 'dead')),
+    retired_at     INTEGER NOT NULL CHECK (retired_at BETWEEN 0 AND 253402300799)
+) STRICT;
+
+CREATE TABLE counters (
+    name  TEXT PRIMARY KEY CHECK (name IN ('claims', 'lease_reclaims', 'fenced_writes', 'reconciliations', 'retired')),
+    value INTEGER NOT NULL CHECK (value >= 0)
+) STRICT;
 
 CREATE TABLE migrations (
     version     INTEGER PRIMARY KEY,

@@ -37,7 +37,10 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, t
                  ?21, ?22, ?23, ?24, ?25, ?27, ?28, 'pending', ?26, ?26) \
                  ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, \
-             last_reason, created_at, updated_at) VALUES (?1, 'pending', NULL, NULL, 0, ?2, NULL, ?2, ?2)";
+             last_reason, attempts_before, created_at, updated_at) VALUES (?1, 'pending', NULL, NULL, 0, ?2, NULL, 0, ?2, ?2)";
+const BUMP: &str = "INSERT INTO counters (name, value) VALUES (?1, 1) \
+             ON CONFLICT (name) DO UPDATE SET value = value + 1";
+const RETIRED: &str = "SELECT final_status FROM tombstones WHERE status_ref = ?1";
 const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
          provider_call_id, purpose, op_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING";
@@ -85,7 +88,7 @@ const SELECT_OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = 
 
 const BY_SCOPE: &str =
     "o.tenant_id = ?1 AND o.subject_id = ?2 AND o.tool_name = ?3 AND o.idempotency_key = ?4";
-const BY_STATUS_REF: &str = "o.status_ref = ?1";
+pub(crate) const BY_STATUS_REF: &str = "o.status_ref = ?1";
 const BY_ID: &str = "o.id = ?1";
 
 /// An operation with its outbox event and local receipt, chosen by `filter`.
@@ -133,6 +136,9 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("relay: due events", DUE.to_owned()),
         ("relay: claim one due event", CLAIM_ONE.to_owned()),
         ("relay: heartbeat", HEARTBEAT.to_owned()),
+        ("counters: bump", BUMP.to_owned()),
+        ("A: retired key", RETIRED.to_owned()),
+        ("claims: count", BUMP.to_owned()),
         ("relay: operation by id", operation_sql(BY_ID)),
         ("status query: operation id", SELECT_OPERATION_ID.to_owned()),
     ]
@@ -237,7 +243,7 @@ impl SqliteStore {
     /// [`StoreError::Sqlite`] when a statement cannot be explained.
     pub fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let mut plans = Vec::new();
-        for (name, sql) in hot_statements() {
+        for (name, sql) in hot_statements().into_iter().chain(crate::operator::statements()) {
             let mut statement =
                 self.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).map_err(sqlite)?;
             // Parameters stay unbound: a plan does not depend on their values.
@@ -260,6 +266,27 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Arms the busy handler for a read (see [`SqliteStore::arm`]).
+    pub(crate) fn arm_waits(&self) -> Result<(), StoreError> {
+        self.arm()
+    }
+
+    /// The connection, for the operator's reads.
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Runs `work` in one write transaction and commits it when `work` succeeds.
+    pub(crate) fn write<T>(
+        &mut self,
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.immediate()?;
+        let result = work(&tx)?;
+        tx.commit()?;
+        Ok(result)
+    }
+
     /// `BEGIN IMMEDIATE` behind the file's writer gate, each wait within the bound.
     fn immediate(&mut self) -> Result<Write<'_>, StoreError> {
         self.arm()?;
@@ -279,10 +306,10 @@ pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_na
     b.state, b.lease_owner, b.lease_until, b.attempt_count, \
     l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
     o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
-    b.next_attempt_at, b.last_reason";
+    b.next_attempt_at, b.last_reason, b.attempts_before";
 
 /// How many columns [`OPERATION_COLUMNS`] has: dispatch's lookup reads its own after them.
-const OPERATION_WIDTH: usize = 45;
+const OPERATION_WIDTH: usize = 46;
 
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt. One statement, one read transaction.
@@ -347,10 +374,11 @@ pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
         },
         next_attempt_at: row.get(43)?,
         last_reason: row.get(44)?,
+        attempts_before: row.get(45)?,
     })
 }
 
-fn select_operation(
+pub(crate) fn select_operation_in(
     conn: &Connection,
     filter: &str,
     key: &[&dyn rusqlite::ToSql],
@@ -365,7 +393,7 @@ fn select_operation(
 }
 
 fn by_scope(conn: &Connection, scope: &Scope) -> Result<Option<Operation>, StoreError> {
-    select_operation(
+    select_operation_in(
         conn,
         BY_SCOPE,
         &[
@@ -381,7 +409,7 @@ fn by_status_ref(
     conn: &Connection,
     status_ref: &StatusRef,
 ) -> Result<Option<Operation>, StoreError> {
-    select_operation(conn, BY_STATUS_REF, &[&status_ref.as_str()])
+    select_operation_in(conn, BY_STATUS_REF, &[&status_ref.as_str()])
 }
 
 fn recorded_call(
@@ -539,14 +567,17 @@ impl SqliteStore {
             .optional()
             .map_err(sqlite)?;
         let Some(id) = id else {
-            // Nothing written: say why.
+            // Nothing of the ending written: say why (a refused write is counted).
             return match status_of(&tx, status_ref)? {
                 None => Err(StoreError::Internal("the operation vanished")),
                 Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                Some(_) if owner.is_some() => Ok(Finalize::LeaseLost),
+                Some(_) if owner.is_some() => fenced(tx),
                 Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
             };
         };
+        if matches!((by, &ending), (Finalizer::StatusQuery, Ending::Succeeded(_))) {
+            bump(&tx, "reconciliations")?;
+        }
         match ending {
             Ending::Succeeded(receipt) => {
                 let downstream = &receipt.downstream;
@@ -589,6 +620,36 @@ impl SqliteStore {
         tx.commit()?;
         Ok(Finalize::Finalized)
     }
+}
+
+/// Adds one to the counter `name`, inside the caller's transaction.
+pub(crate) fn bump(tx: &Transaction<'_>, name: &str) -> Result<(), StoreError> {
+    tx.prepare_cached(BUMP).map_err(sqlite)?.execute([name]).map_err(sqlite)?;
+    Ok(())
+}
+
+/// A worker's write refused because its lease was taken over: nothing of it was written,
+/// and the refusal is counted.
+fn fenced(tx: Write<'_>) -> Result<Finalize, StoreError> {
+    bump(&tx, "fenced_writes")?;
+    tx.commit()?;
+    Ok(Finalize::LeaseLost)
+}
+
+/// Whether the scope of `status_ref` was retired by retention.
+fn retired(conn: &Connection, status_ref: &StatusRef) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached(RETIRED)
+        .map_err(sqlite)?
+        .query_row([status_ref.as_str()], |row| row.get::<_, String>(0))
+        .optional()
+        .map_err(sqlite)?
+        .is_some())
+}
+
+/// A reason as stored (see [`bounded_reason`]).
+pub(crate) fn bounded(reason: &str) -> String {
+    bounded_reason(reason)
 }
 
 /// A reason as stored: 1–512 bytes, cut at a character boundary; an empty one says so.
@@ -683,6 +744,9 @@ impl LedgerStore for SqliteStore {
             }
             _ => {}
         }
+        if retired(&tx, &intent.status_ref)? {
+            return Ok(Reservation::Retired);
+        }
         let scope = &intent.scope;
         let revisions = &intent.revisions;
         let approval = &intent.approval;
@@ -753,6 +817,7 @@ impl LedgerStore for SqliteStore {
                 attempt_count: 0,
                 next_attempt_at: now.get(),
                 last_reason: None,
+                attempts_before: 0,
             },
             receipt: None,
             outcome: None,
@@ -773,6 +838,12 @@ impl LedgerStore for SqliteStore {
             .checked_add(lease)
             .ok_or(StoreError::failed("the lease would end after year 9999"))?;
         let tx = self.immediate()?;
+        let was: Option<String> = tx
+            .prepare_cached(SELECT_OUTBOX_STATE)
+            .map_err(sqlite)?
+            .query_row([status_ref.as_str()], |row| row.get(0))
+            .optional()
+            .map_err(sqlite)?;
         // One conditional update claims a pending event or an expired lease (live while
         // now < lease_until) and answers the new attempt.
         let claimed: Option<(i64, i64)> = tx
@@ -803,11 +874,16 @@ impl LedgerStore for SqliteStore {
             .map_err(sqlite)?
             .execute(params![id, now.get()])
             .map_err(sqlite)?;
+        bump(&tx, "claims")?;
+        if was.as_deref() == Some("processing") {
+            bump(&tx, "lease_reclaims")?;
+        }
         // Read back inside the claim: a row that no longer verifies rolls the claim back.
         let operation = by_status_ref(&tx, status_ref)?
             .ok_or(StoreError::Internal("the operation vanished"))?;
         tx.commit()?;
-        Ok(Claim::Claimed { attempt, operation: Box::new(operation) })
+        let reclaimed = was.as_deref() == Some("processing");
+        Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
     }
 
     fn record_status_query(
@@ -919,7 +995,7 @@ impl LedgerStore for SqliteStore {
             return match status_of(&tx, status_ref)? {
                 None => Err(StoreError::Internal("the operation vanished")),
                 Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                Some(_) => Ok(Finalize::LeaseLost),
+                Some(_) => fenced(tx),
             };
         };
         tx.prepare_cached(MARK_RELEASED)
@@ -961,10 +1037,13 @@ impl LedgerStore for SqliteStore {
         for id in due {
             // Verified before it is claimed: a row that contradicts itself is left as it
             // is (nothing written) and counted, for the audit to name.
-            if !matches!(select_operation(&tx, BY_ID, &[&id]), Ok(Some(_))) {
-                batch.skipped += 1;
-                continue;
-            }
+            let reclaim = match select_operation_in(&tx, BY_ID, &[&id]) {
+                Ok(Some(operation)) => operation.status == OperationStatus::Processing,
+                _ => {
+                    batch.skipped += 1;
+                    continue;
+                }
+            };
             let attempt: Option<i64> = tx
                 .prepare_cached(CLAIM_ONE)
                 .map_err(sqlite)?
@@ -978,12 +1057,21 @@ impl LedgerStore for SqliteStore {
                 .map_err(sqlite)?
                 .execute(params![id, now.get()])
                 .map_err(sqlite)?;
-            let operation = select_operation(&tx, BY_ID, &[&id])?
+            bump(&tx, "claims")?;
+            if reclaim {
+                bump(&tx, "lease_reclaims")?;
+            }
+            let operation = select_operation_in(&tx, BY_ID, &[&id])?
                 .ok_or(StoreError::Internal("the operation vanished"))?;
-            batch.claimed.push((attempt, operation));
+            batch.claimed.push((attempt, reclaim, operation));
         }
         tx.commit()?;
         Ok(batch)
+    }
+
+    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
+        self.arm()?;
+        retired(&self.conn, status_ref)
     }
 
     fn heartbeat(
@@ -1023,7 +1111,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 24);
+        assert_eq!(plans.len(), 39);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

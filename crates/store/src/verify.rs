@@ -91,9 +91,10 @@ pub(crate) struct RawOperation {
     pub(crate) downstream: (String, String),
     /// The terminal outcome, when the operation failed or was quarantined.
     pub(crate) outcome: Option<RawOutcome>,
-    /// The event's due time and last reason.
+    /// The event's due time, last reason and attempts before its last requeue.
     pub(crate) next_attempt_at: Option<i64>,
     pub(crate) last_reason: Option<String>,
+    pub(crate) attempts_before: Option<i64>,
 }
 
 /// A `terminal_outcomes` row as SQLite returns it.
@@ -238,6 +239,7 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             attempt_count,
             next_attempt_at,
             last_reason: raw.last_reason,
+            attempts_before: raw.attempts_before.unwrap_or_default(),
         },
         receipt: None,
         outcome: raw.outcome.map(outcome).transpose()?,

@@ -56,6 +56,7 @@
 
 mod audit;
 mod call;
+mod operate;
 mod relay;
 mod reply;
 
@@ -72,14 +73,17 @@ pub use toolledger_contract::{
 };
 pub use toolledger_engine::{
     Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
-    Drained, EngineError, Lookup, StandIn, Waits, drill,
+    Drained, EngineError, Faults, Lookup, StandIn, Waits, drill,
 };
-pub use toolledger_store::{DownstreamReceipt, Migrated, SCHEMA_ID};
+pub use toolledger_store::{
+    DownstreamReceipt, ListFilter, Listed, Migrated, Requeued, SCHEMA_ID, STATES,
+};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
     call::{Call, Grant, ModelCall},
-    relay::{Relay, RelayEvent, Until, simulated},
+    operate::{gc, list, listed_json, metrics, requeue, show},
+    relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},
 };
 

@@ -351,7 +351,29 @@ impl Relay {
 /// # Ok::<(), toolledger::Error>(())
 /// ```
 pub fn simulated(path: &Path) -> Result<crate::Simulated, Error> {
-    let stand_in = toolledger_engine::StandIn::new(SqliteStore::open(path)?);
+    simulated_with(path, toolledger_engine::Faults::default())
+}
+
+/// [`simulated`], injecting `faults` (requests not sent, delays): for drills.
+///
+/// # Errors
+///
+/// As [`simulated`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("toolledger-doc-simf-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let faults = toolledger::Faults { unavailable_percent: 30, delay_ms: 0, seed: 7 };
+/// let downstream = toolledger::simulated_with(&dir.join("ledger.sqlite3"), faults)?;
+/// # drop(downstream);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn simulated_with(
+    path: &Path,
+    faults: toolledger_engine::Faults,
+) -> Result<crate::Simulated, Error> {
+    let stand_in = toolledger_engine::StandIn::new(SqliteStore::open(path)?).with_faults(faults);
     Ok(toolledger_engine::drill::Interrupt::new(
         stand_in,
         toolledger_engine::drill::Switch::default(),

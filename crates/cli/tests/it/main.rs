@@ -8,6 +8,8 @@ mod flows;
 mod honesty;
 mod kill;
 mod library;
+mod liveness;
+mod operators;
 mod relay;
 
 use std::{

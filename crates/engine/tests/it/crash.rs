@@ -208,7 +208,7 @@ fn a_stale_lease_holder_cannot_finalize() {
     let lease = LeaseSeconds::new(30).unwrap();
     let mut store = SqliteStore::open(&db.path).unwrap();
     let first = store.claim(&status_ref, &id("a"), at(NOW), lease).unwrap();
-    let Claim::Claimed { attempt: 1, operation } = first else { panic!("{first:?}") };
+    let Claim::Claimed { attempt: 1, operation, .. } = first else { panic!("{first:?}") };
     // The claim hands back the operation as it wrote it.
     assert_eq!(
         (operation.outbox.lease_owner.as_deref(), operation.outbox.attempt_count),

@@ -175,6 +175,11 @@ impl LedgerStore for Failing {
         self.inner.claim_due(owner, downstream, now, lease, limit)
     }
 
+    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
+        self.fault("retired")?;
+        self.inner.retired(status_ref)
+    }
+
     fn heartbeat(
         &mut self,
         owner: &Identifier,

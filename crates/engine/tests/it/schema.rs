@@ -11,7 +11,7 @@ use toolledger_store::SqliteStore;
 
 use crate::{Db, Roles, TempDir, at, case, dispatch, workspace};
 
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 11] = [
     "meta",
     "operations",
     "outbox",
@@ -19,6 +19,9 @@ const TABLES: [&str; 8] = [
     "local_receipts",
     "terminal_outcomes",
     "call_identities",
+    "operator_log",
+    "tombstones",
+    "counters",
     "migrations",
 ];
 

@@ -126,14 +126,15 @@ fn leases_are_fenced_by_owner_and_attempt_and_kept_by_the_heartbeat() {
     let (a, b) = (id("worker-a"), id("worker-b"));
 
     let claimed = store.claim_due(&a, &identity, at(T0), lease, 10).unwrap();
-    let (attempt_a, operation) = claimed.claimed.first().cloned().unwrap();
+    let (attempt_a, _, operation) = claimed.claimed.first().cloned().unwrap();
     let status_ref = operation.intent.status_ref.clone();
     // The heartbeat keeps A's live lease: B finds nothing due at T0 + 31.
     assert_eq!(store.heartbeat(&a, at(T0 + 20), lease).unwrap(), 1);
     assert!(store.claim_due(&b, &identity, at(T0 + 31), lease, 10).unwrap().claimed.is_empty());
     // A pauses past its (renewed) lease; B takes over.
     let taken = store.claim_due(&b, &identity, at(T0 + 50), lease, 10).unwrap();
-    let (attempt_b, _) = taken.claimed.first().cloned().unwrap();
+    let (attempt_b, reclaimed, _) = taken.claimed.first().cloned().unwrap();
+    assert!(reclaimed, "B took over an ended lease");
     assert_eq!((attempt_a, attempt_b), (1, 2));
     // A wakes: every write it tries is refused.
     assert_eq!(store.heartbeat(&a, at(T0 + 51), lease).unwrap(), 0);

@@ -1,0 +1,317 @@
+//! What an operator runs against a ledger file: list, show, requeue, retire (gc), and the
+//! Prometheus text of `metrics`.
+
+use std::{fmt::Write as _, path::Path};
+
+use serde_json::{Value, json};
+use toolledger_contract::{StatusRef, UnixSeconds};
+use toolledger_store::{
+    Figures, ListFilter, Listed, Operation, Requeued, SqliteStore, TerminalOutcome, Waits,
+};
+
+use crate::{Error, wall_clock};
+
+fn instant(now: Option<i64>) -> Result<UnixSeconds, Error> {
+    UnixSeconds::new(now.unwrap_or_else(wall_clock))
+        .map_err(|_| Error::invalid("the instant is out of range".to_owned()))
+}
+
+fn existing(path: &Path, waits: Waits) -> Result<SqliteStore, Error> {
+    Ok(SqliteStore::open_existing_with(path, waits)?)
+}
+
+/// Operations by state, oldest change first, judged at `now` (default: the wall clock).
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store at `path` or it cannot be read.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("list");
+/// ledger.enqueue(&call)?;
+/// let filter = toolledger::ListFilter { state: Some("pending"), older_than: 0, limit: 10 };
+/// let listed = toolledger::list(&dir.join("ledger.sqlite3"), &filter, false, Some(1_767_225_600))?;
+/// assert_eq!(listed.len(), 1);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn list(
+    path: &Path,
+    filter: &ListFilter<'_>,
+    show_arguments: bool,
+    now: Option<i64>,
+) -> Result<Vec<Listed>, Error> {
+    let now = instant(now)?;
+    Ok(existing(path, Waits::default())?.list(filter, show_arguments, now)?)
+}
+
+/// One listed operation as the JSON object `list` prints.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("listed");
+/// # ledger.enqueue(&call)?;
+/// # let filter = toolledger::ListFilter { state: None, older_than: 0, limit: 10 };
+/// let listed = toolledger::list(&dir.join("ledger.sqlite3"), &filter, false, Some(1_767_225_600))?;
+/// assert_eq!(toolledger::listed_json(&listed[0])["state"], "pending");
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn listed_json(listed: &Listed) -> Value {
+    let mut object = json!({
+        "status_ref": listed.status_ref,
+        "tool": listed.tool,
+        "state": listed.state,
+        "attempts": listed.attempts,
+        "age_seconds": listed.age,
+        "idle_seconds": listed.idle,
+        "last_reason": listed.reason,
+    });
+    if let (Some(arguments), Some(members)) = (&listed.arguments, object.as_object_mut()) {
+        let value = serde_json::from_str(arguments).unwrap_or(Value::Null);
+        members.insert("arguments".to_owned(), value);
+    }
+    object
+}
+
+/// One operation's whole history as a JSON object: its state and event, attempts,
+/// owner and lease, refs and digests, how it ended, and every operator action on it.
+/// `None` when the ledger never had it (or retention removed it and nobody acted on it).
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store or the row contradicts itself.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("show");
+/// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+/// let shown = toolledger::show(&dir.join("ledger.sqlite3"), &status_ref, false)?.unwrap();
+/// assert_eq!(shown["status"], "succeeded");
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn show(
+    path: &Path,
+    status_ref: &StatusRef,
+    show_arguments: bool,
+) -> Result<Option<Value>, Error> {
+    let toolledger_store::Shown { operation, log, tombstone } =
+        existing(path, Waits::default())?.show(status_ref)?;
+    let mut shown = match (&operation, tombstone) {
+        (Some(operation), _) => history(operation),
+        (None, Some(tombstone)) => json!({"status": "retired", "tombstone": tombstone}),
+        (None, None) if log.is_empty() => return Ok(None),
+        (None, None) => json!({"status": "retired"}),
+    };
+    if let Some(members) = shown.as_object_mut() {
+        members.insert("status_ref".to_owned(), json!(status_ref.as_str()));
+        members.insert("operator_log".to_owned(), Value::Array(log));
+        if show_arguments {
+            if let Some(operation) = &operation {
+                members.insert("arguments".to_owned(), operation.intent.arguments.clone());
+            }
+        }
+    }
+    Ok(Some(shown))
+}
+
+fn history(operation: &Operation) -> Value {
+    let intent = &operation.intent;
+    let ended = match &operation.outcome {
+        Some(TerminalOutcome::Failed { reason }) => json!({"kind": "failed", "reason": reason}),
+        Some(TerminalOutcome::Quarantined { reason, receipt }) => {
+            json!({"kind": "quarantined", "reason": reason, "receipt": receipt})
+        }
+        None => Value::Null,
+    };
+    json!({
+        "tool": intent.scope.tool_name,
+        "status": operation.status.as_str(),
+        "created_at": operation.created_at,
+        "request_sha256": intent.request_sha256.as_str(),
+        "downstream_request_ref": operation.downstream_request_ref,
+        "downstream": intent.downstream.to_string(),
+        "revisions": intent.revisions.to_json(),
+        "approval_id": intent.approval.as_ref().map(|approval| approval.approval_id.as_str()),
+        "outbox": {
+            "state": operation.outbox.state,
+            "attempts": operation.outbox.attempt_count,
+            "attempts_before_requeue": operation.outbox.attempts_before,
+            "lease_owner": operation.outbox.lease_owner,
+            "lease_until": operation.outbox.lease_until,
+            "next_attempt_at": operation.outbox.next_attempt_at,
+            "last_reason": operation.outbox.last_reason,
+        },
+        "receipt": operation.receipt.as_ref().map(|receipt| json!({
+            "receipt_ref": receipt.downstream.receipt_ref,
+            "result_sha256": receipt.result_sha256.as_str(),
+        })),
+        "ended": ended,
+    })
+}
+
+/// Puts a dead or failed operation back to pending with a fresh attempt budget, logging
+/// `reason` in the append-only operator log.
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store or it cannot be written.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("requeue");
+/// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+/// // A succeeded operation is not requeued.
+/// let answer = toolledger::requeue(&dir.join("ledger.sqlite3"), &status_ref, "retry it", None)?;
+/// assert!(matches!(answer, toolledger::Requeued::Refused(_)));
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn requeue(
+    path: &Path,
+    status_ref: &StatusRef,
+    reason: &str,
+    now: Option<i64>,
+) -> Result<Requeued, Error> {
+    let now = instant(now)?;
+    Ok(existing(path, Waits::default())?.requeue(status_ref, reason, now)?)
+}
+
+/// Retires every finished operation unchanged for `older_than_days` days: a tombstone
+/// each, its rows removed; a reused key then answers `KEY_RETIRED`. The number retired.
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store or it cannot be written.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("gc");
+/// ledger.dispatch(&call)?;
+/// let retired = toolledger::gc(&dir.join("ledger.sqlite3"), 30, Some(1_767_225_600 + 31 * 86_400))?;
+/// assert_eq!(retired, 1);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn gc(path: &Path, older_than_days: i64, now: Option<i64>) -> Result<usize, Error> {
+    let now = instant(now)?;
+    let cutoff = UnixSeconds::new(
+        now.get().saturating_sub(older_than_days.max(0).saturating_mul(86_400)).max(0),
+    )
+    .map_err(|_| Error::invalid("the cutoff is out of range".to_owned()))?;
+    let mut store = existing(path, Waits::default())?;
+    let mut total = 0;
+    loop {
+        let retired = store.retire(cutoff, now, 1000)?;
+        total += retired;
+        if retired == 0 {
+            return Ok(total);
+        }
+    }
+}
+
+/// The ledger's figures in the Prometheus text exposition format, version 0.0.4.
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store or it cannot be read.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("metrics");
+/// ledger.enqueue(&call)?;
+/// let text = toolledger::metrics(&dir.join("ledger.sqlite3"), Some(1_767_225_660))?;
+/// assert!(text.contains("toolledger_operations{state=\"pending\"} 1\n"));
+/// assert!(text.contains("toolledger_oldest_pending_age_seconds 60\n"));
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn metrics(path: &Path, now: Option<i64>) -> Result<String, Error> {
+    let now = instant(now)?;
+    Ok(exposition(&existing(path, Waits::default())?.figures(now)?))
+}
+
+/// The outbox state each operation state goes with (invariant 2).
+fn event_state(state: &str) -> &str {
+    match state {
+        "succeeded" => "delivered",
+        "unknown" => "processing_lease_ended",
+        other => other,
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn exposition(figures: &Figures) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "toolledger_operations",
+        "gauge",
+        "Operations by state; unknown is processing with an ended lease.",
+    );
+    for (state, count) in &figures.by_state {
+        let _ = writeln!(out, "toolledger_operations{{state=\"{state}\"}} {count}");
+    }
+    header(
+        &mut out,
+        "toolledger_outbox_events",
+        "gauge",
+        "Outbox events by state; each moves with its operation.",
+    );
+    for (state, count) in &figures.by_state {
+        let _ =
+            writeln!(out, "toolledger_outbox_events{{state=\"{}\"}} {count}", event_state(state));
+    }
+    for (name, kind, help, value) in [
+        (
+            "toolledger_oldest_pending_age_seconds",
+            "gauge",
+            "Seconds since the oldest pending operation last changed.",
+            figures.oldest_pending_age,
+        ),
+        (
+            "toolledger_oldest_unknown_age_seconds",
+            "gauge",
+            "Seconds since the oldest unknown operation's lease ended.",
+            figures.oldest_unknown_age,
+        ),
+        ("toolledger_dead_letters", "gauge", "Dead events awaiting an operator.", dead(figures)),
+        (
+            "toolledger_claims_total",
+            "counter",
+            "Claims made: attempts, every operation ever.",
+            figures.attempts,
+        ),
+        (
+            "toolledger_lease_reclaims_total",
+            "counter",
+            "Expired leases taken over by another worker.",
+            figures.lease_reclaims,
+        ),
+        (
+            "toolledger_fenced_writes_total",
+            "counter",
+            "Worker writes refused because their lease was taken over.",
+            figures.fenced_writes,
+        ),
+        (
+            "toolledger_reconciliations_total",
+            "counter",
+            "Unknown outcomes settled by a status query.",
+            figures.reconciliations,
+        ),
+        (
+            "toolledger_retired_total",
+            "counter",
+            "Finished operations retired by gc, each leaving a tombstone.",
+            figures.tombstones,
+        ),
+    ] {
+        header(&mut out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    out
+}
+
+fn dead(figures: &Figures) -> i64 {
+    figures.by_state.iter().find(|(state, _)| *state == "dead").map_or(0, |(_, count)| *count)
+}
