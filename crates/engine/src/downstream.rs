@@ -152,6 +152,18 @@ pub trait Downstream {
     /// [`DownstreamError`] when the downstream cannot be asked; the outcome stays
     /// unknown.
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError>;
+
+    /// Performs several requests, answering each in order: what a relay hands its
+    /// downstream for one batch. The default performs them one by one; a downstream
+    /// that can commit several at once overrides it (a real one commits on its own, as
+    /// it always does).
+    fn execute_batch(
+        &mut self,
+        requests: &[DownstreamRequest],
+        now: Now,
+    ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
+        requests.iter().map(|request| self.execute(request, now)).collect()
+    }
 }
 
 /// The offline simulation of a refund API, on its own store connection. It only
@@ -240,14 +252,7 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
                 reason: "the simulation was unavailable".to_owned(),
             });
         }
-        let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
-        let receipt = request.receipt(json!({
-            "refund_id": refund_id(&request.downstream_request_ref),
-            "order_id": field("order_id"),
-            "amount_minor": field("amount_minor"),
-            "currency": field("currency"),
-            "status": "refunded",
-        }));
+        let receipt = refund(request);
         let stored = self.store.record_downstream_receipt(&receipt, now).map_err(unknown)?;
         if stored.request_sha256 != request.request_sha256 {
             return Err(DownstreamError::Conflict);
@@ -261,6 +266,63 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
             None => Ok(Lookup::NotFound),
         }
     }
+
+    /// The simulation commits a batch's receipts in one transaction of its own (commit B
+    /// of each, together); a failure of that transaction leaves every one unknown.
+    fn execute_batch(
+        &mut self,
+        requests: &[DownstreamRequest],
+        now: Now,
+    ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
+        let mut answers: Vec<Option<Result<DownstreamReceipt, DownstreamError>>> =
+            Vec::with_capacity(requests.len());
+        let mut receipts = Vec::new();
+        for request in requests {
+            if request.tool_name != "refund_order" {
+                answers.push(Some(Err(DownstreamError::Refused {
+                    reason: "the stand-in only refunds orders".to_owned(),
+                })));
+            } else if self.unavailable(request) {
+                answers.push(Some(Err(DownstreamError::NotSent {
+                    reason: "the simulation was unavailable".to_owned(),
+                })));
+            } else {
+                receipts.push(refund(request));
+                answers.push(None);
+            }
+        }
+        let mut stored = match self.store.record_downstream_receipts(&receipts, now) {
+            Ok(stored) => stored.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(err) => receipts.iter().map(|_| Err(unknown(err.clone()))).collect(),
+        }
+        .into_iter();
+        requests
+            .iter()
+            .zip(answers)
+            .map(|(request, answer)| match answer {
+                Some(answer) => answer,
+                None => match stored.next() {
+                    Some(Ok(receipt)) if receipt.request_sha256 != request.request_sha256 => {
+                        Err(DownstreamError::Conflict)
+                    }
+                    Some(answer) => answer,
+                    None => Err(DownstreamError::Unknown { reason: "no answer".to_owned() }),
+                },
+            })
+            .collect()
+    }
+}
+
+/// The simulation's refund of `request`: its receipt.
+fn refund(request: &DownstreamRequest) -> DownstreamReceipt {
+    let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
+    request.receipt(json!({
+        "refund_id": refund_id(&request.downstream_request_ref),
+        "order_id": field("order_id"),
+        "amount_minor": field("amount_minor"),
+        "currency": field("currency"),
+        "status": "refunded",
+    }))
 }
 
 /// A recovery drill: the [`Downstream`] a command stops "as a crash would", right after
@@ -352,6 +414,17 @@ pub mod drill {
 
         fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
             self.inner.lookup(request)
+        }
+
+        fn execute_batch(
+            &mut self,
+            requests: &[DownstreamRequest],
+            now: Now,
+        ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
+            if self.switch.0.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
+                return requests.iter().map(|request| self.execute(request, now)).collect();
+            }
+            self.inner.execute_batch(requests, now)
         }
     }
 }

@@ -9,7 +9,15 @@ use sha2::{Digest, Sha256};
 use toolledger_contract::{BlockCode, Clock, Identifier, PrincipalResolver, StatusRef};
 use toolledger_store::{LedgerStore, Now};
 
-use crate::{Caller, Downstream, Engine, EngineError, answers::Answer, worker::Lease};
+use std::sync::Arc;
+
+use toolledger_store::{Finalize, Finalizer};
+
+use crate::{
+    Caller, Downstream, Engine, EngineError,
+    answers::Answer,
+    worker::{Checked, Lease, check_receipt, request_of},
+};
 
 /// How long a relay waits before sending a request again that was not sent:
 /// exponential in the attempt, capped, with jitter so that workers that failed together
@@ -138,14 +146,79 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let batch =
             self.store.claim_due(owner, &identity, clock.now, clock.lease_seconds, limit)?;
         let mut drained = Drained { skipped: batch.skipped, ..Drained::default() };
+        // Each event is rechecked on its own; those that may be sent go to the downstream
+        // together, and those it answered with a receipt end in one commit C.
+        let mut ready = Vec::new();
         for (attempt, reclaimed, operation) in batch.claimed {
             drained.claimed += 1;
             let status_ref = operation.intent.status_ref.clone();
             let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed };
-            match self.work_claimed(&status_ref, &operation, &lease, clock, context) {
-                Ok(answer) => drained.count(&answer),
+            if reclaimed {
+                // A lease taken over: asked about first, one by one (see `work_claimed`).
+                match self.work_claimed(&status_ref, &operation, &lease, clock, context) {
+                    Ok(answer) => drained.count(&answer),
+                    Err(_) => drained.unknown += 1,
+                }
+                continue;
+            }
+            match self.recheck(&operation, context) {
+                Ok(None) => ready.push((attempt, operation)),
+                Ok(Some(refused)) => drained.count(&refused),
                 Err(_) => drained.unknown += 1,
             }
+        }
+        let requests: Vec<_> = ready.iter().map(|(_, operation)| request_of(operation)).collect();
+        let answers = self.downstream.execute_batch(&requests, clock.now);
+        let registry = Arc::clone(&self.registry);
+        let mut receipts = Vec::new();
+        for ((attempt, operation), answer) in ready.into_iter().zip(answers) {
+            let status_ref = operation.intent.status_ref.clone();
+            let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed: false };
+            let finalizer = Finalizer::Lease { owner: owner.clone(), attempt };
+            let tool = registry.tool(&operation.intent.scope.tool_name);
+            match (answer, tool) {
+                (Ok(receipt), Some(tool)) => match check_receipt(&operation, tool, receipt.clone())
+                {
+                    Ok(Checked::Valid(local)) => receipts.push((status_ref, finalizer, local)),
+                    Ok(Checked::Broken(reason)) => {
+                        let ended = self.store.quarantine(
+                            &status_ref,
+                            &finalizer,
+                            &receipt.receipt,
+                            reason,
+                            clock.now,
+                        );
+                        match ended.map_err(EngineError::from).and_then(|ending| {
+                            self.after_ending(ending, &status_ref, lease.caller, context)
+                        }) {
+                            Ok(answer) => drained.count(&answer),
+                            Err(_) => drained.unknown += 1,
+                        }
+                    }
+                    Err(_) => drained.unknown += 1,
+                },
+                (answer, _) => {
+                    // Not sent, refused, unknown: as the single worker answers them.
+                    match self.conclude(&status_ref, &operation, &lease, answer, clock, context) {
+                        Ok(answer) => drained.count(&answer),
+                        Err(_) => drained.unknown += 1,
+                    }
+                }
+            }
+        }
+        match self.store.finalize_many(&receipts, clock.now) {
+            Ok(ended) => {
+                for ending in ended {
+                    match ending {
+                        Finalize::Finalized => drained.delivered += 1,
+                        Finalize::LeaseLost => drained.fenced += 1,
+                        Finalize::AlreadyFinal => drained.delivered += 1,
+                    }
+                }
+            }
+            // Nothing of the batch's commit C was written: each stays processing under its
+            // lease, to be taken over and asked about.
+            Err(_) => drained.unknown += receipts.len(),
         }
         Ok(drained)
     }

@@ -151,36 +151,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         clock: &Clock,
         context: &Value,
     ) -> Result<Answer, EngineError> {
-        // The operation as the claim read it back: every stored digest, the approval's
-        // included, was recomputed from the ledger right before the side effect.
         let operation = claimed;
-        self.check_stored_arguments(operation)?;
-        let intent = &operation.intent;
-        let registry = Arc::clone(&self.registry);
-        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
-            return Ok(block(BlockCode::ContractDrift, Some(operation)));
-        };
-        let current_request = request_sha256(
-            &intent.scope.tenant_id,
-            &intent.scope.subject_id,
-            &tool.name,
-            &intent.arguments,
-            &tool.revisions,
-        );
-        if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
-            return Ok(block(BlockCode::ContractDrift, Some(operation)));
+        if let Some(refused) = self.recheck(operation, context)? {
+            return Ok(refused);
         }
-        // The approval digest was recomputed from the ledger by the claim's read-back,
-        // which refuses a row whose stored approval does not recompute.
-        let judged = judged(intent, context);
-        let (roles, allowed) = self.authorize(tool, &judged)?;
-        if !allowed {
-            return Ok(block(BlockCode::AuthorizationDenied, Some(operation)));
-        }
-        if !judged.business_allows(tool, &roles) {
-            return Ok(block(BlockCode::BusinessStateInvalid, Some(operation)));
-        }
-
         let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
         // A lease taken over from a worker that vanished: its attempt may have acted, so
         // the downstream is asked first. Only "no record of it" lets this attempt send:
@@ -202,6 +176,26 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Some(receipt) => Ok(receipt),
             None => self.downstream.execute(&request_of(operation), clock.now),
         };
+        self.conclude(status_ref, operation, lease, executed, clock, context)
+    }
+
+    /// What the worker does with the downstream's answer: give the lease back (not sent),
+    /// end the operation failed (refused), leave it unknown, or check the receipt and end
+    /// it succeeded — or quarantined when it breaks the output contract.
+    pub(crate) fn conclude(
+        &mut self,
+        status_ref: &StatusRef,
+        operation: &Operation,
+        lease: &Lease<'_>,
+        executed: Result<DownstreamReceipt, DownstreamError>,
+        clock: &Clock,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&operation.intent.scope.tool_name) else {
+            return Ok(block(BlockCode::ContractDrift, Some(operation)));
+        };
+        let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
         let receipt = match executed {
             Ok(receipt) => receipt,
             Err(DownstreamError::NotSent { reason }) => {
@@ -275,9 +269,45 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
     }
 
+    /// The worker's rechecks right before the side effect, on the operation as its
+    /// claim read it back (every stored digest, the approval's included, recomputed from
+    /// the ledger): the contract's revisions, the principal's current authorization, the
+    /// business state. `Some` refusal, or `None` when the downstream may be asked.
+    pub(crate) fn recheck(
+        &mut self,
+        operation: &Operation,
+        context: &Value,
+    ) -> Result<Option<Answer>, EngineError> {
+        self.check_stored_arguments(operation)?;
+        let intent = &operation.intent;
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
+            return Ok(Some(block(BlockCode::ContractDrift, Some(operation))));
+        };
+        let current_request = request_sha256(
+            &intent.scope.tenant_id,
+            &intent.scope.subject_id,
+            &tool.name,
+            &intent.arguments,
+            &tool.revisions,
+        );
+        if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
+            return Ok(Some(block(BlockCode::ContractDrift, Some(operation))));
+        }
+        let judged = judged(intent, context);
+        let (roles, allowed) = self.authorize(tool, &judged)?;
+        if !allowed {
+            return Ok(Some(block(BlockCode::AuthorizationDenied, Some(operation))));
+        }
+        if !judged.business_allows(tool, &roles) {
+            return Ok(Some(block(BlockCode::BusinessStateInvalid, Some(operation))));
+        }
+        Ok(None)
+    }
+
     /// The answer after this worker tried to end the operation as failed or
     /// quarantined.
-    fn after_ending(
+    pub(crate) fn after_ending(
         &mut self,
         ending: Finalize,
         status_ref: &StatusRef,

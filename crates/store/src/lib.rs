@@ -168,6 +168,31 @@ pub trait LedgerStore {
         now: Now,
     ) -> Result<Finalize, StoreError>;
 
+    /// Commit C of several operations in one transaction (a relay's batch): each as
+    /// [`finalize`](LedgerStore::finalize) would, answered in order.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure rolls the whole batch back (each operation stays
+    /// processing under its lease, to be reclaimed).
+    fn finalize_many(
+        &mut self,
+        items: &[(StatusRef, Finalizer, LocalReceipt)],
+        now: Now,
+    ) -> Result<Vec<Finalize>, StoreError>;
+
+    /// Commit B of several receipts in one transaction (the simulation's batch), each as
+    /// [`record_downstream_receipt`](LedgerStore::record_downstream_receipt) would.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure rolls the whole batch back.
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError>;
+
     /// Commit C of a definite refusal: the operation and its event become `failed`,
     /// with the downstream's `reason`, under the same conditions as
     /// [`finalize`](LedgerStore::finalize).

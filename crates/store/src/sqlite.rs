@@ -549,6 +549,22 @@ impl SqliteStore {
         ending: Ending<'_>,
     ) -> Result<Finalize, StoreError> {
         let tx = self.immediate()?;
+        let ended = end_in(&tx, status_ref, by, now, ending)?;
+        tx.commit()?;
+        Ok(ended)
+    }
+}
+
+/// Commit C inside the caller's transaction (see [`SqliteStore::end`]); a refused write
+/// is counted there too.
+fn end_in(
+    tx: &Transaction<'_>,
+    status_ref: &StatusRef,
+    by: &Finalizer,
+    now: Now,
+    ending: Ending<'_>,
+) -> Result<Finalize, StoreError> {
+    {
         let (owner, attempt) = match by {
             Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
             Finalizer::StatusQuery => (None, None),
@@ -568,15 +584,18 @@ impl SqliteStore {
             .map_err(sqlite)?;
         let Some(id) = id else {
             // Nothing of the ending written: say why (a refused write is counted).
-            return match status_of(&tx, status_ref)? {
+            return match status_of(tx, status_ref)? {
                 None => Err(StoreError::Internal("the operation vanished")),
                 Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                Some(_) if owner.is_some() => fenced(tx),
+                Some(_) if owner.is_some() => {
+                    bump(tx, "fenced_writes")?;
+                    Ok(Finalize::LeaseLost)
+                }
                 Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
             };
         };
         if matches!((by, &ending), (Finalizer::StatusQuery, Ending::Succeeded(_))) {
-            bump(&tx, "reconciliations")?;
+            bump(tx, "reconciliations")?;
         }
         match ending {
             Ending::Succeeded(receipt) => {
@@ -617,9 +636,34 @@ impl SqliteStore {
             .map_err(sqlite)?
             .execute(params![id, now.get(), status.as_str()])
             .map_err(sqlite)?;
-        tx.commit()?;
         Ok(Finalize::Finalized)
     }
+}
+
+/// Commit B inside the caller's transaction: the receipt unless one exists for its ref;
+/// the stored one either way.
+fn record_downstream_in(
+    tx: &Transaction<'_>,
+    receipt: &DownstreamReceipt,
+    now: Now,
+) -> Result<DownstreamReceipt, StoreError> {
+    let inserted = tx
+        .prepare_cached(INSERT_DOWNSTREAM)
+        .map_err(sqlite)?
+        .execute(params![
+            receipt.downstream_request_ref,
+            receipt.request_sha256.as_str(),
+            receipt.receipt_ref,
+            canonicalize(&receipt.receipt),
+            now.get()
+        ])
+        .map_err(sqlite)?;
+    if inserted == 1 {
+        // This call wrote it: what is stored is exactly `receipt`.
+        return Ok(receipt.clone());
+    }
+    downstream_receipt(tx, &receipt.downstream_request_ref)?
+        .ok_or(StoreError::Internal("the receipt vanished"))
 }
 
 /// Adds one to the counter `name`, inside the caller's transaction.
@@ -908,24 +952,7 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
         let tx = self.immediate()?;
-        let inserted = tx
-            .prepare_cached(INSERT_DOWNSTREAM)
-            .map_err(sqlite)?
-            .execute(params![
-                receipt.downstream_request_ref,
-                receipt.request_sha256.as_str(),
-                receipt.receipt_ref,
-                canonicalize(&receipt.receipt),
-                now.get()
-            ])
-            .map_err(sqlite)?;
-        if inserted == 1 {
-            // This call wrote it: what is stored is exactly `receipt`.
-            tx.commit()?;
-            return Ok(receipt.clone());
-        }
-        let stored = downstream_receipt(&tx, &receipt.downstream_request_ref)?
-            .ok_or(StoreError::Internal("the receipt vanished"))?;
+        let stored = record_downstream_in(&tx, receipt, now)?;
         tx.commit()?;
         Ok(stored)
     }
@@ -967,6 +994,40 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<Finalize, StoreError> {
         self.end(status_ref, by, now, Ending::Quarantined(receipt, reason))
+    }
+
+    fn finalize_many(
+        &mut self,
+        items: &[(StatusRef, Finalizer, LocalReceipt)],
+        now: Now,
+    ) -> Result<Vec<Finalize>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tx = self.immediate()?;
+        let mut ended = Vec::with_capacity(items.len());
+        for (status_ref, by, receipt) in items {
+            ended.push(end_in(&tx, status_ref, by, now, Ending::Succeeded(receipt))?);
+        }
+        tx.commit()?;
+        Ok(ended)
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        if receipts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tx = self.immediate()?;
+        let mut stored = Vec::with_capacity(receipts.len());
+        for receipt in receipts {
+            stored.push(record_downstream_in(&tx, receipt, now)?);
+        }
+        tx.commit()?;
+        Ok(stored)
     }
 
     fn release(

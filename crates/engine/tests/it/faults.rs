@@ -175,6 +175,24 @@ impl LedgerStore for Failing {
         self.inner.claim_due(owner, downstream, now, lease, limit)
     }
 
+    fn finalize_many(
+        &mut self,
+        items: &[(StatusRef, Finalizer, LocalReceipt)],
+        now: Now,
+    ) -> Result<Vec<Finalize>, StoreError> {
+        self.fault("finalize")?;
+        self.inner.finalize_many(items, now)
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        self.fault("record_downstream_receipt")?;
+        self.inner.record_downstream_receipts(receipts, now)
+    }
+
     fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
         self.fault("retired")?;
         self.inner.retired(status_ref)
