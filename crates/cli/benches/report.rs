@@ -180,6 +180,31 @@ fn main() {
     put("scaling_replay_1m_vs_1k", json!(replay_1m / replay_thousand));
     drop(big_engine);
 
+    // The operator's reads on the big ledger: a page of `list` and all of `metrics`, each
+    // from indexes and counter rows (median of three).
+    println!("list and metrics on {} operations", settings.big);
+    let at = cases.base.clock.now.get() + 60;
+    let timed = |read: &dyn Fn()| {
+        median(
+            (0..3)
+                .map(|_| {
+                    let started = Instant::now();
+                    read();
+                    started.elapsed().as_secs_f64()
+                })
+                .collect(),
+        )
+    };
+    let filter = toolledger::ListFilter { state: Some("succeeded"), older_than: 0, limit: 100 };
+    let list_s = timed(&|| {
+        assert_eq!(toolledger::list(&big, &filter, false, Some(at)).unwrap().len(), 100);
+    });
+    let metrics_s = timed(&|| {
+        assert!(toolledger::metrics(&big, Some(at)).unwrap().contains("toolledger_operations"));
+    });
+    put("list_big_ledger_s", json!(list_s));
+    put("metrics_big_ledger_s", json!(metrics_s));
+
     println!("status reconciliation and worker claims");
     let reconcile = work.file("reconcile");
     let mut reconcile_engine = engine(&reconcile);
@@ -208,6 +233,34 @@ fn main() {
         claimer.claim(&StatusRef::new(&pending[index]).unwrap(), &worker(), now, lease).unwrap();
     });
     put("claims_per_s", json!(claim_rate));
+
+    // The relay draining a backlog (one worker, batches of 64) against the per-operation
+    // pipeline (fresh dispatch) measured above.
+    let relayed = work.file("relay");
+    let events = settings.ops * 4;
+    println!("relay: {events} accepted events, one worker, batches of 64");
+    let mut relay_engine = engine(&relayed);
+    for index in 0..events {
+        relay_engine.enqueue(&cases.get(400_000 + index)).unwrap();
+    }
+    drop(relay_engine);
+    let started = Instant::now();
+    let drained = toolledger::Relay::new(&relayed)
+        .tool(toolledger::RefundOrder::default().tool())
+        .batch(64)
+        .at(now.get() + 1)
+        .run(
+            || toolledger::simulated(&relayed),
+            || NoRoles,
+            &cases.base.business_state,
+            toolledger::Until::Drained,
+            &|_| {},
+        )
+        .unwrap();
+    let relay_rate = events as f64 / started.elapsed().as_secs_f64();
+    assert_eq!(drained.delivered, events, "{drained:?}");
+    put("relay_events_per_s", json!(relay_rate));
+    put("relay_vs_pipeline", json!(relay_rate / fresh_ops));
 
     // The audit of a ledger of valid, finished operations.
     println!("audit of {} finished operations", settings.audited);
@@ -337,7 +390,7 @@ fn print_table(report: &Value) {
     let f = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
     println!();
     println!("{:<40} {:>14} {:>14} {:>9}  target", "figure", "toolledger", "baseline", "ratio");
-    let rows: [(&str, &str, &str, &str, &str); 8] = [
+    let rows: [(&str, &str, &str, &str, &str); 9] = [
         (
             "fresh dispatch ops/s vs raw pipeline",
             "fresh_dispatch_ops_per_s",
@@ -381,6 +434,13 @@ fn print_table(report: &Value) {
             ">= 0.80",
         ),
         (
+            "relay events/s vs fresh dispatch ops/s",
+            "relay_events_per_s",
+            "fresh_dispatch_ops_per_s",
+            "relay_vs_pipeline",
+            ">= 4",
+        ),
+        (
             "json MB/s vs serde_json",
             "json_mb_per_s",
             "serde_json_mb_per_s",
@@ -402,6 +462,12 @@ fn print_table(report: &Value) {
             f(baseline),
             f(ratio)
         );
+    }
+    for (label, key) in [
+        ("list page s, 1M ledger", "list_big_ledger_s"),
+        ("metrics s, 1M ledger", "metrics_big_ledger_s"),
+    ] {
+        println!("{label:<40} {:>14.4} {:>14} {:>9}  < 1", f(key), "", "");
     }
     println!(
         "{:<40} {:>14.0} {:>14} {:>9}  >= 100000",
@@ -663,7 +729,7 @@ fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
     let call_id = format!("call-{}", row.scope.idempotency_key);
     let id = insert_operation(ledger, row, &call_id, "pending");
     ledger
-        .prepare_cached("INSERT INTO outbox (op_id, state, attempt_count, created_at, updated_at) VALUES (?1, 'pending', 0, 1767225600, 1767225600)")
+        .prepare_cached("INSERT INTO outbox (op_id, state, attempt_count, next_attempt_at, attempts_before, created_at, updated_at) VALUES (?1, 'pending', 0, 1767225600, 0, 1767225600, 1767225600)")
         .unwrap()
         .execute([id])
         .unwrap();
@@ -672,7 +738,7 @@ fn raw_operation(ledger: &Connection, downstream: &Connection, row: &Row) {
     // Claim.
     ledger.execute_batch("BEGIN IMMEDIATE").unwrap();
     ledger
-        .prepare_cached("UPDATE outbox SET state = 'processing', lease_owner = 'w', lease_until = 1767225630, attempt_count = attempt_count + 1 WHERE op_id = ?1")
+        .prepare_cached("UPDATE outbox SET state = 'processing', lease_owner = 'w', lease_until = 1767225630, next_attempt_at = 1767225630, attempt_count = attempt_count + 1 WHERE op_id = ?1")
         .unwrap()
         .execute([id])
         .unwrap();
@@ -753,7 +819,7 @@ fn fill(path: &Path, count: usize) {
     {
         let mut operation = tx.prepare(INSERT_OPERATION).unwrap();
         let mut outbox = tx
-            .prepare("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
+            .prepare("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, attempts_before, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225630, 0, 1767225600, 1767225600)")
             .unwrap();
         let mut local = tx
             .prepare("INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, '{}', '{}', ?4, 'worker', 1767225600)")
@@ -803,7 +869,7 @@ fn fill_valid(path: &Path, cases: &Cases, count: usize) {
         let call_id = format!("call-{}", row.scope.idempotency_key);
         let id = insert_operation(&tx, row, &call_id, "succeeded");
         tx.prepare_cached(INSERT_DISPATCH_CALL).unwrap().execute(params![call_id, id]).unwrap();
-        tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225600, 1767225600)")
+        tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, attempts_before, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225630, 0, 1767225600, 1767225600)")
             .unwrap()
             .execute([id])
             .unwrap();
