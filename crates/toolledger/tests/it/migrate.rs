@@ -1,15 +1,21 @@
-//! Migrations on a real v1 store (`fixtures/v1-store.sqlite3`, written by version 1 with
-//! an operation in every state v1 can leave behind): refused until migrated, then
-//! upgraded with a backup first, every row and digest kept, the audit passing, every
-//! operation still answerable.
+//! Migrations on real stores written by earlier versions (`fixtures/v1-store.sqlite3`
+//! and `fixtures/v2-store.sqlite3`, each with an operation in every state its version
+//! can leave behind): refused until migrated, then upgraded with a backup first, every
+//! row and digest kept, the audit passing, every operation still answerable.
+
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use toolledger::{
-    Call, DownstreamIdentity, ErrorCode, Ledger, Migrated, ModelCall, NoRoles, Outcome,
+    BlockCode, Call, DownstreamIdentity, ErrorCode, Ledger, Migrated, ModelCall, NoRoles, Outcome,
     RefundOrder, StatusRef, Waits,
 };
 
-use crate::{TempDir, dump, int, text, workspace};
+use crate::{
+    TempDir, dump, int, text,
+    tickets::{TicketService, Tickets, open_ticket},
+    workspace,
+};
 
 fn stand_in() -> DownstreamIdentity {
     DownstreamIdentity::new("toolledger-stand-in", "1").unwrap()
@@ -39,7 +45,7 @@ fn v1_call(key: &str) -> Call {
 
 /// The rows whose bytes must survive the migration: every digest and ref, the JSON.
 const KEPT: [&str; 5] = [
-    "SELECT group_concat(status_ref || request_sha256 || downstream_request_ref || approval_sha256 || arguments_json || status, '|') FROM (SELECT * FROM operations ORDER BY id)",
+    "SELECT group_concat(status_ref || request_sha256 || downstream_request_ref || ifnull(approval_sha256, '-') || arguments_json || status, '|') FROM (SELECT * FROM operations ORDER BY id)",
     "SELECT group_concat(op_id || state || attempt_count, '|') FROM (SELECT * FROM outbox ORDER BY op_id)",
     "SELECT group_concat(receipt_ref || receipt_json, '|') FROM (SELECT * FROM downstream_receipts ORDER BY rowid)",
     "SELECT group_concat(receipt_ref || output_json || result_sha256, '|') FROM (SELECT * FROM local_receipts ORDER BY op_id)",
@@ -138,4 +144,143 @@ fn a_v1_store_changed_by_hand_is_not_migrated() {
     assert_eq!(std::fs::read(&path).unwrap(), before);
     let backups = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(backups, 1, "a refused migration made a backup");
+}
+
+/// The v2 fixture's calls (it was written by version 2 through the engine's flows:
+/// refunds through the simulation, tickets through the example's ticket service).
+fn v2_refund(key: &str) -> Call {
+    Call::new(
+        "refund_order",
+        json!({"order_id": "ord-1", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+    )
+    .principal("tenant-a", "user-1")
+    .idempotency_key(key)
+    .model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-1",
+        &format!("call-{key}"),
+    ))
+    .context(json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+    .at(1_767_225_600)
+}
+
+fn v2_ticket(key: &str, queue: &str) -> Call {
+    Call::new("open_ticket", json!({"queue": queue, "summary": "v2", "priority": "low"}))
+        .principal("acme", "user-7")
+        .idempotency_key(key)
+        .model_call(ModelCall::new(
+            "openai",
+            "responses",
+            "openai-responses-2026-05",
+            "resp-1",
+            &format!("call-{key}"),
+        ))
+        .at(1_767_225_600)
+}
+
+fn blocked(outcome: &Outcome) -> BlockCode {
+    match outcome {
+        Outcome::Blocked { code, .. } => *code,
+        other => panic!("not blocked: {other:?}"),
+    }
+}
+
+#[test]
+fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
+    let dir = TempDir::new("migrate-v2");
+    let path = dir.join("ledger.sqlite3");
+    std::fs::copy(workspace("fixtures/v2-store.sqlite3"), &path).unwrap();
+    let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    let states = "SELECT group_concat(o.idempotency_key || ':' || o.status || ':' || x.state, ' ') \
+        FROM (SELECT * FROM operations ORDER BY id) o JOIN outbox x ON x.op_id = o.id";
+    let before_states = text(&path, states);
+    assert_eq!(int(&path, "PRAGMA user_version"), 2);
+    let err = toolledger::audit(&path).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaUnsupported);
+
+    let Migrated::Upgraded { from, to, backup, operations } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded")
+    };
+    assert_eq!((from, to, operations), (2, 3, 8));
+    assert_eq!(dump(&backup), dump(&workspace("fixtures/v2-store.sqlite3")));
+    assert_eq!(KEPT.iter().map(|sql| text(&path, sql)).collect::<Vec<_>>(), kept);
+    assert_eq!(text(&path, states), before_states);
+    // Each downstream stays its own: v2 already recorded them.
+    assert_eq!(
+        text(
+            &path,
+            "SELECT group_concat(n, ' ') FROM (SELECT downstream_name || '=' || count(*) AS n \
+             FROM operations GROUP BY downstream_name ORDER BY downstream_name)"
+        ),
+        "acme-tickets=4 toolledger-stand-in=4"
+    );
+    // Every event is due: at its lease end while processing, at its last change otherwise.
+    assert_eq!(
+        int(
+            &path,
+            "SELECT count(*) FROM outbox WHERE next_attempt_at = \
+             CASE state WHEN 'processing' THEN lease_until ELSE updated_at END"
+        ),
+        8
+    );
+    assert_eq!(
+        text(
+            &path,
+            "SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version DESC LIMIT 1"
+        ),
+        "toolledger-store-v2>toolledger-store-v3"
+    );
+    // The one quarantined receipt is the audit's only finding, as it was under v2.
+    let audit = toolledger::audit(&path).unwrap();
+    let findings = audit.package()["findings"].clone();
+    assert_eq!(findings.as_array().unwrap().len(), 1, "{findings}");
+    assert_eq!(findings[0]["check"], "operations_quarantined");
+
+    // Every refund is answerable under v3.
+    let mut refunds =
+        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
+    assert!(matches!(
+        refunds.dispatch(&v2_refund("v2-fresh")).unwrap().outcome(),
+        Outcome::Replayed(_)
+    ));
+    let unknown = refunds.dispatch(&v2_refund("v2-unknown")).unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome().clone() else { panic!("{unknown:?}") };
+    assert!(matches!(
+        refunds.status(&v2_refund("v2-unknown"), &status_ref).unwrap().outcome(),
+        Outcome::Reconciled(_)
+    ));
+    let pending = refunds.dispatch(&v2_refund("v2-pending")).unwrap();
+    let pending_ref: StatusRef = pending.status_ref().unwrap().clone();
+    assert!(refunds.process(&pending_ref, &v2_refund("v2-pending")).unwrap().outcome().is_done());
+    drop(refunds);
+
+    // Every ticket too, through the host's downstream; terminal ones stay terminal.
+    let service = Arc::new(Mutex::new(TicketService::default()));
+    let mut tickets = Ledger::builder(&path)
+        .tool(open_ticket())
+        .open(Tickets::new(Arc::clone(&service)), NoRoles)
+        .unwrap();
+    assert!(matches!(
+        tickets.dispatch(&v2_ticket("v2-ticket", "acme-it")).unwrap().outcome(),
+        Outcome::Replayed(_)
+    ));
+    assert_eq!(
+        blocked(tickets.dispatch(&v2_ticket("v2-failed", "acme-old")).unwrap().outcome()),
+        BlockCode::DownstreamRefused
+    );
+    assert_eq!(
+        blocked(tickets.dispatch(&v2_ticket("v2-quarantined", "acme-it")).unwrap().outcome()),
+        BlockCode::ReceiptQuarantined
+    );
+    let unsent = tickets.dispatch(&v2_ticket("v2-unsent", "acme-it")).unwrap();
+    let unsent_ref: StatusRef = unsent.status_ref().unwrap().clone();
+    let worked = tickets.process(&unsent_ref, &v2_ticket("v2-unsent", "acme-it")).unwrap();
+    assert!(matches!(worked.outcome(), Outcome::Fresh(_)), "{worked:?}");
+    assert_eq!(service.lock().unwrap().tickets.len(), 1);
+    assert_eq!(int(&path, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 5);
 }
