@@ -79,7 +79,7 @@ pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
         }
         checked += 1;
         let Some(layer) = LAYERS.iter().position(|layer| *layer == name) else {
-            found.push(format!("{name} is not a crate of SPEC §2"));
+            found.push(format!("{name} is not a crate of the design (ARCHITECTURE.md)"));
             continue;
         };
         let dependencies =
@@ -144,7 +144,7 @@ mod tests {
                 "toolledger-engine depends on toolledger-engine, which is not below it",
                 "toolledger-contract depends on external crate proptest, outside its allowance",
                 "toolledger-contract depends on xtask, which is not a layer",
-                "toolledger-extra is not a crate of SPEC §2",
+                "toolledger-extra is not a crate of the design (ARCHITECTURE.md)",
             ]
         );
     }

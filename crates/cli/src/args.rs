@@ -1,4 +1,4 @@
-//! The command line (SPEC §8), with clap's derive API.
+//! The command line (README and `toolledger --help`), with clap's derive API.
 
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::run::{Outcome, error_line, run};
 
-/// The PASS case of SPEC §5, built into the binary so the demo needs no setup.
+/// The PASS case (`docs/contract.md`), built into the binary so the demo needs no setup.
 const CASE: &str = include_str!("../../../fixtures/persistence-case.json");
 
 struct Demo<'a> {

@@ -1,4 +1,4 @@
-//! Approvals (SPEC §4.3): who may approve, what an approval is bound to, and when it
+//! Approvals (`docs/contract.md`): who may approve, what an approval is bound to, and when it
 //! is valid.
 //!
 //! An approval is consumed when its intent is accepted: a queued event is not re-judged
@@ -80,7 +80,7 @@ fn approval_members<'a>(
     ]
 }
 
-/// The approval preimage of SPEC §4.2.
+/// The approval preimage (`docs/contract.md`).
 pub fn approval_preimage(
     approval_id: &Identifier,
     approver_id: &Identifier,

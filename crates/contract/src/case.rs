@@ -1,4 +1,4 @@
-//! The case file (SPEC §5) and the claims file: strict loaders into typed values.
+//! The case file (`docs/contract.md`) and the claims file: strict loaders into typed values.
 //!
 //! Both files are read with `toolledger-json`'s default limits, the whole document must
 //! lie in the v2 domain, every member is required and no other is allowed. A loader
@@ -201,7 +201,7 @@ fn strict_document(
 ///
 /// # Errors
 ///
-/// [`ContractError::FixtureInvalid`] for anything SPEC §5 and §10 refuse: duplicate keys,
+/// [`ContractError::FixtureInvalid`] for anything the case-file format refuses: duplicate keys,
 /// NaN, non-UTF-8, more than 65,536 bytes or 32 levels, a value outside the v2 domain,
 /// a missing or extra member, a bool where an integer belongs, an unregistered provider
 /// profile, a malformed identifier, a duplicate order, or a time out of range.

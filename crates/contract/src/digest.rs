@@ -1,4 +1,4 @@
-//! Every digest and reference of SPEC §4.2 and §7, each built from an exact preimage.
+//! Every digest and reference of the contract (`docs/contract.md`), each built from an exact preimage.
 //!
 //! `H(x)` is the lowercase hex SHA-256 of the RFC 8785 canonical bytes of object `x`.
 //! Every preimage carries a `"domain"` member, so no two kinds of digest can collide by
@@ -393,7 +393,7 @@ pub fn status_query_id(
     Identifier::new(&text).unwrap_or_else(|_| unreachable!("qs_ and 32 lowercase hex digits"))
 }
 
-/// What the host audits about a call: exactly the `host_view` members of SPEC §4.5.
+/// What the host audits about a call: exactly the `host_view` members of a package (`docs/contract.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostView {
     /// Provider, API family and adapter revision.
@@ -422,7 +422,7 @@ pub struct HostView {
     pub status_ref: StatusRef,
 }
 
-/// The twelve `host_view` member names, in SPEC §4.5 order.
+/// The twelve `host_view` member names, in the contract's order.
 pub(crate) const HOST_VIEW_MEMBERS: [&str; 12] = [
     "provider",
     "api_family",

@@ -117,7 +117,7 @@ pub struct InvalidValue {
     pub what: &'static str,
 }
 
-/// The BLOCK codes of SPEC §8: refusals a caller acts on, answered on stdout with exit 1.
+/// The BLOCK codes (`docs/contract.md`): refusals a caller acts on, answered on stdout with exit 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum BlockCode {
@@ -167,7 +167,7 @@ pub enum BlockCode {
 }
 
 impl BlockCode {
-    /// Every code, in SPEC order.
+    /// Every code, in the contract's order.
     pub const ALL: [BlockCode; 19] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,

@@ -2,7 +2,7 @@
 //!
 //! Each string type holds a private `String` whose invariant is its pattern; there are
 //! getters and no setters. Patterns match the whole string (no trailing newline slips
-//! through), per SPEC §4.1 and §10.
+//! through), per the contract (`docs/contract.md`).
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! Packages (SPEC §4.5): the one JSON object a caller receives.
+//! Packages (`docs/contract.md`): the one JSON object a caller receives.
 //!
 //! A PASS package binds the model's view of the result to the host's view of the call
 //! with `call_binding_sha256`, which anyone can recompute from the package alone; moving
@@ -63,7 +63,7 @@ pub fn pass_package_with_result(
     ]))
 }
 
-/// Builds a BLOCK package. `status` and `status_ref` are the ledger's where SPEC §10
+/// Builds a BLOCK package. `status` and `status_ref` are the ledger's where the contract
 /// says so, else `None` (written `null`).
 pub fn block_package(
     code: BlockCode,

@@ -1,4 +1,4 @@
-//! The tool registry (SPEC §4.1): tools, their six revisions, their schemas, and the
+//! The tool registry (`docs/contract.md`): tools, their six revisions, their schemas, and the
 //! registered provider profiles.
 //!
 //! A schema is a table of fields, so a second tool is a table entry, not new code.
@@ -30,7 +30,7 @@ pub struct Revisions {
 }
 
 impl Revisions {
-    /// The `revisions` object of SPEC §4.2:
+    /// The `revisions` object of the contract:
     /// `{"input","output","effect","handler","producer","policy"}`.
     pub fn to_json(&self) -> Value {
         json!({

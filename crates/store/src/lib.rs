@@ -2,7 +2,7 @@
 //!
 //! [`LedgerStore`] is the engine↔store boundary; [`SqliteStore`] is its first
 //! implementation (a PostgreSQL one is planned), so no SQLite type appears in this
-//! crate's public API. The store implements the transactions of SPEC §6:
+//! crate's public API. The store implements the transactions of `docs/schema.md`:
 //!
 //! - **A** [`reserve`](LedgerStore::reserve): operation + outbox event + call identity in
 //!   one `BEGIN IMMEDIATE`; an existing scope is returned for the caller to compare;

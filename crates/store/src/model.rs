@@ -317,7 +317,7 @@ pub struct AuditFinding {
     pub reference: Option<String>,
 }
 
-/// The audit of one read snapshot (SPEC §6).
+/// The audit of one read snapshot (`docs/schema.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditReport {
     /// Every check by name, in a fixed order, and whether it passed.

@@ -1,6 +1,6 @@
 //! The `toolledger-store-v1` schema and the connection opener.
 //!
-//! Every connection gets the four pragmas of SPEC §6 and each is read back: a store
+//! Every connection gets the four pragmas of `docs/schema.md` and each is read back: a store
 //! that cannot be WAL is refused. A file is classified *before* anything is written to
 //! it, so a foreign SQLite file is left byte for byte as it was.
 

@@ -1,4 +1,4 @@
-//! Every BLOCK code of SPEC §8, reached from the command line, each a single JSON
+//! Every BLOCK code, reached from the command line, each a single JSON
 //! object of the documented shape on stdout with exit 1.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! Every exit-2 code of SPEC §8, reached from the command line. Each asserts that stdout
+//! Every exit-2 code, reached from the command line. Each asserts that stdout
 //! is empty and stderr is one JSON line holding neither a path nor OS error text.
 
 use crate::{Dir, workspace};

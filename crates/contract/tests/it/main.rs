@@ -22,7 +22,7 @@ fn bless() -> bool {
     std::env::var_os("TOOLLEDGER_BLESS").is_some()
 }
 
-/// The PASS case of SPEC §5, as committed.
+/// The PASS case (`docs/contract.md`, Case file), as committed.
 fn pass_case_bytes() -> Vec<u8> {
     std::fs::read(workspace("fixtures/persistence-case.json")).unwrap()
 }

@@ -324,7 +324,7 @@ pub fn workspace(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }
 
-/// The PASS case of SPEC §5.
+/// The PASS case (`docs/contract.md`, Case file).
 pub fn case() -> Case {
     load_case(
         &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),

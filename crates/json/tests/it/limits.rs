@@ -1,4 +1,4 @@
-//! The limits and refusals of SPEC §3 and §10, each at its exact boundary.
+//! The limits and refusals of `docs/json.md`, each at its exact boundary.
 
 use toolledger_json::{JsonError, Limits, parse_strict};
 
