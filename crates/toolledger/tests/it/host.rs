@@ -11,7 +11,7 @@ use toolledger::{
 };
 
 use crate::{
-    TempDir, dump, int, text,
+    TempDir, blocked, dump, int, text,
     tickets::{TicketService, Tickets, open_ticket, ticket_call},
 };
 
@@ -43,13 +43,6 @@ impl Host {
 
 fn ticket(key: &str, queue: &str) -> Call {
     ticket_call(key, queue, "low").at(1_767_225_600)
-}
-
-fn blocked(outcome: &Outcome) -> BlockCode {
-    match outcome {
-        Outcome::Blocked { code, .. } => *code,
-        other => panic!("not blocked: {other:?}"),
-    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The one integration-test binary of `toolledger`: a host's own tool and downstream
-//! through every state, migrations of a real v1 store, and the async pattern.
+//! through every state, migrations of real v1 and v2 stores, and the async pattern.
 
 #[path = "../../examples/tickets/mod.rs"]
 mod tickets;
@@ -10,6 +10,8 @@ mod relay;
 mod tokio_host;
 
 use std::path::{Path, PathBuf};
+
+use toolledger::{BlockCode, Outcome};
 
 /// A directory removed when dropped.
 #[derive(Debug)]
@@ -76,4 +78,12 @@ pub fn text(path: &Path, sql: &str) -> String {
 
 pub fn int(path: &Path, sql: &str) -> i64 {
     rusqlite::Connection::open(path).unwrap().query_row(sql, [], |row| row.get(0)).unwrap()
+}
+
+/// The code of a BLOCK outcome; any other outcome fails the test.
+pub fn blocked(outcome: &Outcome) -> BlockCode {
+    match outcome {
+        Outcome::Blocked { code, .. } => *code,
+        other => panic!("not blocked: {other:?}"),
+    }
 }

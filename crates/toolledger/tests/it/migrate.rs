@@ -12,7 +12,7 @@ use toolledger::{
 };
 
 use crate::{
-    TempDir, dump, int, text,
+    TempDir, blocked, dump, int, text,
     tickets::{TicketService, Tickets, open_ticket},
     workspace,
 };
@@ -104,22 +104,8 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
 
-    // Every v1 operation is answerable under v2.
-    let mut ledger =
-        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
-    assert!(matches!(
-        ledger.dispatch(&v1_call("v1-fresh")).unwrap().outcome(),
-        Outcome::Replayed(_)
-    ));
-    let unknown = ledger.dispatch(&v1_call("v1-unknown")).unwrap();
-    let Outcome::Unknown { status_ref } = unknown.outcome().clone() else { panic!("{unknown:?}") };
-    assert!(matches!(
-        ledger.status(&v1_call("v1-unknown"), &status_ref).unwrap().outcome(),
-        Outcome::Reconciled(_)
-    ));
-    let pending = ledger.dispatch(&v1_call("v1-pending")).unwrap();
-    let pending_ref: StatusRef = pending.status_ref().unwrap().clone();
-    assert!(ledger.process(&pending_ref, &v1_call("v1-pending")).unwrap().outcome().is_done());
+    // Every v1 operation is answerable under v3.
+    refunds_answer(&path, v1_call, "v1");
     assert!(toolledger::audit(&path).unwrap().passed());
 
     // Migrating again is a no-op.
@@ -127,6 +113,28 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap(),
         Migrated::Current
     );
+}
+
+/// The refunds a fixture left behind, answered after the migration: `{prefix}-fresh`
+/// replays, `{prefix}-unknown` reconciles through a status query, `{prefix}-pending` is
+/// worked to the end.
+fn refunds_answer(path: &std::path::Path, call: fn(&str) -> Call, prefix: &str) {
+    let mut ledger =
+        Ledger::builder(path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
+    let key = |state: &str| format!("{prefix}-{state}");
+    assert!(matches!(
+        ledger.dispatch(&call(&key("fresh"))).unwrap().outcome(),
+        Outcome::Replayed(_)
+    ));
+    let unknown = ledger.dispatch(&call(&key("unknown"))).unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome().clone() else { panic!("{unknown:?}") };
+    assert!(matches!(
+        ledger.status(&call(&key("unknown")), &status_ref).unwrap().outcome(),
+        Outcome::Reconciled(_)
+    ));
+    let pending = ledger.dispatch(&call(&key("pending"))).unwrap();
+    let pending_ref: StatusRef = pending.status_ref().unwrap().clone();
+    assert!(ledger.process(&pending_ref, &call(&key("pending"))).unwrap().outcome().is_done());
 }
 
 #[test]
@@ -179,13 +187,6 @@ fn v2_ticket(key: &str, queue: &str) -> Call {
             &format!("call-{key}"),
         ))
         .at(1_767_225_600)
-}
-
-fn blocked(outcome: &Outcome) -> BlockCode {
-    match outcome {
-        Outcome::Blocked { code, .. } => *code,
-        other => panic!("not blocked: {other:?}"),
-    }
 }
 
 #[test]
@@ -242,22 +243,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
     assert_eq!(findings[0]["check"], "operations_quarantined");
 
     // Every refund is answerable under v3.
-    let mut refunds =
-        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
-    assert!(matches!(
-        refunds.dispatch(&v2_refund("v2-fresh")).unwrap().outcome(),
-        Outcome::Replayed(_)
-    ));
-    let unknown = refunds.dispatch(&v2_refund("v2-unknown")).unwrap();
-    let Outcome::Unknown { status_ref } = unknown.outcome().clone() else { panic!("{unknown:?}") };
-    assert!(matches!(
-        refunds.status(&v2_refund("v2-unknown"), &status_ref).unwrap().outcome(),
-        Outcome::Reconciled(_)
-    ));
-    let pending = refunds.dispatch(&v2_refund("v2-pending")).unwrap();
-    let pending_ref: StatusRef = pending.status_ref().unwrap().clone();
-    assert!(refunds.process(&pending_ref, &v2_refund("v2-pending")).unwrap().outcome().is_done());
-    drop(refunds);
+    refunds_answer(&path, v2_refund, "v2");
 
     // Every ticket too, through the host's downstream; terminal ones stay terminal.
     let service = Arc::new(Mutex::new(TicketService::default()));
