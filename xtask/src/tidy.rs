@@ -1,4 +1,5 @@
-//! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`.
+//! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`,
+//! and a doc example on every public item of the facade (a host reads those first).
 //!
 //! The workspace's crates form one line, cli → toolledger (the facade) → engine → store →
 //! contract → json. A crate may depend (normally, for builds, or for tests) only on
@@ -55,14 +56,31 @@ pub(crate) fn check(root: &Path) -> Result<String, String> {
     }
     let metadata: Value = serde_json::from_slice(&output.stdout)
         .map_err(|err| format!("cargo metadata printed something unreadable: {err}"))?;
-    let (crates, violations) = violations(&metadata);
+    let (crates, mut violations) = violations(&metadata);
+    let facade = root.join("crates/toolledger/src");
+    let mut files: Vec<_> = std::fs::read_dir(&facade)
+        .map_err(|err| format!("could not list the facade's sources: {err}"))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .collect();
+    files.sort();
+    for file in &files {
+        let source = std::fs::read_to_string(file)
+            .map_err(|err| format!("could not read {}: {err}", file.display()))?;
+        let name = file.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+        violations.extend(
+            without_example(&source)
+                .into_iter()
+                .map(|item| format!("toolledger/src/{name}: `{item}` has no doc example")),
+        );
+    }
     if violations.is_empty() {
-        Ok(format!("{crates} crates, layering holds"))
+        Ok(format!("{crates} crates, layering holds; every facade item has a doc example"))
     } else {
         for violation in &violations {
             println!("tidy: {violation}");
         }
-        Err(format!("{} layering violations", violations.len()))
+        Err(format!("{} tidy violations", violations.len()))
     }
 }
 
@@ -104,11 +122,51 @@ pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
     (checked, found)
 }
 
+/// The public items of `source` (functions, types, traits, constants; not re-exports,
+/// fields or variants) whose doc comment has no code block, unless `#[doc(hidden)]`.
+pub(crate) fn without_example(source: &str) -> Vec<String> {
+    const KINDS: [&str; 7] = ["fn ", "struct ", "enum ", "trait ", "type ", "const ", "static "];
+    let lines: Vec<&str> = source.lines().map(str::trim_start).collect();
+    let mut found = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let Some(rest) = line.strip_prefix("pub ") else { continue };
+        let rest = rest.strip_prefix("async ").unwrap_or(rest);
+        let Some(kind) = KINDS.iter().find(|kind| rest.starts_with(**kind)) else { continue };
+        let above = lines[..index]
+            .iter()
+            .rev()
+            .take_while(|line| line.starts_with("///") || line.starts_with("#["));
+        let (mut example, mut hidden) = (false, false);
+        for line in above {
+            example |= line.starts_with("///") && line.contains("```");
+            hidden |= line.starts_with("#[doc(hidden)]");
+        }
+        if !example && !hidden {
+            let name: String = rest[kind.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            found.push(name);
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::violations;
+    use super::{violations, without_example};
+
+    #[test]
+    fn a_public_item_without_a_doc_example_is_named() {
+        let source = "/// Has one.\n///\n/// ```\n/// let x = 1;\n/// ```\n#[derive(Debug)]\npub struct Good;\n\
+            /// Says only words.\npub fn bad() {}\n\
+            impl Good {\n    /// Nothing runs.\n    #[must_use]\n    pub async fn worse(&self) {}\n}\n\
+            #[doc(hidden)]\npub fn hidden() {}\n\
+            pub(crate) fn inner() {}\npub use std::fmt;\n";
+        assert_eq!(without_example(source), ["bad", "worse"]);
+    }
 
     fn metadata(packages: serde_json::Value) -> serde_json::Value {
         json!({ "packages": packages })

@@ -19,6 +19,15 @@ use toolledger_store::{LedgerStore, SqliteStore, Waits};
 use crate::{Error, wall_clock};
 
 /// When a relay stops.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// // A signal handler raises the flag; the relay finishes what it holds and returns.
+/// static STOP: AtomicBool = AtomicBool::new(false);
+/// let until = toolledger::Until::Stopped(&STOP);
+/// STOP.store(true, Ordering::SeqCst);
+/// assert!(matches!(until, toolledger::Until::Stopped(flag) if flag.load(Ordering::SeqCst)));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub enum Until<'a> {
     /// When a pass of every worker finds nothing due (`--once`).
@@ -29,6 +38,18 @@ pub enum Until<'a> {
 }
 
 /// What a relay reports as it goes.
+///
+/// ```
+/// // A log callback a host might pass to `Relay::run`: one line per pass that did work.
+/// let log = |event: toolledger::RelayEvent| match event {
+///     toolledger::RelayEvent::Pass { worker, drained } if drained.claimed > 0 => {
+///         eprintln!("worker {worker}: {} delivered", drained.delivered)
+///     }
+///     toolledger::RelayEvent::Failed { worker, code } => eprintln!("worker {worker}: {code}"),
+///     toolledger::RelayEvent::Pass { .. } => {}
+/// };
+/// log(toolledger::RelayEvent::Failed { worker: 0, code: "STORE_BUSY" });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelayEvent {
     /// One worker's pass over a batch.
@@ -204,6 +225,23 @@ impl Relay {
 
     /// Runs the workers until `until`, each with its own downstream and resolver, and a
     /// heartbeat beside them; `log` hears of every pass. The totals of every pass.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("relay-run");
+    /// # let context = serde_json::json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+    /// #     "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]});
+    /// ledger.enqueue(&call)?;
+    /// let path = dir.join("ledger.sqlite3");
+    /// let drained = toolledger::Relay::new(&path)
+    ///     .tool(toolledger::RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+    ///     .concurrency(2)
+    ///     .at(1_767_225_600)
+    ///     .run(|| toolledger::simulated(&path), || toolledger::NoRoles, &context,
+    ///         toolledger::Until::Drained, &|_| {})?;
+    /// assert_eq!((drained.claimed, drained.delivered), (1, 1));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
