@@ -1,0 +1,459 @@
+//! `toolledger-refundd`: a small refund service over HTTP, with its own SQLite file,
+//! implementing the IETF Idempotency-Key draft (draft-ietf-httpapi-idempotency-key-header)
+//! exactly. It is somebody else's service: it shares no code with toolledger.
+//!
+//! - `POST /refunds` with `Idempotency-Key: "<key>"` and a JSON body whose `arguments`
+//!   hold `order_id`, `amount_minor` and `currency`. The fingerprint is the SHA-256 of
+//!   the body's bytes. A new key: the refund and its stored response commit together
+//!   (201). The same key and fingerprint: the stored response again. The same key and
+//!   another fingerprint: 422. The same key while the first request still runs: 409.
+//!   No key: 400. A refused order: 402 with a reason, stored like any response.
+//! - `GET /refunds/by-key/<key>`: what became of a key (200 with its state, fingerprint
+//!   and stored response; 404 when the key was never committed).
+//! - `POST /admin/faults` (the listener is loopback only): switches for tests.
+//!
+//! The fault switches: commit, then drop the connection without an answer; hold a
+//! request for N ms before its commit; answer 503 without committing; refuse orders.
+
+use std::{
+    io::{Read, Write},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+/// The largest request body the service reads.
+const BODY_LIMIT: u64 = 64 * 1024;
+
+/// Fault switches: counts of the next requests to fault, random shares, and refused
+/// orders.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The next this many new requests commit, then lose their connection.
+    pub drop_next: u64,
+    /// The next this many new requests answer 503 without committing.
+    pub fail_next: u64,
+    /// Percent (0–100) of new requests that commit, then lose their connection.
+    pub drop_percent: u64,
+    /// Percent (0–100) of new requests that answer 503 without committing.
+    pub fail_percent: u64,
+    /// Milliseconds each new request is held, as running, before its commit.
+    pub delay_ms: u64,
+    /// Milliseconds a committed request waits before its answer is written.
+    pub answer_delay_ms: u64,
+    /// Orders refused with 402.
+    pub refuse_orders: Vec<String>,
+    /// The seed of the random shares.
+    pub seed: u64,
+}
+
+impl Faults {
+    /// Reads the switches from a JSON object (any member may be left out).
+    ///
+    /// # Errors
+    ///
+    /// A message when a member has the wrong type.
+    pub fn from_json(value: &Value) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        let Some(members) = value.as_object() else {
+            return Err("the faults must be a JSON object".to_owned());
+        };
+        for (name, member) in members {
+            let number = || member.as_u64().ok_or_else(|| format!("{name} must be a whole number"));
+            match name.as_str() {
+                "drop_next" => faults.drop_next = number()?,
+                "fail_next" => faults.fail_next = number()?,
+                "drop_percent" => faults.drop_percent = number()?.min(100),
+                "fail_percent" => faults.fail_percent = number()?.min(100),
+                "delay_ms" => faults.delay_ms = number()?.min(60_000),
+                "answer_delay_ms" => faults.answer_delay_ms = number()?.min(60_000),
+                "seed" => faults.seed = number()?,
+                "refuse_orders" => {
+                    faults.refuse_orders = member
+                        .as_array()
+                        .and_then(|orders| {
+                            orders.iter().map(|order| order.as_str().map(str::to_owned)).collect()
+                        })
+                        .ok_or_else(|| "refuse_orders must be a list of strings".to_owned())?;
+                }
+                other => return Err(format!("unknown fault switch {other}")),
+            }
+        }
+        Ok(faults)
+    }
+}
+
+/// What a new request does, drawn from the switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Commit,
+    CommitThenDrop,
+    FailBeforeCommit,
+}
+
+/// The service: its file, its switches, and a count of draws.
+#[derive(Debug)]
+pub struct Service {
+    db: PathBuf,
+    faults: Mutex<Faults>,
+    draws: AtomicU64,
+}
+
+/// An error of the service's own store, for the log line; never sent to a client.
+#[derive(Debug)]
+pub struct StoreFailed(pub String);
+
+fn failed(err: rusqlite::Error) -> StoreFailed {
+    StoreFailed(err.to_string())
+}
+
+const SCHEMA: &str = "
+    PRAGMA journal_mode = WAL;
+    CREATE TABLE IF NOT EXISTS requests (
+        key TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'done', 'refused')),
+        status INTEGER,
+        body TEXT
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS refunds (
+        refund_id TEXT PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE REFERENCES requests (key),
+        order_id TEXT NOT NULL,
+        amount_minor INTEGER NOT NULL,
+        currency TEXT NOT NULL
+    ) STRICT;
+    -- A request still running when the service stopped never committed: forget it.
+    DELETE FROM requests WHERE state = 'running';";
+
+/// Opens a connection with the service's pragmas.
+fn connect(db: &Path) -> Result<Connection, StoreFailed> {
+    let conn = Connection::open(db).map_err(failed)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(failed)?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").map_err(failed)?;
+    Ok(conn)
+}
+
+impl Service {
+    /// The service over the SQLite file at `db` (created if absent).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreFailed`] when the file cannot be opened or its tables made.
+    pub fn open(db: &Path, faults: Faults) -> Result<Service, StoreFailed> {
+        connect(db)?.execute_batch(SCHEMA).map_err(failed)?;
+        Ok(Service { db: db.to_owned(), faults: Mutex::new(faults), draws: AtomicU64::new(0) })
+    }
+
+    fn switches(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Draws the fate of a new request.
+    fn fate(&self, key: &str) -> Fate {
+        let mut faults = self.switches();
+        if faults.drop_next > 0 {
+            faults.drop_next -= 1;
+            return Fate::CommitThenDrop;
+        }
+        if faults.fail_next > 0 {
+            faults.fail_next -= 1;
+            return Fate::FailBeforeCommit;
+        }
+        let draw = self.draws.fetch_add(1, Ordering::Relaxed);
+        let digest = Sha256::digest(format!("{}:{key}:{draw}", faults.seed).as_bytes());
+        let roll = u64::from(digest[0]) * 256 + u64::from(digest[1]);
+        let percent = roll % 100;
+        if percent < faults.drop_percent {
+            Fate::CommitThenDrop
+        } else if percent < faults.drop_percent + faults.fail_percent {
+            Fate::FailBeforeCommit
+        } else {
+            Fate::Commit
+        }
+    }
+
+    /// Serves `server` on `threads` threads until it is unblocked; each thread has its
+    /// own connection to the file.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreFailed`] when a thread cannot open the file.
+    pub fn serve(
+        self: &Arc<Self>,
+        server: &Arc<Server>,
+        threads: usize,
+    ) -> Result<(), StoreFailed> {
+        let mut handles = Vec::new();
+        for _ in 0..threads.max(1) {
+            let (service, server) = (Arc::clone(self), Arc::clone(server));
+            let mut conn = connect(&self.db)?;
+            handles.push(std::thread::spawn(move || {
+                while let Ok(request) = server.recv() {
+                    if let Err(StoreFailed(message)) = service.handle(&mut conn, request) {
+                        let _ = writeln!(std::io::stderr(), "refundd: store failed: {message}");
+                    }
+                }
+            }));
+        }
+        for handle in handles {
+            let _ = handle.join();
+        }
+        Ok(())
+    }
+
+    fn handle(&self, conn: &mut Connection, mut request: Request) -> Result<(), StoreFailed> {
+        let url = request.url().to_owned();
+        let method = request.method().clone();
+        match (method, url.as_str()) {
+            (Method::Post, "/refunds") => self.refund(conn, request),
+            (Method::Get, path) if path.starts_with("/refunds/by-key/") => {
+                let key = &path["/refunds/by-key/".len()..];
+                let answer = by_key(conn, key)?;
+                respond(request, answer);
+                Ok(())
+            }
+            (Method::Post, "/admin/faults") => {
+                let answer = match read_body(&mut request)
+                    .and_then(|body| serde_json::from_slice(&body).map_err(|_| "not JSON".into()))
+                    .and_then(|value: Value| Faults::from_json(&value))
+                {
+                    Ok(faults) => {
+                        *self.switches() = faults;
+                        (200, json!({"faults": "set"}))
+                    }
+                    Err(message) => (400, json!({"error": "bad_faults", "reason": message})),
+                };
+                respond(request, answer);
+                Ok(())
+            }
+            _ => {
+                respond(request, (404, json!({"error": "no_such_endpoint"})));
+                Ok(())
+            }
+        }
+    }
+
+    fn refund(&self, conn: &mut Connection, mut request: Request) -> Result<(), StoreFailed> {
+        let Some(key) = idempotency_key(&request) else {
+            respond(request, (400, json!({"error": "idempotency_key_missing"})));
+            return Ok(());
+        };
+        let body = match read_body(&mut request) {
+            Ok(body) => body,
+            Err(reason) => {
+                respond(request, (400, json!({"error": "bad_body", "reason": reason})));
+                return Ok(());
+            }
+        };
+        let fingerprint = hex(&Sha256::digest(&body));
+        let Some(order) = order_of(&body) else {
+            respond(request, (400, json!({"error": "bad_body", "reason": "not a refund"})));
+            return Ok(());
+        };
+
+        // Reserve the key, or answer from what it holds.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(failed)?;
+        let held: Option<(String, String, Option<i64>, Option<String>)> = tx
+            .query_row(
+                "SELECT fingerprint, state, status, body FROM requests WHERE key = ?1",
+                [&key],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            )
+            .optional()
+            .map_err(failed)?;
+        if let Some((held_fingerprint, state, status, stored)) = held {
+            drop(tx);
+            let answer = if held_fingerprint != fingerprint {
+                (422, json!({"error": "fingerprint_mismatch"}))
+            } else if state == "running" {
+                (409, json!({"error": "in_flight"}))
+            } else {
+                let body = stored.and_then(|body| serde_json::from_str(&body).ok());
+                (
+                    status.and_then(|code| u16::try_from(code).ok()).unwrap_or(500),
+                    body.unwrap_or(Value::Null),
+                )
+            };
+            respond(request, answer);
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO requests (key, fingerprint, state) VALUES (?1, ?2, 'running')",
+            params![key, fingerprint],
+        )
+        .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+
+        let fate = self.fate(&key);
+        let (delay, answer_delay, refused) = {
+            let faults = self.switches();
+            (
+                faults.delay_ms,
+                faults.answer_delay_ms,
+                faults.refuse_orders.contains(&order.order_id),
+            )
+        };
+        std::thread::sleep(Duration::from_millis(delay));
+        if fate == Fate::FailBeforeCommit {
+            conn.execute("DELETE FROM requests WHERE key = ?1 AND state = 'running'", [&key])
+                .map_err(failed)?;
+            respond(request, (503, json!({"error": "unavailable"})));
+            return Ok(());
+        }
+        let (status, answer) = if refused {
+            (
+                402,
+                json!({"error": "refused", "reason": format!("order {} cannot be refunded", order.order_id)}),
+            )
+        } else {
+            let refund_id = format!("rf_{}", &hex(&Sha256::digest(key.as_bytes()))[..32]);
+            (
+                201,
+                json!({"output": {"refund_id": refund_id, "order_id": order.order_id,
+                    "amount_minor": order.amount_minor, "currency": order.currency, "status": "refunded"}}),
+            )
+        };
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(failed)?;
+        if status == 201 {
+            tx.execute(
+                "INSERT INTO refunds (refund_id, key, order_id, amount_minor, currency) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    answer["output"]["refund_id"].as_str(),
+                    key,
+                    order.order_id,
+                    order.amount_minor,
+                    order.currency
+                ],
+            )
+            .map_err(failed)?;
+        }
+        tx.execute(
+            "UPDATE requests SET state = ?2, status = ?3, body = ?4 WHERE key = ?1",
+            params![
+                key,
+                if status == 201 { "done" } else { "refused" },
+                status,
+                answer.to_string()
+            ],
+        )
+        .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        std::thread::sleep(Duration::from_millis(answer_delay));
+        if fate == Fate::CommitThenDrop {
+            // The effect is committed; the client never hears of it. (The client asked
+            // for `Connection: close`, so dropping the writer closes the socket.)
+            drop(request.into_writer());
+            return Ok(());
+        }
+        respond(request, (status, answer));
+        Ok(())
+    }
+}
+
+/// A refund's order, from the request body.
+#[derive(Debug)]
+struct Order {
+    order_id: String,
+    amount_minor: i64,
+    currency: String,
+}
+
+fn order_of(body: &[u8]) -> Option<Order> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let arguments = value.get("arguments")?;
+    Some(Order {
+        order_id: arguments.get("order_id")?.as_str()?.to_owned(),
+        amount_minor: arguments.get("amount_minor")?.as_i64()?,
+        currency: arguments.get("currency")?.as_str()?.to_owned(),
+    })
+}
+
+/// What became of `key`.
+fn by_key(conn: &Connection, key: &str) -> Result<(u16, Value), StoreFailed> {
+    let held: Option<(String, String, Option<i64>, Option<String>)> = conn
+        .query_row(
+            "SELECT fingerprint, state, status, body FROM requests WHERE key = ?1",
+            [key],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .optional()
+        .map_err(failed)?;
+    Ok(match held {
+        None => (404, json!({"error": "not_found"})),
+        Some((fingerprint, state, status, body)) => {
+            let body: Value =
+                body.and_then(|body| serde_json::from_str(&body).ok()).unwrap_or(Value::Null);
+            (
+                200,
+                json!({"key": key, "state": state, "fingerprint": fingerprint, "status": status, "response": body}),
+            )
+        }
+    })
+}
+
+/// The `Idempotency-Key` header's value: a structured-field string (`"…"`); a bare token
+/// is taken as it is. Empty or absent: none.
+fn idempotency_key(request: &Request) -> Option<String> {
+    let header = request.headers().iter().find(|h| h.field.equiv("Idempotency-Key"))?;
+    let raw = header.value.as_str().trim();
+    let key = raw.strip_prefix('"').and_then(|k| k.strip_suffix('"')).unwrap_or(raw);
+    (!key.is_empty() && key.len() <= 255 && key.bytes().all(|b| b.is_ascii_graphic() && b != b'"'))
+        .then(|| key.to_owned())
+}
+
+fn read_body(request: &mut Request) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    request
+        .as_reader()
+        .take(BODY_LIMIT + 1)
+        .read_to_end(&mut body)
+        .map_err(|_| "the body could not be read".to_owned())?;
+    if body.len() as u64 > BODY_LIMIT {
+        return Err("the body is over 64 KiB".to_owned());
+    }
+    Ok(body)
+}
+
+fn respond(request: Request, (status, body): (u16, Value)) {
+    let mut response = Response::from_string(body.to_string()).with_status_code(status);
+    if let Ok(header) = Header::from_bytes("Content-Type", "application/json") {
+        response.add_header(header);
+    }
+    // A client that hung up is not the service's failure.
+    let _ = request.respond(response);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte & 15)]));
+        out
+    })
+}
+
+/// Binds `listen` (loopback only; port 0 picks one).
+///
+/// # Errors
+///
+/// A message when the address is not loopback or cannot be bound.
+pub fn bind(listen: &str) -> Result<(Arc<Server>, SocketAddr), String> {
+    let addr: SocketAddr =
+        listen.parse().map_err(|_| format!("--listen {listen}: not an IP address and port"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("--listen {listen}: the service listens on loopback only"));
+    }
+    let server = Server::http(addr).map_err(|_| format!("--listen {listen}: cannot bind"))?;
+    let bound = server.server_addr().to_ip().ok_or_else(|| "no IP address bound".to_owned())?;
+    Ok((Arc::new(server), bound))
+}

@@ -1,0 +1,81 @@
+//! `toolledger-refundd --listen 127.0.0.1:PORT --db FILE [--threads N]
+//! [--drop-percent P] [--fail-percent P] [--delay-ms N] [--answer-delay-ms N]
+//! [--seed S] [--refuse-order ID]...`
+//!
+//! Prints `listening on 127.0.0.1:PORT` as its first line on stdout, then serves until
+//! it is killed. Exit 2 with one line on stderr when the arguments or the file are bad.
+
+use std::{io::Write, path::PathBuf, process::ExitCode, sync::Arc};
+
+use toolledger_refundd::{Faults, Service, bind};
+
+const USAGE: &str = "usage: toolledger-refundd --listen 127.0.0.1:PORT --db FILE [--threads N] \
+    [--drop-percent P] [--fail-percent P] [--delay-ms N] [--answer-delay-ms N] [--seed S] \
+    [--refuse-order ID]...";
+
+struct Options {
+    listen: String,
+    db: PathBuf,
+    threads: usize,
+    faults: Faults,
+}
+
+fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let (mut listen, mut db, mut threads) = (None, None, 8);
+    let mut faults = Faults::default();
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        let number =
+            |text: String| text.parse::<u64>().map_err(|_| format!("{flag}: not a number"));
+        match flag.as_str() {
+            "--listen" => listen = Some(value()?),
+            "--db" => db = Some(PathBuf::from(value()?)),
+            "--threads" => {
+                threads = usize::try_from(number(value()?)?.clamp(1, 64)).unwrap_or(8);
+            }
+            "--drop-percent" => faults.drop_percent = number(value()?)?.min(100),
+            "--fail-percent" => faults.fail_percent = number(value()?)?.min(100),
+            "--delay-ms" => faults.delay_ms = number(value()?)?.min(60_000),
+            "--answer-delay-ms" => faults.answer_delay_ms = number(value()?)?.min(60_000),
+            "--seed" => faults.seed = number(value()?)?,
+            "--refuse-order" => faults.refuse_orders.push(value()?),
+            "--help" | "-h" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(Options {
+        listen: listen.ok_or("--listen is required")?,
+        db: db.ok_or("--db is required")?,
+        threads,
+        faults,
+    })
+}
+
+fn main() -> ExitCode {
+    let options = match options(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(message) => {
+            return fail(&format!("{message}\n{USAGE}"));
+        }
+    };
+    let service = match Service::open(&options.db, options.faults) {
+        Ok(service) => Arc::new(service),
+        Err(_) => return fail("the database file cannot be opened"),
+    };
+    let (server, bound) = match bind(&options.listen) {
+        Ok(bound) => bound,
+        Err(message) => return fail(&message),
+    };
+    println!("listening on {bound}");
+    let _ = std::io::stdout().flush();
+    match service.serve(&server, options.threads) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => fail("the database file cannot be opened"),
+    }
+}
+
+/// One line on stderr, exit 2.
+fn fail(message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "refundd: {message}");
+    ExitCode::from(2)
+}
