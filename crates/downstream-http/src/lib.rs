@@ -1,0 +1,314 @@
+//! A [`Downstream`] over HTTP, for services that implement the IETF Idempotency-Key
+//! header (draft-ietf-httpapi-idempotency-key-header).
+//!
+//! Each request goes to its tool's [`Endpoint`] as `POST` with
+//! `Idempotency-Key: "<downstream_request_ref>"` (a structured-field string) and a
+//! canonical JSON body: the arguments, the request digest (the fingerprint toolledger
+//! binds the receipt to), the tool and the output revision. The service's fingerprint
+//! is its own (the reference service hashes the body's bytes); the body is canonical,
+//! so the same intent always sends the same bytes.
+//!
+//! What comes back is mapped to the engine's three honest answers (the table is in
+//! `docs/http.md`):
+//!
+//! | what happened | answer |
+//! | --- | --- |
+//! | no connection (refused, DNS, connect timeout), or a bad URL: nothing was sent | not sent |
+//! | 409: the same key is still in flight | not sent, retried later |
+//! | 2xx | the receipt (quarantined by the engine if it breaks the output contract) |
+//! | 422: the service holds another request under this key | conflict, never retried under a new key |
+//! | other 4xx | refused definitively, with the service's reason |
+//! | 5xx, a timeout or a reset after connecting, an unreadable answer | unknown |
+//!
+//! The status lookup is `GET <lookup_url><key>`: 200 with the stored answer, 404 when
+//! the service never committed the key.
+//!
+//! The client is `ureq` with its default features off: plain HTTP, no TLS stack. A
+//! host that needs TLS terminates it in a local proxy or implements [`Downstream`] over
+//! its own client.
+
+use std::{collections::BTreeMap, io::ErrorKind, time::Duration};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use toolledger_contract::DownstreamIdentity;
+use toolledger_engine::{Downstream, DownstreamError, DownstreamRequest, Lookup};
+use toolledger_json::canonicalize;
+use toolledger_store::{DownstreamReceipt, Now};
+
+/// The largest answer read from a service.
+const ANSWER_LIMIT: u64 = 1024 * 1024;
+
+/// Where one tool's requests go.
+///
+/// ```
+/// let endpoint = toolledger_downstream_http::Endpoint::refunds("http://127.0.0.1:8080");
+/// assert_eq!(endpoint.execute_url, "http://127.0.0.1:8080/refunds");
+/// assert_eq!(endpoint.lookup_url, "http://127.0.0.1:8080/refunds/by-key/");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Where a request is `POST`ed.
+    pub execute_url: String,
+    /// The status lookup: the key is appended and the result `GET`.
+    pub lookup_url: String,
+    /// Headers sent with every request (an API key, a tenant header).
+    pub headers: Vec<(String, String)>,
+}
+
+impl Endpoint {
+    /// The reference service's refund endpoints under `base_url`
+    /// (`POST /refunds`, `GET /refunds/by-key/<key>`).
+    pub fn refunds(base_url: &str) -> Endpoint {
+        let base = base_url.trim_end_matches('/');
+        Endpoint {
+            execute_url: format!("{base}/refunds"),
+            lookup_url: format!("{base}/refunds/by-key/"),
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// How long a request may take.
+///
+/// ```
+/// let timeouts = toolledger_downstream_http::Timeouts::default();
+/// assert!(timeouts.connect < timeouts.total);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To connect (past it: not sent).
+    pub connect: Duration,
+    /// For the whole exchange (past it, once connected: unknown).
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts { connect: Duration::from_secs(2), total: Duration::from_secs(10) }
+    }
+}
+
+/// A [`Downstream`] over HTTP, with an [`Endpoint`] per tool.
+///
+/// ```
+/// use toolledger_contract::DownstreamIdentity;
+/// use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts};
+///
+/// let identity = DownstreamIdentity::new("refunds-http", "1").unwrap();
+/// let downstream = HttpDownstream::new(identity, Timeouts::default())
+///     .endpoint("refund_order", Endpoint::refunds("http://127.0.0.1:8080"));
+/// # let _ = downstream;
+/// ```
+#[derive(Debug)]
+pub struct HttpDownstream {
+    identity: DownstreamIdentity,
+    agent: ureq::Agent,
+    endpoints: BTreeMap<String, Endpoint>,
+}
+
+impl HttpDownstream {
+    /// A downstream with no endpoints yet. Connections are not reused: a pooled
+    /// connection the service has closed would turn a request that was never sent into
+    /// an unknown outcome.
+    pub fn new(identity: DownstreamIdentity, timeouts: Timeouts) -> HttpDownstream {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(timeouts.connect))
+            .timeout_global(Some(timeouts.total))
+            .max_idle_connections(0)
+            .max_redirects(0)
+            .build()
+            .into();
+        HttpDownstream { identity, agent, endpoints: BTreeMap::new() }
+    }
+
+    /// Sends `tool`'s requests to `endpoint`.
+    ///
+    /// ```
+    /// # use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts};
+    /// # let identity = toolledger_contract::DownstreamIdentity::new("refunds-http", "1").unwrap();
+    /// let downstream = HttpDownstream::new(identity, Timeouts::default())
+    ///     .endpoint("refund_order", Endpoint::refunds("http://127.0.0.1:8080"));
+    /// # let _ = downstream;
+    /// ```
+    #[must_use]
+    pub fn endpoint(mut self, tool: &str, endpoint: Endpoint) -> HttpDownstream {
+        self.endpoints.insert(tool.to_owned(), endpoint);
+        self
+    }
+
+    fn endpoint_of(&self, request: &DownstreamRequest) -> Result<&Endpoint, DownstreamError> {
+        self.endpoints.get(&request.tool_name).ok_or_else(|| DownstreamError::NotSent {
+            reason: format!("no HTTP endpoint is configured for {}", request.tool_name),
+        })
+    }
+}
+
+/// The canonical body of `request`: the same intent always sends the same bytes.
+///
+/// ```
+/// # use serde_json::json;
+/// # let request = toolledger_engine::DownstreamRequest {
+/// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+/// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
+/// #     tool_name: "refund_order".to_owned(),
+/// #     output_revision: "refund_order.output.v1".to_owned(),
+/// #     arguments: json!({"order_id": "ord-1"}),
+/// # };
+/// let body = toolledger_downstream_http::body(&request);
+/// assert!(body.starts_with("{\"arguments\":{\"order_id\":\"ord-1\"}"));
+/// ```
+pub fn body(request: &DownstreamRequest) -> String {
+    canonicalize(&json!({
+        "arguments": request.arguments,
+        "output_revision": request.output_revision,
+        "request_sha256": request.request_sha256.as_str(),
+        "tool_name": request.tool_name,
+    }))
+}
+
+/// The SHA-256 (hex) of `bytes`: the reference service's fingerprint of a body.
+fn fingerprint(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A transport failure: not sent only when no connection was made.
+fn transport(err: &ureq::Error) -> DownstreamError {
+    let not_sent = match err {
+        ureq::Error::ConnectionFailed
+        | ureq::Error::HostNotFound
+        | ureq::Error::BadUri(_)
+        | ureq::Error::Http(_)
+        | ureq::Error::Timeout(ureq::Timeout::Resolve | ureq::Timeout::Connect) => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable | ErrorKind::NotFound
+        ),
+        _ => false,
+    };
+    if not_sent {
+        DownstreamError::NotSent { reason: format!("no connection: {}", short(err)) }
+    } else {
+        DownstreamError::Unknown { reason: format!("the exchange broke off: {}", short(err)) }
+    }
+}
+
+/// A failure's kind, without addresses or OS text.
+fn short(err: &ureq::Error) -> &'static str {
+    match err {
+        ureq::Error::ConnectionFailed => "connection failed",
+        ureq::Error::HostNotFound => "host not found",
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) => "bad URL or header",
+        ureq::Error::Timeout(_) => "timed out",
+        ureq::Error::Io(io) if io.kind() == ErrorKind::ConnectionRefused => "connection refused",
+        ureq::Error::Io(_) => "I/O error",
+        ureq::Error::Protocol(_) => "not HTTP",
+        _ => "transport error",
+    }
+}
+
+/// Reads an answer's status and JSON body (`Null` when it is not JSON).
+fn read(
+    mut response: ureq::http::Response<ureq::Body>,
+) -> Result<(u16, Value, String), ureq::Error> {
+    let status = response.status().as_u16();
+    let text = response.body_mut().with_config().limit(ANSWER_LIMIT).read_to_string()?;
+    let value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok((status, value, text))
+}
+
+/// The service's reason in an answer, bounded.
+fn reason(status: u16, body: &Value) -> String {
+    let said =
+        body["reason"].as_str().or_else(|| body["error"].as_str()).unwrap_or("no reason given");
+    let said: String = said.chars().take(400).collect();
+    format!("HTTP {status}: {said}")
+}
+
+/// The receipt of a 2xx answer: its `output`, or, when the answer has none, what it
+/// said instead (which breaks the output contract, so the engine quarantines it and
+/// keeps it).
+fn receipt(request: &DownstreamRequest, body: &Value, text: &str) -> DownstreamReceipt {
+    match body.get("output") {
+        Some(output) => request.receipt(output.clone()),
+        None => request
+            .receipt(json!({"unreadable_answer": text.chars().take(2000).collect::<String>()})),
+    }
+}
+
+impl Downstream for HttpDownstream {
+    fn identity(&self) -> &DownstreamIdentity {
+        &self.identity
+    }
+
+    fn execute(
+        &mut self,
+        request: &DownstreamRequest,
+        _now: Now,
+    ) -> Result<DownstreamReceipt, DownstreamError> {
+        let endpoint = self.endpoint_of(request)?;
+        let mut call = self
+            .agent
+            .post(&endpoint.execute_url)
+            .header("Idempotency-Key", format!("\"{}\"", request.downstream_request_ref))
+            .header("Content-Type", "application/json")
+            .header("Connection", "close");
+        for (name, value) in &endpoint.headers {
+            call = call.header(name, value);
+        }
+        let response = call.send(body(request)).map_err(|err| transport(&err))?;
+        let (status, value, text) = read(response).map_err(|err| match transport(&err) {
+            // An answer whose body breaks off was sent and maybe committed.
+            DownstreamError::NotSent { reason } => DownstreamError::Unknown { reason },
+            other => other,
+        })?;
+        match status {
+            200..=299 => Ok(receipt(request, &value, &text)),
+            409 => Err(DownstreamError::NotSent {
+                reason: "HTTP 409: the same key is still in flight".to_owned(),
+            }),
+            422 => Err(DownstreamError::Conflict),
+            400..=499 => Err(DownstreamError::Refused { reason: reason(status, &value) }),
+            _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
+        }
+    }
+
+    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        let endpoint = self.endpoint_of(request)?;
+        let mut call = self
+            .agent
+            .get(format!("{}{}", endpoint.lookup_url, request.downstream_request_ref))
+            .header("Connection", "close");
+        for (name, value) in &endpoint.headers {
+            call = call.header(name, value);
+        }
+        let unknown = |err: &ureq::Error| DownstreamError::Unknown {
+            reason: format!("the status lookup failed: {}", short(err)),
+        };
+        let response = call.call().map_err(|err| unknown(&err))?;
+        let (status, value, _) = read(response).map_err(|err| unknown(&err))?;
+        match status {
+            404 => Ok(Lookup::NotFound),
+            200 => {
+                if value["fingerprint"].as_str()
+                    != Some(fingerprint(body(request).as_bytes()).as_str())
+                {
+                    return Err(DownstreamError::Conflict);
+                }
+                let answer = &value["response"];
+                let answered = value["status"].as_u64().unwrap_or(0);
+                match value["state"].as_str() {
+                    Some("done") => Ok(Lookup::Done(receipt(request, answer, &answer.to_string()))),
+                    Some("refused") => Ok(Lookup::Refused {
+                        reason: reason(u16::try_from(answered).unwrap_or(0), answer),
+                    }),
+                    _ => Err(DownstreamError::Unknown {
+                        reason: "the service is still working on the request".to_owned(),
+                    }),
+                }
+            }
+            _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
+        }
+    }
+}
