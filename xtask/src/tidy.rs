@@ -48,7 +48,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
 /// the facade, whose async-host example and test run on it.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
-        "toolledger-engine" | "toolledger-cli" => &["proptest", "rusqlite"],
+        "toolledger-engine" => &["proptest", "rusqlite"],
+        "toolledger-cli" => &["proptest", "rusqlite", "ureq"],
         "toolledger" => &["proptest", "rusqlite", "tokio"],
         "toolledger-refundd" => &["ureq"],
         _ => &["proptest"],

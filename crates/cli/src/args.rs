@@ -28,9 +28,9 @@ nothing printed: query the status, never retry under a new key.";
 /// toolledger is not exactly-once: it never guesses an unknown outcome, and the
 /// downstream must be idempotent on the scope it is handed.
 ///
-/// The downstream of this command is a SIMULATION: a stand-in refund API
-/// (toolledger-stand-in@1) that records its receipts in the ledger file itself, for
-/// trying the contract. No money moves. Operations a host accepted for its own
+/// The downstream of this command is a SIMULATION unless --downstream names a service:
+/// a stand-in refund API (toolledger-stand-in@1) that records its receipts in the ledger
+/// file itself, for trying the contract. No money moves. Operations a host accepted for its own
 /// downstream are refused here (DOWNSTREAM_MISMATCH); hosts embed the `toolledger`
 /// library with their own downstream.
 #[derive(Debug, Parser)]
@@ -64,6 +64,21 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Which downstream a command that works operations calls.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct DownstreamArgs {
+    /// A refund service over HTTP (http://HOST:PORT) that implements the Idempotency-Key
+    /// header, instead of the simulation: POST /refunds, GET /refunds/by-key/KEY
+    #[arg(long, value_name = "URL")]
+    pub(crate) downstream: Option<String>,
+    /// The HTTP downstream's identity, recorded with every operation it is to perform
+    #[arg(long, value_name = "NAME@REVISION", default_value = "refunds-http@1")]
+    pub(crate) downstream_identity: String,
+    /// The longest one HTTP exchange may take; past it, once connected: OUTCOME_UNKNOWN
+    #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub(crate) downstream_timeout_ms: u64,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Dispatch the case's tool call: a new intent is accepted and worked now; a known
@@ -76,6 +91,8 @@ pub(crate) enum Command {
         /// Stop right after this commit, as a crash would (for recovery drills)
         #[arg(long, value_name = "POINT")]
         failure: Option<DispatchFailure>,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
     },
     /// Work one accepted operation as a worker: claim its lease, recheck contract,
     /// authorization and business state, call the downstream, record the receipt.
@@ -93,6 +110,8 @@ pub(crate) enum Command {
         /// Stop right after this commit, as a crash would
         #[arg(long, value_name = "POINT")]
         failure: Option<ProcessFailure>,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
     },
     /// Ask what became of an operation and reconcile a downstream receipt
     /// (receipt_reconciled), under a derived, purpose-bound call identity
@@ -103,6 +122,8 @@ pub(crate) enum Command {
         /// Judge the call at this Unix time instead of the case's clock.now
         #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
         now: Option<i64>,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
     },
     /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
     /// invariants, counts, unreconciled downstream receipts. Creates nothing
@@ -149,6 +170,8 @@ pub(crate) enum Command {
         /// Drill: the seed of the simulation's faults
         #[arg(long, value_name = "N", default_value_t = 0)]
         simulate_seed: u64,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
     },
     /// List operations by state, oldest change first: one JSON object per line with the
     /// status_ref, tool, state, attempts, ages and last reason (arguments only with

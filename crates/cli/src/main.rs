@@ -13,6 +13,7 @@ mod demo;
 mod files;
 mod relay;
 mod run;
+mod wire;
 
 use std::{
     fs::File,

@@ -76,7 +76,7 @@ pub(crate) struct Options {
     pub(crate) once: bool,
     pub(crate) format: LogFormat,
     pub(crate) metrics_listen: Option<SocketAddr>,
-    pub(crate) faults: toolledger::Faults,
+    pub(crate) downstream: crate::wire::Chosen,
 }
 
 pub(crate) fn run(
@@ -86,7 +86,7 @@ pub(crate) fn run(
     context: &Value,
     options: &Options,
 ) -> Result<Printed, Failure> {
-    let Options { once, format, metrics_listen, faults } = *options;
+    let Options { once, format, metrics_listen, ref downstream } = *options;
     let stop = Arc::new(AtomicBool::new(false));
     let server = match metrics_listen {
         Some(addr) => Some(serve_metrics(addr, db, Arc::clone(&stop))?),
@@ -107,13 +107,7 @@ pub(crate) fn run(
         }
         let _ = writeln!(std::io::stderr(), "{}", line(format, &event));
     };
-    let totals = relay.run(
-        || toolledger::simulated_with(db, faults),
-        || claims.clone(),
-        context,
-        until,
-        &log,
-    );
+    let totals = relay.run(|| downstream.open(db), || claims.clone(), context, until, &log);
     stop.store(true, Ordering::SeqCst);
     if let Some(server) = server {
         let _ = server.join();

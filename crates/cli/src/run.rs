@@ -15,14 +15,15 @@ use clap::{
 use serde_json::{Value, json};
 use toolledger::{
     Answer, Case, ContractError, DownstreamIdentity, EngineError, Identifier, Ledger, Migrated,
-    RefundOrder, Registry, Simulated, StatusRef, Waits, drill::FailurePoint, load_case,
+    RefundOrder, Registry, StatusRef, Waits, drill::FailurePoint, load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
 use crate::{
-    args::{Cli, Command, DispatchFailure, ProcessFailure},
+    args::{Cli, Command, DispatchFailure, DownstreamArgs, ProcessFailure},
     claims::Claims,
     files::read_bounded,
+    wire::{Chosen, Wire},
 };
 
 /// What a command printed and how it exits.
@@ -290,6 +291,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             simulate_unavailable,
             simulate_delay_ms,
             simulate_seed,
+            downstream,
         } => {
             let (case, claims) = inputs(cli, None)?;
             // A relay runs for long: every wait is bounded, but there is no overall deadline.
@@ -316,16 +318,16 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                     once: *once,
                     format: *log_format,
                     metrics_listen: *metrics_listen,
-                    faults,
+                    downstream: Chosen::from_args(downstream, faults)?,
                 };
                 crate::relay::run(&relay, &db, claims, &case.business_state, &options)
             }
         }
         Command::Demo => Err(usage("demo takes no options".to_owned())),
-        Command::Dispatch { now, failure } => {
+        Command::Dispatch { now, failure, downstream } => {
             let (case, claims) = inputs(cli, *now)?;
             let worker = default_worker();
-            let mut ledger = open(&db, claims, waits)?;
+            let mut ledger = open(&db, claims, waits, downstream)?;
             let engine = ledger.engine();
             let answer = match failure {
                 Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?,
@@ -341,7 +343,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             };
             Ok(Printed::Answer(answer))
         }
-        Command::Process { status_ref, now, worker_id, failure } => {
+        Command::Process { status_ref, now, worker_id, failure, downstream } => {
             let worker = match worker_id {
                 Some(text) => Identifier::new(text)
                     .map_err(|_| usage("invalid value for --worker-id".to_owned()))?,
@@ -351,7 +353,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, claims, waits)?;
+            let mut ledger = open(&db, claims, waits, downstream)?;
             let engine = ledger.engine();
             match failure {
                 Some(ProcessFailure::Claim) => {
@@ -365,23 +367,27 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             let answer = engine.process(&status_ref, &case.clock, &case.business_state, &worker)?;
             Ok(Printed::Answer(answer))
         }
-        Command::Status { status_ref, now } => {
+        Command::Status { status_ref, now, downstream } => {
             let (case, claims) = inputs(cli, *now)?;
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, claims, waits)?;
+            let mut ledger = open(&db, claims, waits, downstream)?;
             Ok(Printed::Answer(ledger.engine().status(&case, &status_ref)?))
         }
     }
 }
 
-/// The command line's ledger: the built-in refund tool and the simulated downstream.
-fn open(path: &Path, claims: Claims, waits: Waits) -> Result<Ledger<Simulated, Claims>, Failure> {
-    Ok(Ledger::builder(path)
-        .tool(RefundOrder::default().tool())
-        .waits(waits)
-        .open_simulated(claims)?)
+/// The command line's ledger: the built-in refund tool, and the simulated downstream or
+/// the one `--downstream` names.
+fn open(
+    path: &Path,
+    claims: Claims,
+    waits: Waits,
+    downstream: &DownstreamArgs,
+) -> Result<Ledger<Wire, Claims>, Failure> {
+    let wire = Chosen::from_args(downstream, toolledger::Faults::default())?.open(path)?;
+    Ok(Ledger::builder(path).tool(RefundOrder::default().tool()).waits(waits).open(wire, claims)?)
 }
 
 /// `migrate`: upgrades the store, naming the downstream its older operations belong to.

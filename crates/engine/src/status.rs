@@ -128,6 +128,11 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Ok(Lookup::Refused { reason }) => {
                 self.store.fail(status_ref, &Finalizer::StatusQuery, &reason, now)?;
             }
+            Err(crate::DownstreamError::Conflict) => {
+                let kept = crate::worker::conflict_kept(&operation);
+                let reason = crate::worker::CONFLICT_REASON;
+                self.store.quarantine(status_ref, &Finalizer::StatusQuery, &kept, reason, now)?;
+            }
             // No record, or the downstream cannot be asked: still unknown.
             Ok(Lookup::NotFound) | Err(_) => {
                 return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));

@@ -167,6 +167,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                     return self.after_ending(ending, status_ref, lease.caller, context);
                 }
                 Ok(Lookup::NotFound) => None,
+                Err(DownstreamError::Conflict) => {
+                    let ending = self.store.quarantine(
+                        status_ref,
+                        &finalizer,
+                        &conflict_kept(operation),
+                        CONFLICT_REASON,
+                        clock.now,
+                    )?;
+                    return self.after_ending(ending, status_ref, lease.caller, context);
+                }
                 Err(_) => return Ok(block(BlockCode::OutcomeUnknown, Some(operation))),
             }
         } else {
@@ -240,7 +250,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
             }
             Err(DownstreamError::Conflict) => {
-                return Err(violation("the downstream holds a different request under this ref"));
+                let ending = self.store.quarantine(
+                    status_ref,
+                    &finalizer,
+                    &conflict_kept(operation),
+                    CONFLICT_REASON,
+                    clock.now,
+                )?;
+                return self.after_ending(ending, status_ref, lease.caller, context);
             }
         };
         match check_receipt(operation, tool, receipt.clone())? {
@@ -437,4 +454,15 @@ fn judged<'a>(intent: &'a NewOperation, context: &'a Value) -> Judged<'a> {
         arguments: &intent.arguments,
         context,
     }
+}
+
+/// Why an operation whose key the downstream holds for another request is quarantined.
+pub(crate) const CONFLICT_REASON: &str =
+    "the downstream holds a different request under this operation's key";
+
+/// What a quarantine keeps when the downstream answered a conflict: the key it holds
+/// for another request. No retry can change it and nothing may send the intent under
+/// another key: an operator decides.
+pub(crate) fn conflict_kept(operation: &Operation) -> serde_json::Value {
+    serde_json::json!({"downstream_conflict": operation.downstream_request_ref})
 }

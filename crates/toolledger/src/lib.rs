@@ -75,6 +75,21 @@ pub use toolledger_engine::{
     Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
     Drained, EngineError, Faults, Lookup, StandIn, Waits, drill,
 };
+/// A downstream over HTTP, for services that implement the IETF Idempotency-Key header:
+/// [`http::HttpDownstream`], an [`http::Endpoint`] per tool, [`http::Timeouts`]. The
+/// outcome table is in `docs/http.md`.
+///
+/// ```
+/// use toolledger::http::{Endpoint, HttpDownstream, Timeouts};
+/// let identity = toolledger::DownstreamIdentity::new("refunds-http", "1").unwrap();
+/// let downstream = HttpDownstream::new(identity, Timeouts::default())
+///     .endpoint("refund_order", Endpoint::refunds("http://127.0.0.1:8080"));
+/// # let _ = downstream;
+/// ```
+pub mod http {
+    pub use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
+}
+
 pub use toolledger_store::{
     DownstreamReceipt, ListFilter, Listed, Migrated, Requeued, SCHEMA_ID, STATES,
 };

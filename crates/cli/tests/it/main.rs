@@ -6,6 +6,7 @@ mod concurrency;
 mod errors;
 mod flows;
 mod honesty;
+mod http;
 mod kill;
 mod library;
 mod liveness;

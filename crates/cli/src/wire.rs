@@ -1,0 +1,110 @@
+//! The command line's downstream: the simulation (the default), or a service over HTTP
+//! (`--downstream URL`), each behind the recovery-drill switch.
+
+use std::{path::Path, time::Duration};
+
+use toolledger::{
+    Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Faults,
+    Lookup, Simulated, UnixSeconds, drill,
+    http::{Endpoint, HttpDownstream, Timeouts},
+};
+
+use crate::{args::DownstreamArgs, run::Failure};
+
+/// Either downstream.
+#[derive(Debug)]
+pub(crate) enum Wire {
+    Simulated(Simulated),
+    Http(drill::Interrupt<HttpDownstream>),
+}
+
+/// Which downstream a command uses, parsed once.
+#[derive(Debug, Clone)]
+pub(crate) enum Chosen {
+    Simulated(Faults),
+    Http { base_url: String, identity: DownstreamIdentity, timeouts: Timeouts },
+}
+
+impl Chosen {
+    /// From the command's options: `--downstream` is an `http://` URL.
+    pub(crate) fn from_args(args: &DownstreamArgs, faults: Faults) -> Result<Chosen, Failure> {
+        let Some(url) = &args.downstream else { return Ok(Chosen::Simulated(faults)) };
+        let usage = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            usage("invalid value for --downstream: expected http://HOST:PORT (plain HTTP)")
+        })?;
+        if rest.is_empty() || rest.contains(char::is_whitespace) {
+            return Err(usage("invalid value for --downstream: expected http://HOST:PORT"));
+        }
+        let identity = args
+            .downstream_identity
+            .split_once('@')
+            .and_then(|(name, revision)| DownstreamIdentity::new(name, revision).ok())
+            .ok_or_else(|| {
+                usage("invalid value for --downstream-identity: expected NAME@REVISION")
+            })?;
+        let total = Duration::from_millis(args.downstream_timeout_ms);
+        let timeouts = Timeouts { connect: total.min(Duration::from_secs(2)), total };
+        Ok(Chosen::Http { base_url: url.clone(), identity, timeouts })
+    }
+
+    /// A downstream for the ledger at `db`.
+    pub(crate) fn open(&self, db: &Path) -> Result<Wire, toolledger::Error> {
+        Ok(match self {
+            Chosen::Simulated(faults) => Wire::Simulated(toolledger::simulated_with(db, *faults)?),
+            Chosen::Http { base_url, identity, timeouts } => {
+                let http = HttpDownstream::new(identity.clone(), *timeouts)
+                    .endpoint("refund_order", Endpoint::refunds(base_url));
+                Wire::Http(drill::Interrupt::new(http, drill::Switch::default()))
+            }
+        })
+    }
+}
+
+impl Wire {
+    /// The drill switch of either downstream.
+    pub(crate) fn switch(&self) -> &drill::Switch {
+        match self {
+            Wire::Simulated(simulated) => simulated.switch(),
+            Wire::Http(http) => http.switch(),
+        }
+    }
+}
+
+impl Downstream for Wire {
+    fn identity(&self) -> &DownstreamIdentity {
+        match self {
+            Wire::Simulated(simulated) => simulated.identity(),
+            Wire::Http(http) => http.identity(),
+        }
+    }
+
+    fn execute(
+        &mut self,
+        request: &DownstreamRequest,
+        now: UnixSeconds,
+    ) -> Result<DownstreamReceipt, DownstreamError> {
+        match self {
+            Wire::Simulated(simulated) => simulated.execute(request, now),
+            Wire::Http(http) => http.execute(request, now),
+        }
+    }
+
+    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        match self {
+            Wire::Simulated(simulated) => simulated.lookup(request),
+            Wire::Http(http) => http.lookup(request),
+        }
+    }
+
+    fn execute_batch(
+        &mut self,
+        requests: &[DownstreamRequest],
+        now: UnixSeconds,
+    ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
+        match self {
+            Wire::Simulated(simulated) => simulated.execute_batch(requests, now),
+            Wire::Http(http) => http.execute_batch(requests, now),
+        }
+    }
+}
