@@ -214,6 +214,10 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
             if quick {
                 args.push("--quick");
             }
+            if name == "report" {
+                // The HTTP figures run against the reference service's release binary.
+                cargo(root, &["build", "--release", "--locked", "-p", "toolledger-refundd"], &[])?;
+            }
             cargo(root, &args, &[])
         }));
     }

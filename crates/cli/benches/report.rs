@@ -262,6 +262,77 @@ fn main() {
     put("relay_events_per_s", json!(relay_rate));
     put("relay_vs_pipeline", json!(relay_rate / fresh_ops));
 
+    // Over HTTP on loopback, against the reference service in its own process: a fresh
+    // dispatch, against what it cannot avoid (one raw HTTP round trip that commits a
+    // refund, plus the bare 4-commit pipeline measured above), alternating; then the
+    // relay draining a backlog with eight workers.
+    println!("http: dispatch over loopback vs raw HTTP round trip + raw pipeline; relay x8");
+    let service = Refundd::start(&work.file("refundd"));
+    let http_ops = settings.ops / 2;
+    let (mut raw_http, mut over_http) = (Vec::new(), Vec::new());
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_idle_connections(0)
+        .build()
+        .into();
+    for round in 0..settings.rounds {
+        raw_http.push(timed_rate(http_ops, |index| {
+            let case = cases.get(700_000 + round * http_ops + index);
+            let body = json!({"arguments": case.proposal.arguments, "request_sha256": "0".repeat(64),
+                "output_revision": "refund_order.output.v1", "tool_name": "refund_order"});
+            let response = agent
+                .post(format!("{}/refunds", service.base))
+                .header("Idempotency-Key", format!("\"raw-{round}-{index}\""))
+                .header("Connection", "close")
+                .send(canonicalize(&body))
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 201);
+        }));
+        let path = work.file(&format!("http-{round}"));
+        let mut ledger = http_ledger(&path, &service.base);
+        over_http.push(timed_rate(http_ops, |index| {
+            let answer = ledger
+                .engine()
+                .dispatch(&cases.get(800_000 + round * http_ops + index), &worker())
+                .unwrap();
+            assert!(matches!(answer, toolledger::Answer::Pass { .. }), "{}", answer.package());
+        }));
+    }
+    let (raw_http, over_http) = (median(raw_http), median(over_http));
+    let floor = 1.0 / (1.0 / raw_http + 1.0 / raw_pipeline_ops);
+    put("raw_http_round_trips_per_s", json!(raw_http));
+    put("http_floor_ops_per_s", json!(floor));
+    put("http_dispatch_ops_per_s", json!(over_http));
+    put("http_dispatch_vs_floor", json!(over_http / floor));
+
+    let backlog = work.file("http-relay");
+    {
+        let mut ledger = http_ledger(&backlog, &service.base);
+        for index in 0..events {
+            let answer = ledger.engine().enqueue(&cases.get(900_000 + index)).unwrap();
+            assert!(matches!(answer, toolledger::Answer::Block { .. }));
+        }
+    }
+    let started = Instant::now();
+    let drained = toolledger::Relay::new(&backlog)
+        .tool(toolledger::RefundOrder::default().tool())
+        .concurrency(8)
+        .batch(16)
+        .at(now.get() + 1)
+        .run(
+            || Ok(http_downstream(&service.base)),
+            || NoRoles,
+            &cases.base.business_state,
+            toolledger::Until::Drained,
+            &|_| {},
+        )
+        .unwrap();
+    let http_relay = events as f64 / started.elapsed().as_secs_f64();
+    assert_eq!(drained.delivered, events, "{drained:?}");
+    put("http_relay_events_per_s", json!(http_relay));
+    put("http_relay_vs_dispatch", json!(http_relay / over_http));
+    drop(service);
+
     // The audit of a ledger of valid, finished operations.
     println!("audit of {} finished operations", settings.audited);
     let audited = work.file("audited");
@@ -390,7 +461,7 @@ fn print_table(report: &Value) {
     let f = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
     println!();
     println!("{:<40} {:>14} {:>14} {:>9}  target", "figure", "toolledger", "baseline", "ratio");
-    let rows: [(&str, &str, &str, &str, &str); 9] = [
+    let rows: [(&str, &str, &str, &str, &str); 11] = [
         (
             "fresh dispatch ops/s vs raw pipeline",
             "fresh_dispatch_ops_per_s",
@@ -439,6 +510,20 @@ fn print_table(report: &Value) {
             "fresh_dispatch_ops_per_s",
             "relay_vs_pipeline",
             ">= 4",
+        ),
+        (
+            "http dispatch ops/s vs HTTP+pipeline floor",
+            "http_dispatch_ops_per_s",
+            "http_floor_ops_per_s",
+            "http_dispatch_vs_floor",
+            ">= 0.85",
+        ),
+        (
+            "http relay x8 events/s vs http dispatch",
+            "http_relay_events_per_s",
+            "http_dispatch_ops_per_s",
+            "http_relay_vs_dispatch",
+            "-",
         ),
         (
             "json MB/s vs serde_json",
@@ -535,6 +620,60 @@ impl Cases {
 
 fn worker() -> toolledger_contract::Identifier {
     toolledger_contract::Identifier::new("bench-worker").unwrap()
+}
+
+/// The HTTP downstream of the bench: the reference service's refund endpoints.
+fn http_downstream(base: &str) -> toolledger::http::HttpDownstream {
+    let identity = toolledger::DownstreamIdentity::new("refunds-http", "1").unwrap();
+    toolledger::http::HttpDownstream::new(identity, toolledger::http::Timeouts::default())
+        .endpoint("refund_order", toolledger::http::Endpoint::refunds(base))
+}
+
+/// A ledger at `path` whose refunds go to the service at `base`.
+fn http_ledger(
+    path: &Path,
+    base: &str,
+) -> toolledger::Ledger<toolledger::http::HttpDownstream, NoRoles> {
+    toolledger::Ledger::builder(path)
+        .tool(toolledger::RefundOrder::default().tool())
+        .open(http_downstream(base), NoRoles)
+        .unwrap()
+}
+
+/// The reference service in its own process (built beside this bench by
+/// `cargo xtask bench`), killed when dropped.
+struct Refundd {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Refundd {
+    fn start(db: &Path) -> Refundd {
+        use std::io::BufRead;
+        let exe = std::env::current_exe().unwrap();
+        let binary = exe.parent().and_then(Path::parent).unwrap().join("toolledger-refundd");
+        assert!(
+            binary.exists(),
+            "build toolledger-refundd in release first (cargo xtask bench does)"
+        );
+        let mut child = Command::new(binary)
+            .args(["--listen", "127.0.0.1:0", "--threads", "8", "--db"])
+            .arg(db)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+        Refundd { child, base: format!("http://{addr}") }
+    }
+}
+
+impl Drop for Refundd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn engine(path: &Path) -> SqliteEngine<NoRoles> {
