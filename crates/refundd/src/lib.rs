@@ -48,6 +48,8 @@ pub struct Faults {
     pub fail_percent: u64,
     /// Milliseconds each new request is held, as running, before its commit.
     pub delay_ms: u64,
+    /// Up to this many more milliseconds, drawn per request.
+    pub jitter_ms: u64,
     /// Milliseconds a committed request waits before its answer is written.
     pub answer_delay_ms: u64,
     /// Orders refused with 402.
@@ -75,6 +77,7 @@ impl Faults {
                 "drop_percent" => faults.drop_percent = number()?.min(100),
                 "fail_percent" => faults.fail_percent = number()?.min(100),
                 "delay_ms" => faults.delay_ms = number()?.min(60_000),
+                "jitter_ms" => faults.jitter_ms = number()?.min(60_000),
                 "answer_delay_ms" => faults.answer_delay_ms = number()?.min(60_000),
                 "seed" => faults.seed = number()?,
                 "refuse_orders" => {
@@ -98,6 +101,13 @@ enum Fate {
     Commit,
     CommitThenDrop,
     FailBeforeCommit,
+}
+
+/// A fate and how long the request is held before its commit.
+#[derive(Debug, Clone, Copy)]
+struct Drawn {
+    fate: Fate,
+    delay_ms: u64,
 }
 
 /// The service: its file, its switches, and a count of draws.
@@ -158,28 +168,31 @@ impl Service {
         self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Draws the fate of a new request.
-    fn fate(&self, key: &str) -> Fate {
+    /// Draws the fate of a new request and its delay.
+    fn draw(&self, key: &str) -> Drawn {
         let mut faults = self.switches();
-        if faults.drop_next > 0 {
-            faults.drop_next -= 1;
-            return Fate::CommitThenDrop;
-        }
-        if faults.fail_next > 0 {
-            faults.fail_next -= 1;
-            return Fate::FailBeforeCommit;
-        }
         let draw = self.draws.fetch_add(1, Ordering::Relaxed);
         let digest = Sha256::digest(format!("{}:{key}:{draw}", faults.seed).as_bytes());
-        let roll = u64::from(digest[0]) * 256 + u64::from(digest[1]);
-        let percent = roll % 100;
-        if percent < faults.drop_percent {
+        let roll = |at: usize| {
+            u64::from(digest.get(at).copied().unwrap_or(0)) * 256
+                + u64::from(digest.get(at + 1).copied().unwrap_or(0))
+        };
+        let delay_ms = faults.delay_ms + roll(2) % (faults.jitter_ms + 1);
+        let percent = roll(0) % 100;
+        let fate = if faults.drop_next > 0 {
+            faults.drop_next -= 1;
+            Fate::CommitThenDrop
+        } else if faults.fail_next > 0 {
+            faults.fail_next -= 1;
+            Fate::FailBeforeCommit
+        } else if percent < faults.drop_percent {
             Fate::CommitThenDrop
         } else if percent < faults.drop_percent + faults.fail_percent {
             Fate::FailBeforeCommit
         } else {
             Fate::Commit
-        }
+        };
+        Drawn { fate, delay_ms }
     }
 
     /// Serves `server` on `threads` threads until it is unblocked; each thread has its
@@ -294,16 +307,12 @@ impl Service {
         .map_err(failed)?;
         tx.commit().map_err(failed)?;
 
-        let fate = self.fate(&key);
-        let (delay, answer_delay, refused) = {
+        let Drawn { fate, delay_ms } = self.draw(&key);
+        let (answer_delay, refused) = {
             let faults = self.switches();
-            (
-                faults.delay_ms,
-                faults.answer_delay_ms,
-                faults.refuse_orders.contains(&order.order_id),
-            )
+            (faults.answer_delay_ms, faults.refuse_orders.contains(&order.order_id))
         };
-        std::thread::sleep(Duration::from_millis(delay));
+        std::thread::sleep(Duration::from_millis(delay_ms));
         if fate == Fate::FailBeforeCommit {
             conn.execute("DELETE FROM requests WHERE key = ?1 AND state = 'running'", [&key])
                 .map_err(failed)?;

@@ -1,5 +1,5 @@
 //! `toolledger-refundd --listen 127.0.0.1:PORT --db FILE [--threads N]
-//! [--drop-percent P] [--fail-percent P] [--delay-ms N] [--answer-delay-ms N]
+//! [--drop-percent P] [--fail-percent P] [--delay-ms N] [--jitter-ms N] [--answer-delay-ms N]
 //! [--seed S] [--refuse-order ID]...`
 //!
 //! Prints `listening on 127.0.0.1:PORT` as its first line on stdout, then serves until
@@ -10,7 +10,7 @@ use std::{io::Write, path::PathBuf, process::ExitCode, sync::Arc};
 use toolledger_refundd::{Faults, Service, bind};
 
 const USAGE: &str = "usage: toolledger-refundd --listen 127.0.0.1:PORT --db FILE [--threads N] \
-    [--drop-percent P] [--fail-percent P] [--delay-ms N] [--answer-delay-ms N] [--seed S] \
+    [--drop-percent P] [--fail-percent P] [--delay-ms N] [--jitter-ms N] [--answer-delay-ms N] [--seed S] \
     [--refuse-order ID]...";
 
 struct Options {
@@ -36,6 +36,7 @@ fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--drop-percent" => faults.drop_percent = number(value()?)?.min(100),
             "--fail-percent" => faults.fail_percent = number(value()?)?.min(100),
             "--delay-ms" => faults.delay_ms = number(value()?)?.min(60_000),
+            "--jitter-ms" => faults.jitter_ms = number(value()?)?.min(60_000),
             "--answer-delay-ms" => faults.answer_delay_ms = number(value()?)?.min(60_000),
             "--seed" => faults.seed = number(value()?)?,
             "--refuse-order" => faults.refuse_orders.push(value()?),

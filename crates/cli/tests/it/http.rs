@@ -254,10 +254,21 @@ fn a_forged_request_under_the_same_key_is_refused_and_never_retried_under_anothe
 
 #[test]
 fn the_relay_drains_five_hundred_events_through_drops_delays_and_5xx() {
+    // 10% of requests commit and lose their answer, 10% answer 503 before committing,
+    // and each is held a random 0-20 ms (seeded: the run replays).
     let dir = Dir::new();
     let service = Refundd::start(
         &dir,
-        &["--drop-percent", "10", "--fail-percent", "10", "--delay-ms", "1", "--seed", "20261130"],
+        &[
+            "--drop-percent",
+            "10",
+            "--fail-percent",
+            "10",
+            "--jitter-ms",
+            "20",
+            "--seed",
+            "20261130",
+        ],
     );
     let intents: i64 = 500;
     for n in 0..intents {
@@ -307,10 +318,13 @@ fn the_relay_drains_five_hundred_events_through_drops_delays_and_5xx() {
         dir.db_int(&format!("SELECT count(*) FROM operations WHERE status = '{status}'"))
     };
     let (delivered, failed, dead) = (count("succeeded"), count("failed"), count("dead"));
+    let reclaims =
+        dir.db_int("SELECT coalesce(sum(value), 0) FROM counters WHERE name = 'lease_reclaims'");
     println!(
-        "http relay: intents={intents} delivered={delivered} failed={failed} dead={dead} refunds={}",
+        "http relay: intents={intents} delivered={delivered} failed={failed} dead={dead} refunds={} lease_reclaims={reclaims}",
         service.refunds()
     );
+    assert!(reclaims > 0, "no answer was lost: the faults did not fire");
     assert_eq!(delivered + failed + dead, intents);
     assert_eq!(service.refunds(), delivered, "refunds in the service's store = delivered events");
     assert_eq!(dir.run(&["audit"]).code, 0);
