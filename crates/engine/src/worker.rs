@@ -168,14 +168,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 }
                 Ok(Lookup::NotFound) => None,
                 Err(DownstreamError::Conflict) => {
-                    let ending = self.store.quarantine(
-                        status_ref,
-                        &finalizer,
-                        &conflict_kept(operation),
-                        CONFLICT_REASON,
-                        clock.now,
-                    )?;
-                    return self.after_ending(ending, status_ref, lease.caller, context);
+                    return self.conflicted(operation, &finalizer, lease, clock, context);
                 }
                 Err(_) => return Ok(block(BlockCode::OutcomeUnknown, Some(operation))),
             }
@@ -250,14 +243,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
             }
             Err(DownstreamError::Conflict) => {
-                let ending = self.store.quarantine(
-                    status_ref,
-                    &finalizer,
-                    &conflict_kept(operation),
-                    CONFLICT_REASON,
-                    clock.now,
-                )?;
-                return self.after_ending(ending, status_ref, lease.caller, context);
+                return self.conflicted(operation, &finalizer, lease, clock, context);
             }
         };
         match check_receipt(operation, tool, receipt.clone())? {
@@ -324,6 +310,23 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
 
     /// The answer after this worker tried to end the operation as failed or
     /// quarantined.
+    /// The downstream holds a different request under the operation's key: the
+    /// operation ends quarantined (see [`conflict_kept`]).
+    fn conflicted(
+        &mut self,
+        operation: &Operation,
+        finalizer: &Finalizer,
+        lease: &Lease<'_>,
+        clock: &Clock,
+        context: &Value,
+    ) -> Result<Answer, EngineError> {
+        let status_ref = &operation.intent.status_ref;
+        let kept = conflict_kept(operation);
+        let ending =
+            self.store.quarantine(status_ref, finalizer, &kept, CONFLICT_REASON, clock.now)?;
+        self.after_ending(ending, status_ref, lease.caller, context)
+    }
+
     pub(crate) fn after_ending(
         &mut self,
         ending: Finalize,
