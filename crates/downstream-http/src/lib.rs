@@ -13,7 +13,7 @@
 //!
 //! | what happened | answer |
 //! | --- | --- |
-//! | no connection (refused, DNS, connect timeout), or a bad URL: nothing was sent | not sent |
+//! | no connection (refused, DNS, connect timeout), an `https://` URL (no TLS is compiled in), or a bad URL: nothing was sent | not sent |
 //! | 409: the same key is still in flight | not sent, retried later |
 //! | 2xx | the receipt (quarantined by the engine if it breaks the output contract) |
 //! | 422: the service holds another request under this key | conflict, never retried under a new key |
@@ -138,10 +138,23 @@ impl HttpDownstream {
         self
     }
 
+    /// The tool's endpoint, when it has one this client can reach: plain `http://` only
+    /// (no TLS is compiled in; an `https://` URL is refused here, before any connection,
+    /// rather than left to the client library).
     fn endpoint_of(&self, request: &DownstreamRequest) -> Result<&Endpoint, DownstreamError> {
-        self.endpoints.get(&request.tool_name).ok_or_else(|| DownstreamError::NotSent {
-            reason: format!("no HTTP endpoint is configured for {}", request.tool_name),
-        })
+        let endpoint =
+            self.endpoints.get(&request.tool_name).ok_or_else(|| DownstreamError::NotSent {
+                reason: format!("no HTTP endpoint is configured for {}", request.tool_name),
+            })?;
+        if ![&endpoint.execute_url, &endpoint.lookup_url]
+            .iter()
+            .all(|url| url.starts_with("http://"))
+        {
+            return Err(DownstreamError::NotSent {
+                reason: "only http:// URLs are supported (no TLS is compiled in)".to_owned(),
+            });
+        }
+        Ok(endpoint)
     }
 }
 

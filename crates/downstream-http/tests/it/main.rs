@@ -139,6 +139,19 @@ fn no_connection_is_not_sent() {
 }
 
 #[test]
+fn an_https_url_is_not_sent_without_tls() {
+    // No TLS stack is compiled in: the handshake never starts, nothing is sent.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("https://{}", listener.local_addr().unwrap());
+    let result = downstream(&base).execute(&request(), Now::new(1_767_225_600).unwrap());
+    assert!(not_sent(&result), "{result:?}");
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "a connection was made");
+    let looked_up = downstream(&base).lookup(&request());
+    assert!(matches!(looked_up, Err(DownstreamError::NotSent { .. })), "{looked_up:?}");
+}
+
+#[test]
 fn a_tool_without_an_endpoint_is_not_sent() {
     let mut other = request();
     other.tool_name = "open_ticket".to_owned();
