@@ -190,7 +190,7 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
         args.iter().map(String::as_str).filter(|arg| *arg != "--quick").collect();
     // Each bench by name: the package and the bench target that run it.
     const BENCHES: [(&str, &str, &str); 2] =
-        [("json", "toolledger-json", "corpus"), ("report", "toolledger-cli", "report")];
+        [("json", "toolledger-bench", "corpus"), ("report", "toolledger-bench", "report")];
     let mut selected = Vec::new();
     for name in &names {
         match BENCHES.iter().find(|(known, _, _)| known == name) {
@@ -215,8 +215,18 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
                 args.push("--quick");
             }
             if name == "report" {
-                // The HTTP figures run against the reference service's release binary.
-                cargo(root, &["build", "--release", "--locked", "-p", "toolledger-refundd"], &[])?;
+                // The binaries the report spawns: the command (its wall time) and the
+                // reference service (the HTTP figures), in the bench's own profile.
+                let build = [
+                    "build",
+                    "--release",
+                    "--locked",
+                    "-p",
+                    "toolledger-cli",
+                    "-p",
+                    "toolledger-refundd",
+                ];
+                cargo(root, &build, &[])?;
             }
             cargo(root, &args, &[])
         }));

@@ -1,17 +1,18 @@
 //! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`,
 //! and a doc example on every public item of the facade (a host reads those first).
 //!
-//! The workspace's crates form one line, cli → toolledger (the facade) → engine → store →
-//! contract → json. A crate may depend (normally, for builds, or for tests) only on
-//! crates below it, and on external crates from its allowance: SQLite only in `store`,
-//! clap only in `cli`.
+//! The workspace's crates form one line, bench → cli → toolledger (the facade) →
+//! downstream-http → engine → store → contract → json. A crate may depend (normally, for
+//! builds, or for tests) only on crates below it, and on external crates from its
+//! allowance: SQLite only in `store` (and the benches' and tests' raw baselines), clap
+//! only in `cli`. The reference service `refundd` stands apart and depends on none.
 
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
 /// The layers, lowest first.
-const LAYERS: [&str; 7] = [
+const LAYERS: [&str; 8] = [
     "toolledger-json",
     "toolledger-contract",
     "toolledger-store",
@@ -19,6 +20,7 @@ const LAYERS: [&str; 7] = [
     "toolledger-downstream-http",
     "toolledger",
     "toolledger-cli",
+    "toolledger-bench",
 ];
 
 /// Crates outside the line that depend on no workspace crate: the reference service is
@@ -36,6 +38,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
+        "toolledger-bench" => &["serde_json", "rusqlite", "ureq", "tempfile"],
         "toolledger-cli" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap", "signal-hook", "libc"]
         }

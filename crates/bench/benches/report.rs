@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     sync::{Arc, Barrier},
     thread,
@@ -36,6 +36,7 @@ use toolledger_engine::{Engine, StandIn};
 
 /// The engine of the bench: the ledger, and the stand-in downstream on its own connection.
 type SqliteEngine<R> = Engine<SqliteStore, Simulated, R>;
+use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
 use toolledger_store::{LedgerStore, SqliteStore};
 
@@ -59,25 +60,17 @@ struct Settings {
 }
 
 fn main() {
-    let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/report.json");
-    let mut quick = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--out" => out = PathBuf::from(args.next().expect("--out takes a path")),
-            "--quick" => quick = true,
-            // A loop of one flow alone, for a profiler: `--profile replay|audit`.
-            "--profile" => return profile(&args.next().expect("--profile takes a flow")),
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
+    let Args { out, quick, profile: flow } = Args::parse("report");
+    if let Some(flow) = flow {
+        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|audit`.
+        return profile(&flow);
     }
     let settings = if quick {
         Settings { rounds: 3, ops: 60, big: 20_000, audited: 5_000 }
     } else {
         Settings { rounds: 7, ops: 300, big: 1_000_000, audited: 50_000 }
     };
-    let work = TempDir::new();
+    let work = Work::new();
     let mut report = serde_json::Map::new();
     let mut put = |key: &str, value: Value| {
         report.insert(key.to_owned(), value);
@@ -413,14 +406,13 @@ fn main() {
     put("query_plans", Value::Object(plans));
 
     let report = Value::Object(report);
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    std::fs::write(&out, format!("{}\n", serde_json::to_string_pretty(&report).unwrap())).unwrap();
+    write_report(&out, &report);
     print_table(&report);
     println!("written to {}", out.display());
 }
 
 fn profile(flow: &str) {
-    let work = TempDir::new();
+    let work = Work::new();
     let cases = Cases::new();
     let path = work.file("profile");
     match flow {
@@ -680,40 +672,6 @@ fn engine(path: &Path) -> SqliteEngine<NoRoles> {
     let downstream =
         Interrupt::new(StandIn::new(SqliteStore::open(path).unwrap()), Switch::default());
     Engine::new(SqliteStore::open(path).unwrap(), downstream, NoRoles, Registry::builtin())
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let dir = std::env::temp_dir().join(format!("toolledger-bench-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(format!("{name}.sqlite3"))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
-
-fn timed_rate(count: usize, mut each: impl FnMut(usize)) -> f64 {
-    let started = Instant::now();
-    for index in 0..count {
-        each(index);
-    }
-    count as f64 / started.elapsed().as_secs_f64()
 }
 
 /// A raw connection with the store's pragmas.
@@ -1163,14 +1121,7 @@ fn raw_contention(path: &Path, cases: &Cases, first: usize, per_thread: usize) -
 // JSON and the CLI
 
 fn json_corpus(rounds: usize) -> (f64, f64) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../json/benches/corpus");
-    let mut inputs: Vec<Vec<u8>> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .map(|path| std::fs::read(path).unwrap())
-        .collect();
-    inputs.sort();
+    let inputs: Vec<Vec<u8>> = corpus().into_iter().map(|(_, input)| input).collect();
     let bytes: usize = inputs.iter().map(Vec::len).sum();
     let passes = 30;
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -1198,10 +1149,10 @@ fn json_corpus(rounds: usize) -> (f64, f64) {
 /// Median wall time (ms) of: `toolledger dispatch` on the replay path of a warm store;
 /// `toolledger --version` (the same process start and argument parsing, no I/O); and
 /// spawning `true` (the cost of a process at all).
-fn cli(work: &TempDir, runs: usize) -> (f64, f64, f64) {
-    let binary = env!("CARGO_BIN_EXE_toolledger");
+fn cli(work: &Work, runs: usize) -> (f64, f64, f64) {
+    let binary = &sibling_binary("toolledger");
     let db = work.file("cli");
-    let case = work.0.join("case.json");
+    let case = work.path().join("case.json");
     std::fs::write(&case, CASE).unwrap();
     let dispatch = || {
         Command::new(binary)

@@ -4,34 +4,17 @@
 //! Rounds alternate between the two so that machine drift hits both alike; the figure
 //! reported for each is its median round. Usage: `corpus [--out PATH] [--quick]`.
 
-use std::{hint::black_box, path::PathBuf, time::Instant};
+#![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
 
+use std::{hint::black_box, time::Instant};
+
+use toolledger_bench::{Args, corpus, median, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
 
 fn main() {
-    let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/json.json");
-    let mut quick = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--out" => out = PathBuf::from(args.next().expect("--out takes a path")),
-            "--quick" => quick = true,
-            "--bench" => {} // passed by `cargo bench`
-            other => panic!("unknown argument {other}"),
-        }
-    }
-
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/corpus");
-    let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
-        .expect("corpus folder")
-        .map(|entry| entry.expect("corpus entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .map(|path| {
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).expect("corpus file"))
-        })
-        .collect();
-    inputs.sort();
+    let Args { out, quick, .. } = Args::parse("json");
+    let inputs = corpus();
     let bytes: usize = inputs.iter().map(|(_, input)| input.len()).sum();
     let limits = Limits::default();
 
@@ -66,11 +49,7 @@ fn main() {
             if ours { ours_s.push(seconds) } else { serde_s.push(seconds) }
         }
     }
-    let median = |samples: &mut Vec<f64>| {
-        samples.sort_by(f64::total_cmp);
-        samples[samples.len() / 2]
-    };
-    let (ours, theirs) = (median(&mut ours_s), median(&mut serde_s));
+    let (ours, theirs) = (median(ours_s), median(serde_s));
     let megabytes = (bytes * passes) as f64 / 1e6;
     let report = serde_json::json!({
         "corpus_files": inputs.len(),
@@ -81,9 +60,7 @@ fn main() {
         "serde_json_mb_per_s": megabytes / theirs,
         "json_vs_serde": ours / theirs,
     });
-    std::fs::create_dir_all(out.parent().expect("--out has a parent")).expect("create bench dir");
-    std::fs::write(&out, format!("{}\n", serde_json::to_string_pretty(&report).unwrap()))
-        .expect("write report");
+    write_report(&out, &report);
 
     println!(
         "json corpus: {} files, {} bytes, {rounds} rounds x {passes} passes",

@@ -1,0 +1,166 @@
+//! The harness both benchmarks share: their arguments, a scratch directory, medians and
+//! timed loops, the JSON corpus, the sibling binaries they spawn, and writing a report.
+//!
+//! The benches are `cargo bench` targets of this crate, run by `cargo xtask bench`,
+//! which builds the binaries they spawn (`toolledger`, `toolledger-refundd`) first.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
+
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+/// What a bench was asked for: `[--out PATH] [--quick] [--profile FLOW]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    /// Where the report goes.
+    pub out: PathBuf,
+    /// A smoke run: small sizes, few rounds, noisy figures.
+    pub quick: bool,
+    /// One flow alone in a loop, for a profiler (the report bench only).
+    pub profile: Option<String>,
+}
+
+impl Args {
+    /// Reads the process's arguments; `name` is the report's default file name under
+    /// `target/bench/`. `--bench`, which `cargo bench` passes, is ignored.
+    ///
+    /// # Panics
+    ///
+    /// On an unknown argument or a flag without its value.
+    pub fn parse(name: &str) -> Args {
+        Args::from(name, std::env::args().skip(1))
+    }
+
+    /// [`Args::parse`] over given arguments.
+    ///
+    /// ```
+    /// let args = toolledger_bench::Args::from("x", ["--quick".to_owned(), "--bench".to_owned()]);
+    /// assert!(args.quick && args.out.ends_with("target/bench/x.json"));
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`Args::parse`].
+    pub fn from(name: &str, args: impl IntoIterator<Item = String>) -> Args {
+        let mut parsed = Args {
+            out: workspace().join(format!("target/bench/{name}.json")),
+            quick: false,
+            profile: None,
+        };
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--out" => parsed.out = PathBuf::from(args.next().expect("--out takes a path")),
+                "--quick" => parsed.quick = true,
+                "--profile" => parsed.profile = Some(args.next().expect("--profile takes a flow")),
+                "--bench" => {}
+                other => panic!("unknown argument {other}"),
+            }
+        }
+        parsed
+    }
+}
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A scratch directory, removed when dropped.
+#[derive(Debug)]
+pub struct Work(tempfile::TempDir);
+
+impl Work {
+    /// A fresh directory under the system's temp dir.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be made.
+    pub fn new() -> Work {
+        Work(tempfile::Builder::new().prefix("toolledger-bench-").tempdir().unwrap())
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// `<name>.sqlite3` in it.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.path().join(format!("{name}.sqlite3"))
+    }
+}
+
+impl Default for Work {
+    fn default() -> Work {
+        Work::new()
+    }
+}
+
+/// The median of `samples` (the upper one of an even count).
+///
+/// ```
+/// assert_eq!(toolledger_bench::median(vec![3.0, 1.0, 2.0]), 2.0);
+/// ```
+///
+/// # Panics
+///
+/// On no samples.
+pub fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Runs `each(0..count)` and answers how many ran per second.
+pub fn timed_rate(count: usize, mut each: impl FnMut(usize)) -> f64 {
+    let started = Instant::now();
+    for index in 0..count {
+        each(index);
+    }
+    count as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The JSON corpus (`crates/bench/corpus/*.json`), by file name, sorted.
+///
+/// # Panics
+///
+/// When the folder cannot be read.
+pub fn corpus() -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let mut inputs: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .expect("corpus folder")
+        .map(|entry| entry.expect("corpus entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("corpus file"))
+        })
+        .collect();
+    inputs.sort();
+    inputs
+}
+
+/// A binary of the workspace built in the same profile as the running bench
+/// (`target/release/<name>`).
+///
+/// # Panics
+///
+/// When it is not built, naming the command that builds it.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe.parent().and_then(Path::parent).unwrap().join(name);
+    assert!(binary.exists(), "{name} is not built: cargo xtask bench builds it first");
+    binary
+}
+
+/// Writes `report` pretty-printed to `out`, making its folder.
+///
+/// # Panics
+///
+/// When it cannot be written.
+pub fn write_report(out: &Path, report: &serde_json::Value) {
+    std::fs::create_dir_all(out.parent().expect("--out has a parent")).unwrap();
+    std::fs::write(out, format!("{}\n", serde_json::to_string_pretty(report).unwrap())).unwrap();
+}
