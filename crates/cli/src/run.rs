@@ -14,8 +14,8 @@ use clap::{
 };
 use serde_json::{Value, json};
 use toolledger::{
-    Answer, Case, ContractError, DownstreamIdentity, EngineError, Identifier, Ledger, Migrated,
-    RefundOrder, Registry, StatusRef, Waits, drill::FailurePoint, load_case,
+    Answer, Case, ContractError, EngineError, Identifier, Ledger, Migrated, RefundOrder, Registry,
+    StatusRef, Waits, drill::FailurePoint, load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
@@ -392,12 +392,7 @@ fn open(
 
 /// `migrate`: upgrades the store, naming the downstream its older operations belong to.
 fn migrate(path: &Path, downstream: &str, waits: Waits) -> Result<Printed, Failure> {
-    let identity = downstream
-        .split_once('@')
-        .and_then(|(name, revision)| DownstreamIdentity::new(name, revision).ok())
-        .ok_or_else(|| {
-            usage("invalid value for --downstream: expected NAME@REVISION".to_owned())
-        })?;
+    let identity = crate::wire::identity(downstream, "--downstream")?;
     let package = match toolledger::migrate(path, &identity, waits)? {
         Migrated::Current => json!({
             "gate": "PASS",

@@ -36,13 +36,7 @@ impl Chosen {
         if rest.is_empty() || rest.contains(char::is_whitespace) {
             return Err(usage("invalid value for --downstream: expected http://HOST:PORT"));
         }
-        let identity = args
-            .downstream_identity
-            .split_once('@')
-            .and_then(|(name, revision)| DownstreamIdentity::new(name, revision).ok())
-            .ok_or_else(|| {
-                usage("invalid value for --downstream-identity: expected NAME@REVISION")
-            })?;
+        let identity = identity(&args.downstream_identity, "--downstream-identity")?;
         let total = Duration::from_millis(args.downstream_timeout_ms);
         let timeouts = Timeouts { connect: total.min(Duration::from_secs(2)), total };
         Ok(Chosen::Http { base_url: url.clone(), identity, timeouts })
@@ -59,6 +53,16 @@ impl Chosen {
             }
         })
     }
+}
+
+/// A downstream identity written `NAME@REVISION`, as the option `flag` takes it.
+pub(crate) fn identity(text: &str, flag: &str) -> Result<DownstreamIdentity, Failure> {
+    text.split_once('@')
+        .and_then(|(name, revision)| DownstreamIdentity::new(name, revision).ok())
+        .ok_or_else(|| Failure {
+            code: "USAGE_ERROR",
+            message: format!("invalid value for {flag}: expected NAME@REVISION"),
+        })
 }
 
 impl Wire {
