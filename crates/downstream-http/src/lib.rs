@@ -30,8 +30,7 @@
 use std::{collections::BTreeMap, io::ErrorKind, time::Duration};
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use toolledger_contract::DownstreamIdentity;
+use toolledger_contract::{DownstreamIdentity, Sha256Hex, digest::sha256_canonical};
 use toolledger_engine::{Downstream, DownstreamError, DownstreamRequest, Lookup};
 use toolledger_json::canonicalize;
 use toolledger_store::{DownstreamReceipt, Now};
@@ -173,17 +172,31 @@ impl HttpDownstream {
 /// assert!(body.starts_with("{\"arguments\":{\"order_id\":\"ord-1\"}"));
 /// ```
 pub fn body(request: &DownstreamRequest) -> String {
-    canonicalize(&json!({
+    canonicalize(&body_value(request))
+}
+
+/// The body as a value: [`body`] is its canonical form.
+fn body_value(request: &DownstreamRequest) -> Value {
+    json!({
         "arguments": request.arguments,
         "output_revision": request.output_revision,
         "request_sha256": request.request_sha256.as_str(),
         "tool_name": request.tool_name,
-    }))
+    })
 }
 
-/// The SHA-256 (hex) of `bytes`: the reference service's fingerprint of a body.
-fn fingerprint(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+/// The SHA-256 of the body's bytes: the reference service's fingerprint of it. The body
+/// is canonical, so this is the contract's `H` of the body's value.
+fn fingerprint(request: &DownstreamRequest) -> Sha256Hex {
+    sha256_canonical(&body_value(request))
+}
+
+/// `call` with `Connection: close` and the endpoint's own headers.
+fn headers<B>(call: ureq::RequestBuilder<B>, endpoint: &Endpoint) -> ureq::RequestBuilder<B> {
+    endpoint
+        .headers
+        .iter()
+        .fold(call.header("Connection", "close"), |call, (name, value)| call.header(name, value))
 }
 
 /// A transport failure: not sent only when no connection was made.
@@ -261,16 +274,13 @@ impl Downstream for HttpDownstream {
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
         let endpoint = self.endpoint_of(request)?;
-        let mut call = self
+        let call = self
             .agent
             .post(&endpoint.execute_url)
             .header("Idempotency-Key", format!("\"{}\"", request.downstream_request_ref))
-            .header("Content-Type", "application/json")
-            .header("Connection", "close");
-        for (name, value) in &endpoint.headers {
-            call = call.header(name, value);
-        }
-        let response = call.send(body(request)).map_err(|err| transport(&err))?;
+            .header("Content-Type", "application/json");
+        let response =
+            headers(call, endpoint).send(body(request)).map_err(|err| transport(&err))?;
         let (status, value, text) = read(response).map_err(|err| match transport(&err) {
             // An answer whose body breaks off was sent and maybe committed.
             DownstreamError::NotSent { reason } => DownstreamError::Unknown { reason },
@@ -289,24 +299,17 @@ impl Downstream for HttpDownstream {
 
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let endpoint = self.endpoint_of(request)?;
-        let mut call = self
-            .agent
-            .get(format!("{}{}", endpoint.lookup_url, request.downstream_request_ref))
-            .header("Connection", "close");
-        for (name, value) in &endpoint.headers {
-            call = call.header(name, value);
-        }
+        let call =
+            self.agent.get(format!("{}{}", endpoint.lookup_url, request.downstream_request_ref));
         let unknown = |err: &ureq::Error| DownstreamError::Unknown {
             reason: format!("the status lookup failed: {}", short(err)),
         };
-        let response = call.call().map_err(|err| unknown(&err))?;
+        let response = headers(call, endpoint).call().map_err(|err| unknown(&err))?;
         let (status, value, _) = read(response).map_err(|err| unknown(&err))?;
         match status {
             404 => Ok(Lookup::NotFound),
             200 => {
-                if value["fingerprint"].as_str()
-                    != Some(fingerprint(body(request).as_bytes()).as_str())
-                {
+                if value["fingerprint"].as_str() != Some(fingerprint(request).as_str()) {
                     return Err(DownstreamError::Conflict);
                 }
                 let answer = &value["response"];
