@@ -138,7 +138,6 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("relay: heartbeat", HEARTBEAT.to_owned()),
         ("counters: bump", BUMP.to_owned()),
         ("A: retired key", RETIRED.to_owned()),
-        ("claims: count", BUMP.to_owned()),
         ("relay: operation by id", operation_sql(BY_ID)),
         ("status query: operation id", SELECT_OPERATION_ID.to_owned()),
     ]
@@ -1172,7 +1171,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 39);
+        assert_eq!(plans.len(), 38);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }
