@@ -16,6 +16,7 @@ use toolledger_store::{
 use crate::{
     Caller, Downstream, Engine, EngineError, Judged,
     answers::{Answer, Answering, block, call_reused},
+    worker::Lease,
 };
 use toolledger_contract::PrincipalResolver;
 
@@ -182,7 +183,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if !self.authorize(tool, &judged)?.1 {
             return Ok(block(BlockCode::NotFound, None));
         }
-        let reserved = match self.store.reserve(&intent, &call, case.clock.now)? {
+        // A dispatch that works the operation itself takes the lease in commit A (one
+        // commit fewer); `enqueue` stops at A, leaving the event pending for a worker.
+        let clock = &case.clock;
+        let reservation = match then {
+            Then::Work => {
+                self.store.reserve_claimed(&intent, &call, clock.now, worker, clock.lease_seconds)?
+            }
+            Then::Stop => self.store.reserve(&intent, &call, clock.now)?,
+        };
+        let reserved = match reservation {
             Reservation::Reserved(operation) => operation,
             Reservation::Exists(stored) => {
                 return self.settled(&stored, &intent.request_sha256, tool, case);
@@ -198,16 +208,22 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if then == Then::Stop {
             return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));
         }
-        // Commit A has succeeded in this call: from here on no failure may be answered
-        // as "nothing happened". Whatever fails (store, resolver, downstream), the
-        // answer is the crash table's: OUTCOME_UNKNOWN with the operation's ref.
-        let worked = self.work(
+        // Commit A (with the claim) has succeeded in this call: from here on no failure
+        // may be answered as "nothing happened". Whatever fails (store, resolver,
+        // downstream), the answer is the crash table's: OUTCOME_UNKNOWN with the
+        // operation's ref.
+        let lease = Lease {
+            owner: worker,
+            attempt: reserved.outbox.attempt_count,
+            caller: Caller::Dispatch,
+            reclaimed: false,
+        };
+        let worked = self.work_claimed(
             &intent.status_ref,
-            &case.clock,
+            &reserved,
+            &lease,
+            clock,
             &case.business_state,
-            worker,
-            Caller::Dispatch,
-            Some(&reserved),
         );
         Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&reserved))))
     }

@@ -1,43 +1,98 @@
-//! One writer gate per database file, per process.
+//! One writer gate per database file, per process, and group commit behind it.
 //!
 //! SQLite allows one writer at a time. Connections of one process that contend for the
 //! write lock otherwise meet `SQLITE_BUSY` and sleep in SQLite's busy handler, whose
 //! back-off leaves the file idle while they sleep (8 threads saw waits of up to a
-//! second). Taking this in-process gate around every write transaction hands the write
-//! lock from one connection to the next at once instead. Writers enter in arrival
-//! order, none waits behind more than the writers that came before it, and a release
-//! wakes only the next writer. Writers in other processes still rely on `busy_timeout`.
+//! second). Every write of this process passes this gate instead, in arrival order.
+//!
+//! A write arrives either as a **job** (a commit point: a closure over a connection, run
+//! inside a transaction by whichever thread holds the gate) or **solo** (an operator's
+//! write that needs the gate and its own connection for a whole transaction). The thread
+//! that finds the gate open holds it; writers arriving meanwhile queue. A holder with a
+//! job is the *combiner* (flat combining): once its `BEGIN IMMEDIATE` has the write lock
+//! it takes the jobs queued behind it, up to [`MAX_BATCH`] in all and never past a solo
+//! writer, runs each in its own savepoint, commits once, and only then answers each
+//! caller. Nobody waits for company: a lone caller's batch is itself, committed at once.
+//! Releasing hands the gate to the next queued writer (a job's thread becomes the next
+//! combiner). Writers in other processes still rely on `busy_timeout`.
 
 use std::{
+    any::Any,
     collections::{HashMap, VecDeque},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, OnceLock, PoisonError, Weak},
-    thread::{self, Thread},
-    time::{Duration, Instant},
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError, Weak,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{self, Receiver, RecvTimeoutError, SyncSender},
+    },
+    time::Duration,
 };
 
+use rusqlite::Connection;
+
+use crate::StoreError;
+
+/// The most commit points one group commit holds: bounds the combiner's own latency and
+/// the work one failed commit takes back.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// What a job answers: its value (downcast by the caller who queued it) or its error.
+pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
+
+/// One commit point's work, run inside the combiner's transaction.
+pub(crate) type Job = Box<dyn FnOnce(&Connection) -> Answer + Send>;
+
+/// What a queued writer is told.
+enum Reply {
+    /// The job ran and its transaction ended: committed (durable) unless the answer is
+    /// an error.
+    Answer(Answer),
+    /// The gate is this writer's now; a job comes back to be run by its own thread.
+    Turn(Option<Job>),
+}
+
+/// A writer waiting in the queue.
+enum Waiting {
+    Job(Job, SyncSender<Reply>),
+    Solo(SyncSender<Reply>),
+}
+
 /// Who holds the gate and who waits for it, in arrival order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct State {
     held: bool,
-    /// The last ticket handed over to a waiter.
-    granted: u64,
     next_ticket: u64,
-    waiting: VecDeque<(u64, Thread)>,
+    queue: VecDeque<(u64, Waiting)>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
+    /// Transactions committed by combiners, and the jobs they held.
+    batches: AtomicU64,
+    batched: AtomicU64,
 }
 
-/// The gate of one file: held for the whole of each write transaction.
-#[derive(Debug, Clone)]
+/// The gate of one file.
+#[derive(Clone)]
 pub(crate) struct Gate(Arc<Shared>);
 
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate").field("waiting", &self.waiting()).finish()
+    }
+}
+
 /// Holding the gate; dropping it hands it to the next writer, or opens it.
-#[derive(Debug)]
 pub(crate) struct Entered<'a>(&'a Shared);
+
+/// A combiner's hold on the gate: the jobs it commits together and where their answers
+/// go.
+pub(crate) struct Combining<'a> {
+    entered: Entered<'a>,
+    own: Option<Job>,
+    replies: Vec<SyncSender<Reply>>,
+}
 
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -62,10 +117,20 @@ impl Gate {
         Gate(gate)
     }
 
-    /// Waits for this caller's turn: at once when the gate is open, else behind every
-    /// writer that came before. Only the writer whose turn it is gets woken. `None` when
-    /// the turn has not come within `timeout`: the caller left the queue and holds
-    /// nothing.
+    /// How many writers wait behind the holder.
+    pub(crate) fn waiting(&self) -> usize {
+        self.0.state().queue.len()
+    }
+
+    /// Group commits so far in this process (on this file): transactions, and the commit
+    /// points they held.
+    pub(crate) fn batches(&self) -> (u64, u64) {
+        (self.0.batches.load(Ordering::Relaxed), self.0.batched.load(Ordering::Relaxed))
+    }
+
+    /// Waits for this caller's turn to write alone: at once when the gate is open, else
+    /// behind every writer that came before. `None` when the turn has not come within
+    /// `timeout`: the caller left the queue and holds nothing.
     pub(crate) fn enter(&self, timeout: Duration) -> Option<Entered<'_>> {
         let shared = &*self.0;
         let mut state = shared.state();
@@ -73,38 +138,139 @@ impl Gate {
             state.held = true;
             return Some(Entered(shared));
         }
-        let deadline = Instant::now().checked_add(timeout);
-        state.next_ticket += 1;
-        let ticket = state.next_ticket;
-        state.waiting.push_back((ticket, thread::current()));
-        while state.granted != ticket {
-            let left = deadline.map_or(Duration::MAX, |deadline| {
-                deadline.saturating_duration_since(Instant::now())
-            });
-            if left.is_zero() {
-                // Leave the queue. The gate cannot have been handed to this ticket (it
-                // is not granted), so nothing is held and nobody waits on us.
-                state.waiting.retain(|(waiting, _)| *waiting != ticket);
-                return None;
-            }
-            drop(state);
-            // A spurious wake-up just loops: the turn is marked by `granted`.
-            thread::park_timeout(left);
-            state = shared.state();
+        let (reply, answer) = mpsc::sync_channel(1);
+        let ticket = queue(&mut state, Waiting::Solo(reply));
+        drop(state);
+        match wait(shared, ticket, &answer, timeout) {
+            Some(Reply::Turn(_)) => Some(Entered(shared)),
+            // A solo writer is only ever handed the turn; a closed channel means the
+            // holder vanished without handing over.
+            Some(Reply::Answer(_)) | None => None,
         }
-        Some(Entered(shared))
     }
+
+    /// Runs `job` in a group commit and answers once its transaction has ended. When the
+    /// gate is open this thread combines: `commit` runs the batch (see [`Combining`]).
+    /// Otherwise the job queues, and either a combiner runs it or the turn comes back to
+    /// this thread with it. [`StoreError::Busy`] when nobody took the job within
+    /// `timeout`: it left the queue, nothing of it ran.
+    pub(crate) fn run(
+        &self,
+        job: Job,
+        timeout: Duration,
+        commit: impl FnOnce(&mut Combining<'_>) -> Vec<Answer>,
+    ) -> Answer {
+        let shared = &*self.0;
+        let mut state = shared.state();
+        let own = if state.held {
+            let (reply, answer) = mpsc::sync_channel(1);
+            let ticket = queue(&mut state, Waiting::Job(job, reply));
+            drop(state);
+            match wait(shared, ticket, &answer, timeout) {
+                Some(Reply::Answer(answer)) => return answer,
+                Some(Reply::Turn(Some(job))) => job,
+                Some(Reply::Turn(None)) => {
+                    return Err(StoreError::Internal("the writer gate lost a queued write"));
+                }
+                None => return Err(StoreError::Busy),
+            }
+        } else {
+            state.held = true;
+            drop(state);
+            job
+        };
+        let mut combining = Combining { entered: Entered(shared), own: Some(own), replies: vec![] };
+        let mut answers = commit(&mut combining).into_iter();
+        let mine = answers
+            .next()
+            .unwrap_or(Err(StoreError::Internal("the group commit returned no answer")));
+        let Combining { entered, replies, .. } = combining;
+        for reply in replies {
+            let answer = answers
+                .next()
+                .unwrap_or(Err(StoreError::Internal("the group commit returned no answer")));
+            // A waiter is blocked on its channel until it is answered: sending cannot fail
+            // while it lives.
+            let _ = reply.send(Reply::Answer(answer));
+        }
+        drop(entered);
+        mine
+    }
+}
+
+impl Combining<'_> {
+    /// The batch: the combiner's own job first, then the jobs queued behind it in
+    /// arrival order, at most [`MAX_BATCH`] in all, stopping at a solo writer. Called
+    /// once the combiner holds the database's write lock, so writers that arrived while
+    /// it waited for the lock share its commit. The answers `commit` returns must follow
+    /// this order.
+    pub(crate) fn jobs(&mut self) -> Vec<Job> {
+        let mut jobs: Vec<Job> = self.own.take().into_iter().collect();
+        let mut state = self.entered.0.state();
+        while jobs.len() < MAX_BATCH {
+            match state.queue.pop_front() {
+                Some((_, Waiting::Job(job, reply))) => {
+                    jobs.push(job);
+                    self.replies.push(reply);
+                }
+                Some(solo) => {
+                    state.queue.push_front(solo);
+                    break;
+                }
+                None => break,
+            }
+        }
+        drop(state);
+        self.entered.0.batches.fetch_add(1, Ordering::Relaxed);
+        self.entered.0.batched.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        jobs
+    }
+}
+
+/// Queues a writer; its ticket.
+fn queue(state: &mut State, waiting: Waiting) -> u64 {
+    state.next_ticket += 1;
+    let ticket = state.next_ticket;
+    state.queue.push_back((ticket, waiting));
+    ticket
+}
+
+/// Waits for a queued writer's reply. `None` when `timeout` passed while the writer was
+/// still queued (it leaves the queue: nothing of it ran), or when the channel closed.
+fn wait(
+    shared: &Shared,
+    ticket: u64,
+    answer: &Receiver<Reply>,
+    timeout: Duration,
+) -> Option<Reply> {
+    match answer.recv_timeout(timeout) {
+        Ok(reply) => return Some(reply),
+        Err(RecvTimeoutError::Disconnected) => return None,
+        Err(RecvTimeoutError::Timeout) => {}
+    }
+    let mut state = shared.state();
+    if let Some(at) = state.queue.iter().position(|(queued, _)| *queued == ticket) {
+        state.queue.remove(at);
+        return None;
+    }
+    drop(state);
+    // Taken already (by a combiner, or handed the turn): the reply is on its way, and
+    // must be waited for — a job taken may be committing.
+    answer.recv().ok()
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state();
-        match state.waiting.pop_front() {
+        match state.queue.pop_front() {
             // Hand the gate straight over; it stays held.
-            Some((ticket, waiter)) => {
-                state.granted = ticket;
+            Some((_, Waiting::Job(job, reply))) => {
                 drop(state);
-                waiter.unpark();
+                let _ = reply.send(Reply::Turn(Some(job)));
+            }
+            Some((_, Waiting::Solo(reply))) => {
+                drop(state);
+                let _ = reply.send(Reply::Turn(None));
             }
             None => state.held = false,
         }
@@ -123,9 +289,8 @@ mod tests {
 
     #[test]
     fn writers_hold_the_gate_one_at_a_time() {
-        let dir = std::env::temp_dir().join(format!("toolledger-gate-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("gate.sqlite3");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gate.sqlite3");
         let inside = Arc::new(Mutex::new((0usize, 0usize)));
         let handles: Vec<_> = (0..8)
             .map(|_| {
@@ -147,29 +312,27 @@ mod tests {
             handle.join().unwrap();
         }
         assert_eq!(*inside.lock().unwrap(), (0, 1), "two writers were inside at once");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A writer whose turn does not come in time leaves the queue holding nothing, and
     /// the gate still passes from the holder to the next writer in line.
     #[test]
     fn a_writer_that_times_out_leaves_the_queue() {
-        let dir = std::env::temp_dir().join(format!("toolledger-gate-t-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let gate = Gate::of(&dir.join("gate.sqlite3"));
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Gate::of(&dir.path().join("gate.sqlite3"));
         let held = gate.enter(Duration::ZERO).unwrap();
         assert!(gate.enter(Duration::from_millis(20)).is_none());
         assert!(gate.enter(Duration::ZERO).is_none());
+        assert_eq!(gate.waiting(), 0);
         let waiter = {
             let gate = gate.clone();
             thread::spawn(move || gate.enter(Duration::from_secs(60)).is_some())
         };
-        // The waiter is queued behind the holder (or not yet queued); either way the
-        // release must reach it, not the writers that gave up.
-        thread::sleep(Duration::from_millis(20));
+        while gate.waiting() == 0 {
+            thread::yield_now();
+        }
         drop(held);
         assert!(waiter.join().unwrap());
         assert!(gate.enter(Duration::ZERO).is_some());
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -6,6 +6,8 @@
 //!
 //! - **A** [`reserve`](LedgerStore::reserve): operation + outbox event + call identity in
 //!   one `BEGIN IMMEDIATE`; an existing scope is returned for the caller to compare;
+//!   [`reserve_claimed`](LedgerStore::reserve_claimed) also leases the new event to the
+//!   dispatcher that will work it (A and the claim in one commit);
 //! - **claim** [`claim`](LedgerStore::claim): pending, or processing with an expired
 //!   lease, becomes processing under a new owner and attempt;
 //! - **B** [`record_downstream_receipt`](LedgerStore::record_downstream_receipt): the
@@ -104,6 +106,24 @@ pub trait LedgerStore {
         intent: &NewOperation,
         call: &CallIdentity,
         now: Now,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Commit A fused with the claim, for a dispatcher that works the operation itself:
+    /// as [`reserve`](LedgerStore::reserve), and when the intent is new its outbox event
+    /// is leased to `owner` until `now + lease` (attempt 1) in the same transaction. The
+    /// reserved operation comes back `processing` under that lease; a crash right after
+    /// leaves it so until the lease ends, when a worker reclaims it.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](LedgerStore::reserve).
+    fn reserve_claimed(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        owner: &Identifier,
+        lease: LeaseSeconds,
     ) -> Result<Reservation, StoreError>;
 
     /// Claims the outbox event of `status_ref` for `owner` until `now + lease`.

@@ -18,7 +18,7 @@ use crate::{
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
     OutboxEvent, RecordedCall, Release, Reservation, StoreError,
     error::sqlite,
-    gate::{Entered, Gate},
+    gate::{Answer, Combining, Entered, Gate, Job},
     schema::{self, Waits},
     verify::{self, RawLocal, RawOperation, RawOutcome},
 };
@@ -34,8 +34,11 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, t
                  approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status, \
                  created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, \
-                 ?21, ?22, ?23, ?24, ?25, ?27, ?28, 'pending', ?26, ?26) \
+                 ?21, ?22, ?23, ?24, ?25, ?27, ?28, ?29, ?26, ?26) \
                  ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING";
+const INSERT_OUTBOX_CLAIMED: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, \
+             next_attempt_at, last_reason, attempts_before, created_at, updated_at) \
+             VALUES (?1, 'processing', ?3, ?4, 1, ?4, NULL, 0, ?2, ?2)";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, \
              last_reason, attempts_before, created_at, updated_at) VALUES (?1, 'pending', NULL, NULL, 0, ?2, NULL, 0, ?2, ?2)";
 const BUMP: &str = "INSERT INTO counters (name, value) VALUES (?1, 1) \
@@ -120,6 +123,7 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("call identity", SELECT_CALL.to_owned()),
         ("A: insert operation", INSERT_OPERATION.to_owned()),
         ("A: insert outbox event", INSERT_OUTBOX.to_owned()),
+        ("A+claim: insert leased outbox event", INSERT_OUTBOX_CLAIMED.to_owned()),
         ("A: insert call identity", INSERT_CALL.to_owned()),
         ("claim", CLAIM.to_owned()),
         ("claim: outbox state", SELECT_OUTBOX_STATE.to_owned()),
@@ -286,7 +290,8 @@ impl SqliteStore {
         Ok(result)
     }
 
-    /// `BEGIN IMMEDIATE` behind the file's writer gate, each wait within the bound.
+    /// `BEGIN IMMEDIATE` behind the file's writer gate, alone (an operator's write), each
+    /// wait within the bound.
     fn immediate(&mut self) -> Result<Write<'_>, StoreError> {
         self.arm()?;
         let SqliteStore { conn, gate, waits } = self;
@@ -294,6 +299,94 @@ impl SqliteStore {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
         Ok(Write { tx, _gate: gate })
     }
+
+    /// Runs `work` as one commit point in a group commit (see `gate`): answered once the
+    /// transaction holding it has committed (durable under `synchronous=FULL`), or with
+    /// its error — then nothing of it was written. `work` may run on another thread's
+    /// connection, inside that thread's transaction and its own savepoint.
+    fn batched<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.arm()?;
+        let SqliteStore { conn, gate, waits } = self;
+        let job: Job = Box::new(move |conn| {
+            work(conn).map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
+        });
+        let answer = gate.run(job, waits.next_wait(), |combining| commit_batch(conn, combining));
+        answer.and_then(|value| {
+            value
+                .downcast::<T>()
+                .map(|value| *value)
+                .map_err(|_| StoreError::Internal("a group commit answered another write"))
+        })
+    }
+
+    /// Group commits of this process on this file so far: transactions, and the commit
+    /// points they held. Their ratio is the mean batch.
+    pub fn group_commits(&self) -> (u64, u64) {
+        self.gate.batches()
+    }
+
+    /// How many writes of this process wait behind the one holding the file's writer
+    /// gate right now.
+    pub fn writes_waiting(&self) -> usize {
+        self.gate.waiting()
+    }
+}
+
+/// One group commit: `BEGIN IMMEDIATE`, then the batch (taken once the write lock is
+/// held, so writers that queued meanwhile join it), each job in its own savepoint when
+/// there are several — a job's error rolls back only that job — then one `COMMIT`. The
+/// answers follow the batch's order; when the transaction itself fails (the lock, the
+/// commit, a savepoint, SQLite ending the transaction on an I/O error) every job is
+/// answered that error and nothing of the batch was written.
+fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> Vec<Answer> {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        // Only the combiner's own job is refused; the queued ones wait for the next.
+        Err(err) => return vec![Err(sqlite(err))],
+    };
+    let jobs = combining.jobs();
+    let count = jobs.len();
+    let mut answers = Vec::with_capacity(count);
+    if count == 1 {
+        answers.extend(jobs.into_iter().map(|job| job(&tx)));
+        if answers.iter().any(Result::is_err) {
+            return answers; // dropping `tx` rolls it back
+        }
+    } else {
+        for job in jobs {
+            if let Err(err) = savepoint(&tx, "SAVEPOINT batched") {
+                return (0..count).map(|_| Err(err.clone())).collect();
+            }
+            let answer = job(&tx);
+            // SQLite itself ends the transaction on some errors (a full disk, I/O): then
+            // the whole batch is gone.
+            let kept = if tx.is_autocommit() {
+                Err(StoreError::failed("the transaction ended under a group commit"))
+            } else if answer.is_ok() {
+                savepoint(&tx, "RELEASE batched")
+            } else {
+                savepoint(&tx, "ROLLBACK TO batched").and_then(|()| savepoint(&tx, "RELEASE batched"))
+            };
+            if let Err(err) = kept {
+                return (0..count).map(|_| Err(err.clone())).collect();
+            }
+            answers.push(answer);
+        }
+    }
+    match tx.commit() {
+        Ok(()) => answers,
+        Err(err) => {
+            let err = sqlite(err);
+            answers.into_iter().map(|answer| answer.and(Err(err.clone()))).collect()
+        }
+    }
+}
+
+fn savepoint(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql).map_err(sqlite)?.execute([]).map(drop).map_err(sqlite)
 }
 
 /// The columns of an operation joined with its outbox event, in [`raw_operation`] order.
@@ -458,7 +551,7 @@ fn recorded_from(
 }
 
 fn insert_call(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     call: &CallIdentity,
     purpose: Purpose,
     op_id: i64,
@@ -480,7 +573,7 @@ fn insert_call(
     Ok(())
 }
 
-fn op_id(tx: &Transaction<'_>, status_ref: &StatusRef) -> Result<Option<i64>, StoreError> {
+fn op_id(tx: &Connection, status_ref: &StatusRef) -> Result<Option<i64>, StoreError> {
     tx.prepare_cached(SELECT_OPERATION_ID)
         .map_err(sqlite)?
         .query_row([status_ref.as_str()], |row| row.get(0))
@@ -510,16 +603,16 @@ fn downstream_receipt(
         .transpose()?)
 }
 
-/// How an operation ends, in commit C.
-enum Ending<'a> {
-    Succeeded(&'a LocalReceipt),
-    Failed(&'a str),
-    Quarantined(&'a Value, &'a str),
+/// How an operation ends, in commit C (owned: commit C may run on a combiner's thread).
+enum Ending {
+    Succeeded(LocalReceipt),
+    Failed(String),
+    Quarantined(Value, String),
 }
 
 /// An operation's status, read inside a transaction.
 fn status_of(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     status_ref: &StatusRef,
 ) -> Result<Option<OperationStatus>, StoreError> {
     let status: Option<String> = tx
@@ -545,23 +638,21 @@ impl SqliteStore {
         status_ref: &StatusRef,
         by: &Finalizer,
         now: Now,
-        ending: Ending<'_>,
+        ending: Ending,
     ) -> Result<Finalize, StoreError> {
-        let tx = self.immediate()?;
-        let ended = end_in(&tx, status_ref, by, now, ending)?;
-        tx.commit()?;
-        Ok(ended)
+        let (status_ref, by) = (status_ref.clone(), by.clone());
+        self.batched(move |tx| end_in(tx, &status_ref, &by, now, &ending))
     }
 }
 
 /// Commit C inside the caller's transaction (see [`SqliteStore::end`]); a refused write
 /// is counted there too.
 fn end_in(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     status_ref: &StatusRef,
     by: &Finalizer,
     now: Now,
-    ending: Ending<'_>,
+    ending: &Ending,
 ) -> Result<Finalize, StoreError> {
     {
         let (owner, attempt) = match by {
@@ -593,7 +684,7 @@ fn end_in(
                 Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
             };
         };
-        if matches!((by, &ending), (Finalizer::StatusQuery, Ending::Succeeded(_))) {
+        if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(_))) {
             bump(tx, "reconciliations")?;
         }
         match ending {
@@ -642,7 +733,7 @@ fn end_in(
 /// Commit B inside the caller's transaction: the receipt unless one exists for its ref;
 /// the stored one either way.
 fn record_downstream_in(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     receipt: &DownstreamReceipt,
     now: Now,
 ) -> Result<DownstreamReceipt, StoreError> {
@@ -666,16 +757,15 @@ fn record_downstream_in(
 }
 
 /// Adds one to the counter `name`, inside the caller's transaction.
-pub(crate) fn bump(tx: &Transaction<'_>, name: &str) -> Result<(), StoreError> {
+pub(crate) fn bump(tx: &Connection, name: &str) -> Result<(), StoreError> {
     tx.prepare_cached(BUMP).map_err(sqlite)?.execute([name]).map_err(sqlite)?;
     Ok(())
 }
 
 /// A worker's write refused because its lease was taken over: nothing of it was written,
 /// and the refusal is counted.
-fn fenced(tx: Write<'_>) -> Result<Finalize, StoreError> {
-    bump(&tx, "fenced_writes")?;
-    tx.commit()?;
+fn fenced(tx: &Connection) -> Result<Finalize, StoreError> {
+    bump(tx, "fenced_writes")?;
     Ok(Finalize::LeaseLost)
 }
 
@@ -706,6 +796,173 @@ fn bounded_reason(reason: &str) -> String {
         end -= 1;
     }
     reason.get(..end).unwrap_or_default().to_owned()
+}
+
+/// Commit A inside the caller's transaction (see [`LedgerStore::reserve`]); with `claim`,
+/// the new event is leased to its owner until the given instant in the same transaction.
+fn reserve_in(
+    tx: &Connection,
+    intent: &NewOperation,
+    call: &CallIdentity,
+    now: Now,
+    claim: Option<(&Identifier, Now)>,
+) -> Result<Reservation, StoreError> {
+    let downstream_request_ref =
+        toolledger_contract::digest::downstream_request_ref(&intent.scope, &intent.request_sha256);
+        match recorded_call(tx, call)? {
+            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+                return Ok(Reservation::CallPurposeConflict);
+            }
+            // One model call is one intent: its identity already names another operation.
+            Some(recorded) if recorded.status_ref != intent.status_ref => {
+                return Ok(Reservation::CallReused(Box::new(recorded)));
+            }
+            _ => {}
+        }
+        if retired(tx, &intent.status_ref)? {
+            return Ok(Reservation::Retired);
+        }
+        let scope = &intent.scope;
+        let revisions = &intent.revisions;
+        let approval = &intent.approval;
+        let inserted = tx
+            .prepare_cached(INSERT_OPERATION)
+            .map_err(sqlite)?
+            .execute(params![
+                scope.tenant_id.as_str(),
+                scope.subject_id.as_str(),
+                scope.tool_name,
+                scope.idempotency_key.as_str(),
+                intent.status_ref.as_str(),
+                downstream_request_ref,
+                intent.request_sha256.as_str(),
+                canonicalize(&intent.arguments),
+                revisions.input,
+                revisions.output,
+                revisions.effect,
+                revisions.handler,
+                revisions.producer,
+                revisions.policy,
+                intent.profile.provider,
+                intent.profile.api_family,
+                intent.profile.adapter_revision,
+                intent.provider_response_id.as_str(),
+                intent.provider_call_id.as_str(),
+                intent.operation_id.as_str(),
+                approval.as_ref().map(|approval| approval.approval_id.as_str()),
+                approval.as_ref().map(|approval| approval.approver_id.as_str()),
+                approval.as_ref().map(|approval| approval.approval_sha256.as_str()),
+                approval.as_ref().map(|approval| approval.approved_at.get()),
+                approval.as_ref().map(|approval| approval.expires_at.get()),
+                now.get(),
+                intent.downstream.name(),
+                intent.downstream.revision(),
+                if claim.is_some() { "processing" } else { "pending" },
+            ])
+            .map_err(|err| match err.sqlite_error_code() {
+                // Not the scope (that conflict does nothing): another row already holds
+                // this intent's status ref or downstream request ref, so some stored row
+                // no longer recomputes its refs from its scope.
+                Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::ContractViolation(
+                    "a stored row holds this intent's refs under another scope",
+                ),
+                _ => sqlite(err),
+            })?;
+        if inserted == 0 {
+            // The scope exists: read the authoritative row; write nothing (the transaction
+            // rolls back when dropped).
+            let existing =
+                by_scope(tx, scope)?.ok_or(StoreError::Internal("the reserved row vanished"))?;
+            return Ok(Reservation::Exists(Box::new(existing)));
+        }
+        let id = tx.last_insert_rowid();
+        match claim {
+            None => tx.prepare_cached(INSERT_OUTBOX).map_err(sqlite)?.execute(params![id, now.get()]),
+            Some((owner, until)) => tx
+                .prepare_cached(INSERT_OUTBOX_CLAIMED)
+                .map_err(sqlite)?
+                .execute(params![id, now.get(), owner.as_str(), until.get()]),
+        }
+        .map_err(sqlite)?;
+        if claim.is_some() {
+            bump(tx, "claims")?;
+        }
+        insert_call(tx, call, Purpose::Dispatch, id, now)?;
+        // What was just written, as a read would return it: pending and unclaimed, or
+        // processing under the claim's lease at attempt 1.
+        let reserved = Operation {
+            intent: intent.clone(),
+            downstream_request_ref,
+            status: if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending },
+            outbox: OutboxEvent {
+                state: if claim.is_some() { "processing" } else { "pending" }.to_owned(),
+                lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
+                lease_until: claim.map(|(_, until)| until.get()),
+                attempt_count: i64::from(claim.is_some()),
+                next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
+                last_reason: None,
+                attempts_before: 0,
+            },
+            receipt: None,
+            outcome: None,
+            created_at: now.get(),
+        };
+        Ok(Reservation::Reserved(Box::new(reserved)))
+}
+
+/// The claim inside the caller's transaction (see [`LedgerStore::claim`]).
+fn claim_in(
+    tx: &Connection,
+    status_ref: &StatusRef,
+    owner: &Identifier,
+    now: Now,
+    lease_until: Now,
+) -> Result<Claim, StoreError> {
+        let was: Option<String> = tx
+            .prepare_cached(SELECT_OUTBOX_STATE)
+            .map_err(sqlite)?
+            .query_row([status_ref.as_str()], |row| row.get(0))
+            .optional()
+            .map_err(sqlite)?;
+        // One conditional update claims a pending event or an expired lease (live while
+        // now < lease_until) and answers the new attempt.
+        let claimed: Option<(i64, i64)> = tx
+            .prepare_cached(CLAIM)
+            .map_err(sqlite)?
+            .query_row(
+                params![status_ref.as_str(), owner.as_str(), lease_until.get(), now.get()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(sqlite)?;
+        let Some((id, attempt)) = claimed else {
+            // Nothing claimed (and nothing written): say why.
+            let state: Option<String> = tx
+                .prepare_cached(SELECT_OUTBOX_STATE)
+                .map_err(sqlite)?
+                .query_row([status_ref.as_str()], |row| row.get(0))
+                .optional()
+                .map_err(sqlite)?;
+            return match state.as_deref() {
+                None => Ok(Claim::Missing),
+                Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
+                Some("processing") => Ok(Claim::LeaseHeld),
+                Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
+            };
+        };
+        tx.prepare_cached(MARK_PROCESSING)
+            .map_err(sqlite)?
+            .execute(params![id, now.get()])
+            .map_err(sqlite)?;
+        bump(tx, "claims")?;
+        if was.as_deref() == Some("processing") {
+            bump(tx, "lease_reclaims")?;
+        }
+        // Read back inside the claim: a row that no longer verifies rolls the claim back.
+        let operation = by_status_ref(tx, status_ref)?
+            .ok_or(StoreError::Internal("the operation vanished"))?;
+        let reclaimed = was.as_deref() == Some("processing");
+        Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
 }
 
 impl LedgerStore for SqliteStore {
@@ -772,102 +1029,23 @@ impl LedgerStore for SqliteStore {
         call: &CallIdentity,
         now: Now,
     ) -> Result<Reservation, StoreError> {
-        let downstream_request_ref = toolledger_contract::digest::downstream_request_ref(
-            &intent.scope,
-            &intent.request_sha256,
-        );
-        let tx = self.immediate()?;
-        match recorded_call(&tx, call)? {
-            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
-                return Ok(Reservation::CallPurposeConflict);
-            }
-            // One model call is one intent: its identity already names another operation.
-            Some(recorded) if recorded.status_ref != intent.status_ref => {
-                return Ok(Reservation::CallReused(Box::new(recorded)));
-            }
-            _ => {}
-        }
-        if retired(&tx, &intent.status_ref)? {
-            return Ok(Reservation::Retired);
-        }
-        let scope = &intent.scope;
-        let revisions = &intent.revisions;
-        let approval = &intent.approval;
-        let inserted = tx
-            .prepare_cached(INSERT_OPERATION)
-            .map_err(sqlite)?
-            .execute(params![
-                scope.tenant_id.as_str(),
-                scope.subject_id.as_str(),
-                scope.tool_name,
-                scope.idempotency_key.as_str(),
-                intent.status_ref.as_str(),
-                downstream_request_ref,
-                intent.request_sha256.as_str(),
-                canonicalize(&intent.arguments),
-                revisions.input,
-                revisions.output,
-                revisions.effect,
-                revisions.handler,
-                revisions.producer,
-                revisions.policy,
-                intent.profile.provider,
-                intent.profile.api_family,
-                intent.profile.adapter_revision,
-                intent.provider_response_id.as_str(),
-                intent.provider_call_id.as_str(),
-                intent.operation_id.as_str(),
-                approval.as_ref().map(|approval| approval.approval_id.as_str()),
-                approval.as_ref().map(|approval| approval.approver_id.as_str()),
-                approval.as_ref().map(|approval| approval.approval_sha256.as_str()),
-                approval.as_ref().map(|approval| approval.approved_at.get()),
-                approval.as_ref().map(|approval| approval.expires_at.get()),
-                now.get(),
-                intent.downstream.name(),
-                intent.downstream.revision(),
-            ])
-            .map_err(|err| match err.sqlite_error_code() {
-                // Not the scope (that conflict does nothing): another row already holds
-                // this intent's status ref or downstream request ref, so some stored row
-                // no longer recomputes its refs from its scope.
-                Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::ContractViolation(
-                    "a stored row holds this intent's refs under another scope",
-                ),
-                _ => sqlite(err),
-            })?;
-        if inserted == 0 {
-            // The scope exists: read the authoritative row; write nothing (the transaction
-            // rolls back when dropped).
-            let existing =
-                by_scope(&tx, scope)?.ok_or(StoreError::Internal("the reserved row vanished"))?;
-            return Ok(Reservation::Exists(Box::new(existing)));
-        }
-        let id = tx.last_insert_rowid();
-        tx.prepare_cached(INSERT_OUTBOX)
-            .map_err(sqlite)?
-            .execute(params![id, now.get()])
-            .map_err(sqlite)?;
-        insert_call(&tx, call, Purpose::Dispatch, id, now)?;
-        // What was just written, as a read would return it: pending, unclaimed.
-        let reserved = Operation {
-            intent: intent.clone(),
-            downstream_request_ref,
-            status: OperationStatus::Pending,
-            outbox: OutboxEvent {
-                state: "pending".to_owned(),
-                lease_owner: None,
-                lease_until: None,
-                attempt_count: 0,
-                next_attempt_at: now.get(),
-                last_reason: None,
-                attempts_before: 0,
-            },
-            receipt: None,
-            outcome: None,
-            created_at: now.get(),
-        };
-        tx.commit()?;
-        Ok(Reservation::Reserved(Box::new(reserved)))
+        let (intent, call) = (intent.clone(), call.clone());
+        self.batched(move |tx| reserve_in(tx, &intent, &call, now, None))
+    }
+
+    fn reserve_claimed(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        owner: &Identifier,
+        lease: LeaseSeconds,
+    ) -> Result<Reservation, StoreError> {
+        let lease_until = now
+            .checked_add(lease)
+            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let (intent, call, owner) = (intent.clone(), call.clone(), owner.clone());
+        self.batched(move |tx| reserve_in(tx, &intent, &call, now, Some((&owner, lease_until))))
     }
 
     fn claim(
@@ -880,53 +1058,8 @@ impl LedgerStore for SqliteStore {
         let lease_until = now
             .checked_add(lease)
             .ok_or(StoreError::failed("the lease would end after year 9999"))?;
-        let tx = self.immediate()?;
-        let was: Option<String> = tx
-            .prepare_cached(SELECT_OUTBOX_STATE)
-            .map_err(sqlite)?
-            .query_row([status_ref.as_str()], |row| row.get(0))
-            .optional()
-            .map_err(sqlite)?;
-        // One conditional update claims a pending event or an expired lease (live while
-        // now < lease_until) and answers the new attempt.
-        let claimed: Option<(i64, i64)> = tx
-            .prepare_cached(CLAIM)
-            .map_err(sqlite)?
-            .query_row(
-                params![status_ref.as_str(), owner.as_str(), lease_until.get(), now.get()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(sqlite)?;
-        let Some((id, attempt)) = claimed else {
-            // Nothing claimed (and nothing written): say why.
-            let state: Option<String> = tx
-                .prepare_cached(SELECT_OUTBOX_STATE)
-                .map_err(sqlite)?
-                .query_row([status_ref.as_str()], |row| row.get(0))
-                .optional()
-                .map_err(sqlite)?;
-            return match state.as_deref() {
-                None => Ok(Claim::Missing),
-                Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
-                Some("processing") => Ok(Claim::LeaseHeld),
-                Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
-            };
-        };
-        tx.prepare_cached(MARK_PROCESSING)
-            .map_err(sqlite)?
-            .execute(params![id, now.get()])
-            .map_err(sqlite)?;
-        bump(&tx, "claims")?;
-        if was.as_deref() == Some("processing") {
-            bump(&tx, "lease_reclaims")?;
-        }
-        // Read back inside the claim: a row that no longer verifies rolls the claim back.
-        let operation = by_status_ref(&tx, status_ref)?
-            .ok_or(StoreError::Internal("the operation vanished"))?;
-        tx.commit()?;
-        let reclaimed = was.as_deref() == Some("processing");
-        Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
+        let (status_ref, owner) = (status_ref.clone(), owner.clone());
+        self.batched(move |tx| claim_in(tx, &status_ref, &owner, now, lease_until))
     }
 
     fn record_status_query(
@@ -935,14 +1068,16 @@ impl LedgerStore for SqliteStore {
         status_ref: &StatusRef,
         now: Now,
     ) -> Result<Option<RecordedCall>, StoreError> {
-        let tx = self.immediate()?;
-        if let Some(recorded) = recorded_call(&tx, call)? {
-            return Ok(Some(recorded));
-        }
-        let id = op_id(&tx, status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
-        insert_call(&tx, call, Purpose::QueryStatus, id, now)?;
-        tx.commit()?;
-        Ok(None)
+        let (call, status_ref) = (call.clone(), status_ref.clone());
+        self.batched(move |tx| {
+            if let Some(recorded) = recorded_call(tx, &call)? {
+                return Ok(Some(recorded));
+            }
+            let id =
+                op_id(tx, &status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
+            insert_call(tx, &call, Purpose::QueryStatus, id, now)?;
+            Ok(None)
+        })
     }
 
     fn record_downstream_receipt(
@@ -950,10 +1085,8 @@ impl LedgerStore for SqliteStore {
         receipt: &DownstreamReceipt,
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
-        let tx = self.immediate()?;
-        let stored = record_downstream_in(&tx, receipt, now)?;
-        tx.commit()?;
-        Ok(stored)
+        let receipt = receipt.clone();
+        self.batched(move |tx| record_downstream_in(tx, &receipt, now))
     }
 
     fn downstream_receipt(
@@ -971,7 +1104,7 @@ impl LedgerStore for SqliteStore {
         receipt: &LocalReceipt,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.end(status_ref, by, now, Ending::Succeeded(receipt))
+        self.end(status_ref, by, now, Ending::Succeeded(receipt.clone()))
     }
 
     fn fail(
@@ -981,7 +1114,7 @@ impl LedgerStore for SqliteStore {
         reason: &str,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.end(status_ref, by, now, Ending::Failed(reason))
+        self.end(status_ref, by, now, Ending::Failed(reason.to_owned()))
     }
 
     fn quarantine(
@@ -992,7 +1125,7 @@ impl LedgerStore for SqliteStore {
         reason: &str,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.end(status_ref, by, now, Ending::Quarantined(receipt, reason))
+        self.end(status_ref, by, now, Ending::Quarantined(receipt.clone(), reason.to_owned()))
     }
 
     fn finalize_many(
@@ -1003,13 +1136,18 @@ impl LedgerStore for SqliteStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let tx = self.immediate()?;
-        let mut ended = Vec::with_capacity(items.len());
-        for (status_ref, by, receipt) in items {
-            ended.push(end_in(&tx, status_ref, by, now, Ending::Succeeded(receipt))?);
-        }
-        tx.commit()?;
-        Ok(ended)
+        let items: Vec<_> = items
+            .iter()
+            .map(|(status_ref, by, receipt)| {
+                (status_ref.clone(), by.clone(), Ending::Succeeded(receipt.clone()))
+            })
+            .collect();
+        self.batched(move |tx| {
+            items
+                .iter()
+                .map(|(status_ref, by, ending)| end_in(tx, status_ref, by, now, ending))
+                .collect()
+        })
     }
 
     fn record_downstream_receipts(
@@ -1020,13 +1158,10 @@ impl LedgerStore for SqliteStore {
         if receipts.is_empty() {
             return Ok(Vec::new());
         }
-        let tx = self.immediate()?;
-        let mut stored = Vec::with_capacity(receipts.len());
-        for receipt in receipts {
-            stored.push(record_downstream_in(&tx, receipt, now)?);
-        }
-        tx.commit()?;
-        Ok(stored)
+        let receipts = receipts.to_vec();
+        self.batched(move |tx| {
+            receipts.iter().map(|receipt| record_downstream_in(tx, receipt, now)).collect()
+        })
     }
 
     fn release(
@@ -1041,7 +1176,9 @@ impl LedgerStore for SqliteStore {
             Release::Retry { at, reason } => ("pending", at.get(), bounded_reason(reason)),
             Release::Dead { reason } => ("dead", now.get(), bounded_reason(reason)),
         };
-        let tx = self.immediate()?;
+        let (status_ref, owner) = (status_ref.clone(), owner.clone());
+        self.batched(move |tx| {
+            let (status_ref, owner) = (&status_ref, &owner);
         let id: Option<i64> = tx
             .prepare_cached(RELEASE)
             .map_err(sqlite)?
@@ -1052,7 +1189,7 @@ impl LedgerStore for SqliteStore {
             .optional()
             .map_err(sqlite)?;
         let Some(id) = id else {
-            return match status_of(&tx, status_ref)? {
+            return match status_of(tx, status_ref)? {
                 None => Err(StoreError::Internal("the operation vanished")),
                 Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
                 Some(_) => fenced(tx),
@@ -1062,8 +1199,8 @@ impl LedgerStore for SqliteStore {
             .map_err(sqlite)?
             .execute(params![id, now.get(), state])
             .map_err(sqlite)?;
-        tx.commit()?;
-        Ok(Finalize::Finalized)
+            Ok(Finalize::Finalized)
+        })
     }
 
     fn claim_due(
@@ -1077,7 +1214,9 @@ impl LedgerStore for SqliteStore {
         let lease_until = now
             .checked_add(lease)
             .ok_or(StoreError::failed("the lease would end after year 9999"))?;
-        let tx = self.immediate()?;
+        let (owner, downstream) = (owner.clone(), downstream.clone());
+        self.batched(move |tx| {
+            let (owner, downstream) = (&owner, &downstream);
         let due: Vec<i64> = tx
             .prepare_cached(DUE)
             .map_err(sqlite)?
@@ -1097,7 +1236,7 @@ impl LedgerStore for SqliteStore {
         for id in due {
             // Verified before it is claimed: a row that contradicts itself is left as it
             // is (nothing written) and counted, for the audit to name.
-            let reclaim = match select_operation_in(&tx, BY_ID, &[&id]) {
+            let reclaim = match select_operation_in(tx, BY_ID, &[&id]) {
                 Ok(Some(operation)) => operation.status == OperationStatus::Processing,
                 _ => {
                     batch.skipped += 1;
@@ -1117,16 +1256,16 @@ impl LedgerStore for SqliteStore {
                 .map_err(sqlite)?
                 .execute(params![id, now.get()])
                 .map_err(sqlite)?;
-            bump(&tx, "claims")?;
+            bump(tx, "claims")?;
             if reclaim {
-                bump(&tx, "lease_reclaims")?;
+                bump(tx, "lease_reclaims")?;
             }
-            let operation = select_operation_in(&tx, BY_ID, &[&id])?
+            let operation = select_operation_in(tx, BY_ID, &[&id])?
                 .ok_or(StoreError::Internal("the operation vanished"))?;
             batch.claimed.push((attempt, reclaim, operation));
         }
-        tx.commit()?;
-        Ok(batch)
+            Ok(batch)
+        })
     }
 
     fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
@@ -1143,14 +1282,13 @@ impl LedgerStore for SqliteStore {
         let lease_until = now
             .checked_add(lease)
             .ok_or(StoreError::failed("the lease would end after year 9999"))?;
-        let tx = self.immediate()?;
-        let extended = tx
-            .prepare_cached(HEARTBEAT)
-            .map_err(sqlite)?
-            .execute(params![owner.as_str(), now.get(), lease_until.get()])
-            .map_err(sqlite)?;
-        tx.commit()?;
-        Ok(extended)
+        let owner = owner.clone();
+        self.batched(move |tx| {
+            tx.prepare_cached(HEARTBEAT)
+                .map_err(sqlite)?
+                .execute(params![owner.as_str(), now.get(), lease_until.get()])
+                .map_err(sqlite)
+        })
     }
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
@@ -1171,7 +1309,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 38);
+        assert_eq!(plans.len(), 39);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

@@ -79,6 +79,18 @@ impl LedgerStore for Failing {
         self.inner.reserve(intent, call, now)
     }
 
+    fn reserve_claimed(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        owner: &Identifier,
+        lease: LeaseSeconds,
+    ) -> Result<Reservation, StoreError> {
+        self.fault("reserve_claimed")?;
+        self.inner.reserve_claimed(intent, call, now, owner, lease)
+    }
+
     fn claim(
         &mut self,
         status_ref: &StatusRef,
@@ -272,10 +284,9 @@ fn unknown_then_settled(db: &Db, answer: &Answer) {
 
 #[test]
 fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
-    // The ledger's own connection fails at the claim or at commit C; the downstream's
-    // connection fails at commit B.
-    for (ledger, downstream) in
-        [(Some("claim"), None), (None, Some("record_downstream_receipt")), (Some("finalize"), None)]
+    // The downstream's connection fails at commit B, or the ledger's own at commit C.
+    // (Dispatch's claim is part of commit A: see the test below.)
+    for (ledger, downstream) in [(None, Some("record_downstream_receipt")), (Some("finalize"), None)]
     {
         let db = Db::new();
         let ledger_store = Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger };
@@ -291,6 +302,28 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
         assert_eq!(db.count("operations"), 1, "{ledger:?} {downstream:?}");
         unknown_then_settled(&db, &answer);
     }
+}
+
+/// Dispatch takes its lease in commit A itself: a failure of that one transaction is
+/// an error before anything was accepted — nothing is written, and the same call later
+/// goes through as new.
+#[test]
+fn a_failed_commit_a_with_its_claim_is_an_error_and_writes_nothing() {
+    let db = Db::new();
+    let failing = |method| Failing { inner: SqliteStore::open(&db.path).unwrap(), method };
+    let mut engine = Engine::new(
+        failing(Some("reserve_claimed")),
+        Interrupt::new(StandIn::new(failing(None)), Switch::default()),
+        roles(),
+        Registry::builtin(),
+    );
+    let error = engine.dispatch_at(&case(), &id("w1"), None).unwrap_err();
+    assert_eq!(error.code().as_str(), "SQLITE_ERROR");
+    assert_eq!(db.count("operations"), 0);
+    assert_eq!(db.count("outbox"), 0);
+    let answer = db.engine_with(roles(), Registry::builtin()).dispatch_at(&case(), &id("w1"), None);
+    assert_eq!(answer.unwrap().code(), "OK");
+    assert_eq!(db.count("downstream_receipts"), 1);
 }
 
 #[test]
