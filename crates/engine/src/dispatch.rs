@@ -187,9 +187,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         // commit fewer); `enqueue` stops at A, leaving the event pending for a worker.
         let clock = &case.clock;
         let reservation = match then {
-            Then::Work => {
-                self.store.reserve_claimed(&intent, &call, clock.now, worker, clock.lease_seconds)?
-            }
+            Then::Work => self.store.reserve_claimed(
+                &intent,
+                &call,
+                clock.now,
+                worker,
+                clock.lease_seconds,
+            )?,
             Then::Stop => self.store.reserve(&intent, &call, clock.now)?,
         };
         let reserved = match reservation {
@@ -218,13 +222,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             caller: Caller::Dispatch,
             reclaimed: false,
         };
-        let worked = self.work_claimed(
-            &intent.status_ref,
-            &reserved,
-            &lease,
-            clock,
-            &case.business_state,
-        );
+        let worked =
+            self.work_claimed(&intent.status_ref, &reserved, &lease, clock, &case.business_state);
         Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&reserved))))
     }
 

@@ -368,7 +368,8 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> Vec<Ans
             } else if answer.is_ok() {
                 savepoint(&tx, "RELEASE batched")
             } else {
-                savepoint(&tx, "ROLLBACK TO batched").and_then(|()| savepoint(&tx, "RELEASE batched"))
+                savepoint(&tx, "ROLLBACK TO batched")
+                    .and_then(|()| savepoint(&tx, "RELEASE batched"))
             };
             if let Err(err) = kept {
                 return (0..count).map(|_| Err(err.clone())).collect();
@@ -809,105 +810,109 @@ fn reserve_in(
 ) -> Result<Reservation, StoreError> {
     let downstream_request_ref =
         toolledger_contract::digest::downstream_request_ref(&intent.scope, &intent.request_sha256);
-        match recorded_call(tx, call)? {
-            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
-                return Ok(Reservation::CallPurposeConflict);
-            }
-            // One model call is one intent: its identity already names another operation.
-            Some(recorded) if recorded.status_ref != intent.status_ref => {
-                return Ok(Reservation::CallReused(Box::new(recorded)));
-            }
-            _ => {}
+    match recorded_call(tx, call)? {
+        Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+            return Ok(Reservation::CallPurposeConflict);
         }
-        if retired(tx, &intent.status_ref)? {
-            return Ok(Reservation::Retired);
+        // One model call is one intent: its identity already names another operation.
+        Some(recorded) if recorded.status_ref != intent.status_ref => {
+            return Ok(Reservation::CallReused(Box::new(recorded)));
         }
-        let scope = &intent.scope;
-        let revisions = &intent.revisions;
-        let approval = &intent.approval;
-        let inserted = tx
-            .prepare_cached(INSERT_OPERATION)
-            .map_err(sqlite)?
-            .execute(params![
-                scope.tenant_id.as_str(),
-                scope.subject_id.as_str(),
-                scope.tool_name,
-                scope.idempotency_key.as_str(),
-                intent.status_ref.as_str(),
-                downstream_request_ref,
-                intent.request_sha256.as_str(),
-                canonicalize(&intent.arguments),
-                revisions.input,
-                revisions.output,
-                revisions.effect,
-                revisions.handler,
-                revisions.producer,
-                revisions.policy,
-                intent.profile.provider,
-                intent.profile.api_family,
-                intent.profile.adapter_revision,
-                intent.provider_response_id.as_str(),
-                intent.provider_call_id.as_str(),
-                intent.operation_id.as_str(),
-                approval.as_ref().map(|approval| approval.approval_id.as_str()),
-                approval.as_ref().map(|approval| approval.approver_id.as_str()),
-                approval.as_ref().map(|approval| approval.approval_sha256.as_str()),
-                approval.as_ref().map(|approval| approval.approved_at.get()),
-                approval.as_ref().map(|approval| approval.expires_at.get()),
-                now.get(),
-                intent.downstream.name(),
-                intent.downstream.revision(),
-                if claim.is_some() { "processing" } else { "pending" },
-            ])
-            .map_err(|err| match err.sqlite_error_code() {
-                // Not the scope (that conflict does nothing): another row already holds
-                // this intent's status ref or downstream request ref, so some stored row
-                // no longer recomputes its refs from its scope.
-                Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::ContractViolation(
-                    "a stored row holds this intent's refs under another scope",
-                ),
-                _ => sqlite(err),
-            })?;
-        if inserted == 0 {
-            // The scope exists: read the authoritative row; write nothing (the transaction
-            // rolls back when dropped).
-            let existing =
-                by_scope(tx, scope)?.ok_or(StoreError::Internal("the reserved row vanished"))?;
-            return Ok(Reservation::Exists(Box::new(existing)));
-        }
-        let id = tx.last_insert_rowid();
-        match claim {
-            None => tx.prepare_cached(INSERT_OUTBOX).map_err(sqlite)?.execute(params![id, now.get()]),
-            Some((owner, until)) => tx
-                .prepare_cached(INSERT_OUTBOX_CLAIMED)
-                .map_err(sqlite)?
-                .execute(params![id, now.get(), owner.as_str(), until.get()]),
-        }
-        .map_err(sqlite)?;
-        if claim.is_some() {
-            bump(tx, "claims")?;
-        }
-        insert_call(tx, call, Purpose::Dispatch, id, now)?;
-        // What was just written, as a read would return it: pending and unclaimed, or
-        // processing under the claim's lease at attempt 1.
-        let reserved = Operation {
-            intent: intent.clone(),
+        _ => {}
+    }
+    if retired(tx, &intent.status_ref)? {
+        return Ok(Reservation::Retired);
+    }
+    let scope = &intent.scope;
+    let revisions = &intent.revisions;
+    let approval = &intent.approval;
+    let inserted = tx
+        .prepare_cached(INSERT_OPERATION)
+        .map_err(sqlite)?
+        .execute(params![
+            scope.tenant_id.as_str(),
+            scope.subject_id.as_str(),
+            scope.tool_name,
+            scope.idempotency_key.as_str(),
+            intent.status_ref.as_str(),
             downstream_request_ref,
-            status: if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending },
-            outbox: OutboxEvent {
-                state: if claim.is_some() { "processing" } else { "pending" }.to_owned(),
-                lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
-                lease_until: claim.map(|(_, until)| until.get()),
-                attempt_count: i64::from(claim.is_some()),
-                next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
-                last_reason: None,
-                attempts_before: 0,
-            },
-            receipt: None,
-            outcome: None,
-            created_at: now.get(),
-        };
-        Ok(Reservation::Reserved(Box::new(reserved)))
+            intent.request_sha256.as_str(),
+            canonicalize(&intent.arguments),
+            revisions.input,
+            revisions.output,
+            revisions.effect,
+            revisions.handler,
+            revisions.producer,
+            revisions.policy,
+            intent.profile.provider,
+            intent.profile.api_family,
+            intent.profile.adapter_revision,
+            intent.provider_response_id.as_str(),
+            intent.provider_call_id.as_str(),
+            intent.operation_id.as_str(),
+            approval.as_ref().map(|approval| approval.approval_id.as_str()),
+            approval.as_ref().map(|approval| approval.approver_id.as_str()),
+            approval.as_ref().map(|approval| approval.approval_sha256.as_str()),
+            approval.as_ref().map(|approval| approval.approved_at.get()),
+            approval.as_ref().map(|approval| approval.expires_at.get()),
+            now.get(),
+            intent.downstream.name(),
+            intent.downstream.revision(),
+            if claim.is_some() { "processing" } else { "pending" },
+        ])
+        .map_err(|err| match err.sqlite_error_code() {
+            // Not the scope (that conflict does nothing): another row already holds
+            // this intent's status ref or downstream request ref, so some stored row
+            // no longer recomputes its refs from its scope.
+            Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::ContractViolation(
+                "a stored row holds this intent's refs under another scope",
+            ),
+            _ => sqlite(err),
+        })?;
+    if inserted == 0 {
+        // The scope exists: read the authoritative row; write nothing (the transaction
+        // rolls back when dropped).
+        let existing =
+            by_scope(tx, scope)?.ok_or(StoreError::Internal("the reserved row vanished"))?;
+        return Ok(Reservation::Exists(Box::new(existing)));
+    }
+    let id = tx.last_insert_rowid();
+    match claim {
+        None => tx.prepare_cached(INSERT_OUTBOX).map_err(sqlite)?.execute(params![id, now.get()]),
+        Some((owner, until)) => tx
+            .prepare_cached(INSERT_OUTBOX_CLAIMED)
+            .map_err(sqlite)?
+            .execute(params![id, now.get(), owner.as_str(), until.get()]),
+    }
+    .map_err(sqlite)?;
+    if claim.is_some() {
+        bump(tx, "claims")?;
+    }
+    insert_call(tx, call, Purpose::Dispatch, id, now)?;
+    // What was just written, as a read would return it: pending and unclaimed, or
+    // processing under the claim's lease at attempt 1.
+    let reserved = Operation {
+        intent: intent.clone(),
+        downstream_request_ref,
+        status: if claim.is_some() {
+            OperationStatus::Processing
+        } else {
+            OperationStatus::Pending
+        },
+        outbox: OutboxEvent {
+            state: if claim.is_some() { "processing" } else { "pending" }.to_owned(),
+            lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
+            lease_until: claim.map(|(_, until)| until.get()),
+            attempt_count: i64::from(claim.is_some()),
+            next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
+            last_reason: None,
+            attempts_before: 0,
+        },
+        receipt: None,
+        outcome: None,
+        created_at: now.get(),
+    };
+    Ok(Reservation::Reserved(Box::new(reserved)))
 }
 
 /// The claim inside the caller's transaction (see [`LedgerStore::claim`]).
@@ -918,51 +923,51 @@ fn claim_in(
     now: Now,
     lease_until: Now,
 ) -> Result<Claim, StoreError> {
-        let was: Option<String> = tx
+    let was: Option<String> = tx
+        .prepare_cached(SELECT_OUTBOX_STATE)
+        .map_err(sqlite)?
+        .query_row([status_ref.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(sqlite)?;
+    // One conditional update claims a pending event or an expired lease (live while
+    // now < lease_until) and answers the new attempt.
+    let claimed: Option<(i64, i64)> = tx
+        .prepare_cached(CLAIM)
+        .map_err(sqlite)?
+        .query_row(
+            params![status_ref.as_str(), owner.as_str(), lease_until.get(), now.get()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(sqlite)?;
+    let Some((id, attempt)) = claimed else {
+        // Nothing claimed (and nothing written): say why.
+        let state: Option<String> = tx
             .prepare_cached(SELECT_OUTBOX_STATE)
             .map_err(sqlite)?
             .query_row([status_ref.as_str()], |row| row.get(0))
             .optional()
             .map_err(sqlite)?;
-        // One conditional update claims a pending event or an expired lease (live while
-        // now < lease_until) and answers the new attempt.
-        let claimed: Option<(i64, i64)> = tx
-            .prepare_cached(CLAIM)
-            .map_err(sqlite)?
-            .query_row(
-                params![status_ref.as_str(), owner.as_str(), lease_until.get(), now.get()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(sqlite)?;
-        let Some((id, attempt)) = claimed else {
-            // Nothing claimed (and nothing written): say why.
-            let state: Option<String> = tx
-                .prepare_cached(SELECT_OUTBOX_STATE)
-                .map_err(sqlite)?
-                .query_row([status_ref.as_str()], |row| row.get(0))
-                .optional()
-                .map_err(sqlite)?;
-            return match state.as_deref() {
-                None => Ok(Claim::Missing),
-                Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
-                Some("processing") => Ok(Claim::LeaseHeld),
-                Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
-            };
+        return match state.as_deref() {
+            None => Ok(Claim::Missing),
+            Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
+            Some("processing") => Ok(Claim::LeaseHeld),
+            Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
         };
-        tx.prepare_cached(MARK_PROCESSING)
-            .map_err(sqlite)?
-            .execute(params![id, now.get()])
-            .map_err(sqlite)?;
-        bump(tx, "claims")?;
-        if was.as_deref() == Some("processing") {
-            bump(tx, "lease_reclaims")?;
-        }
-        // Read back inside the claim: a row that no longer verifies rolls the claim back.
-        let operation = by_status_ref(tx, status_ref)?
-            .ok_or(StoreError::Internal("the operation vanished"))?;
-        let reclaimed = was.as_deref() == Some("processing");
-        Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
+    };
+    tx.prepare_cached(MARK_PROCESSING)
+        .map_err(sqlite)?
+        .execute(params![id, now.get()])
+        .map_err(sqlite)?;
+    bump(tx, "claims")?;
+    if was.as_deref() == Some("processing") {
+        bump(tx, "lease_reclaims")?;
+    }
+    // Read back inside the claim: a row that no longer verifies rolls the claim back.
+    let operation =
+        by_status_ref(tx, status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
+    let reclaimed = was.as_deref() == Some("processing");
+    Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
 }
 
 impl LedgerStore for SqliteStore {
@@ -1179,26 +1184,34 @@ impl LedgerStore for SqliteStore {
         let (status_ref, owner) = (status_ref.clone(), owner.clone());
         self.batched(move |tx| {
             let (status_ref, owner) = (&status_ref, &owner);
-        let id: Option<i64> = tx
-            .prepare_cached(RELEASE)
-            .map_err(sqlite)?
-            .query_row(
-                params![status_ref.as_str(), owner.as_str(), attempt, now.get(), state, at, reason],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(sqlite)?;
-        let Some(id) = id else {
-            return match status_of(tx, status_ref)? {
-                None => Err(StoreError::Internal("the operation vanished")),
-                Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                Some(_) => fenced(tx),
+            let id: Option<i64> = tx
+                .prepare_cached(RELEASE)
+                .map_err(sqlite)?
+                .query_row(
+                    params![
+                        status_ref.as_str(),
+                        owner.as_str(),
+                        attempt,
+                        now.get(),
+                        state,
+                        at,
+                        reason
+                    ],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(sqlite)?;
+            let Some(id) = id else {
+                return match status_of(tx, status_ref)? {
+                    None => Err(StoreError::Internal("the operation vanished")),
+                    Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
+                    Some(_) => fenced(tx),
+                };
             };
-        };
-        tx.prepare_cached(MARK_RELEASED)
-            .map_err(sqlite)?
-            .execute(params![id, now.get(), state])
-            .map_err(sqlite)?;
+            tx.prepare_cached(MARK_RELEASED)
+                .map_err(sqlite)?
+                .execute(params![id, now.get(), state])
+                .map_err(sqlite)?;
             Ok(Finalize::Finalized)
         })
     }
@@ -1217,53 +1230,53 @@ impl LedgerStore for SqliteStore {
         let (owner, downstream) = (owner.clone(), downstream.clone());
         self.batched(move |tx| {
             let (owner, downstream) = (&owner, &downstream);
-        let due: Vec<i64> = tx
-            .prepare_cached(DUE)
-            .map_err(sqlite)?
-            .query_map(
-                params![
-                    now.get(),
-                    i64::try_from(limit).unwrap_or(i64::MAX),
-                    downstream.name(),
-                    downstream.revision()
-                ],
-                |row| row.get(0),
-            )
-            .map_err(sqlite)?
-            .collect::<Result<_, _>>()
-            .map_err(sqlite)?;
-        let mut batch = ClaimedBatch::default();
-        for id in due {
-            // Verified before it is claimed: a row that contradicts itself is left as it
-            // is (nothing written) and counted, for the audit to name.
-            let reclaim = match select_operation_in(tx, BY_ID, &[&id]) {
-                Ok(Some(operation)) => operation.status == OperationStatus::Processing,
-                _ => {
-                    batch.skipped += 1;
-                    continue;
+            let due: Vec<i64> = tx
+                .prepare_cached(DUE)
+                .map_err(sqlite)?
+                .query_map(
+                    params![
+                        now.get(),
+                        i64::try_from(limit).unwrap_or(i64::MAX),
+                        downstream.name(),
+                        downstream.revision()
+                    ],
+                    |row| row.get(0),
+                )
+                .map_err(sqlite)?
+                .collect::<Result<_, _>>()
+                .map_err(sqlite)?;
+            let mut batch = ClaimedBatch::default();
+            for id in due {
+                // Verified before it is claimed: a row that contradicts itself is left as it
+                // is (nothing written) and counted, for the audit to name.
+                let reclaim = match select_operation_in(tx, BY_ID, &[&id]) {
+                    Ok(Some(operation)) => operation.status == OperationStatus::Processing,
+                    _ => {
+                        batch.skipped += 1;
+                        continue;
+                    }
+                };
+                let attempt: Option<i64> = tx
+                    .prepare_cached(CLAIM_ONE)
+                    .map_err(sqlite)?
+                    .query_row(params![id, owner.as_str(), lease_until.get(), now.get()], |row| {
+                        row.get(0)
+                    })
+                    .optional()
+                    .map_err(sqlite)?;
+                let Some(attempt) = attempt else { continue };
+                tx.prepare_cached(MARK_PROCESSING)
+                    .map_err(sqlite)?
+                    .execute(params![id, now.get()])
+                    .map_err(sqlite)?;
+                bump(tx, "claims")?;
+                if reclaim {
+                    bump(tx, "lease_reclaims")?;
                 }
-            };
-            let attempt: Option<i64> = tx
-                .prepare_cached(CLAIM_ONE)
-                .map_err(sqlite)?
-                .query_row(params![id, owner.as_str(), lease_until.get(), now.get()], |row| {
-                    row.get(0)
-                })
-                .optional()
-                .map_err(sqlite)?;
-            let Some(attempt) = attempt else { continue };
-            tx.prepare_cached(MARK_PROCESSING)
-                .map_err(sqlite)?
-                .execute(params![id, now.get()])
-                .map_err(sqlite)?;
-            bump(tx, "claims")?;
-            if reclaim {
-                bump(tx, "lease_reclaims")?;
+                let operation = select_operation_in(tx, BY_ID, &[&id])?
+                    .ok_or(StoreError::Internal("the operation vanished"))?;
+                batch.claimed.push((attempt, reclaim, operation));
             }
-            let operation = select_operation_in(tx, BY_ID, &[&id])?
-                .ok_or(StoreError::Internal("the operation vanished"))?;
-            batch.claimed.push((attempt, reclaim, operation));
-        }
             Ok(batch)
         })
     }

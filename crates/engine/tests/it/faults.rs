@@ -286,7 +286,8 @@ fn unknown_then_settled(db: &Db, answer: &Answer) {
 fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
     // The downstream's connection fails at commit B, or the ledger's own at commit C.
     // (Dispatch's claim is part of commit A: see the test below.)
-    for (ledger, downstream) in [(None, Some("record_downstream_receipt")), (Some("finalize"), None)]
+    for (ledger, downstream) in
+        [(None, Some("record_downstream_receipt")), (Some("finalize"), None)]
     {
         let db = Db::new();
         let ledger_store = Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger };

@@ -5,6 +5,7 @@ mod audit;
 mod concurrency;
 mod crash;
 mod faults;
+mod groupcommit;
 mod idempotency;
 mod properties;
 mod rechecks;

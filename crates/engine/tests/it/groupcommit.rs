@@ -1,0 +1,258 @@
+//! Group commit: commit points of different operations that meet at the writer gate
+//! share one transaction, each in its own savepoint. A batch is forced by holding the
+//! file's write lock from a plain connection until every caller has queued: the first
+//! caller then waits in `BEGIN IMMEDIATE` holding the gate, and takes everyone queued
+//! behind it once the lock is free.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use proptest::prelude::*;
+use toolledger_contract::{Case, Clock, IdempotencyKey, LeaseSeconds, Registry};
+use toolledger_engine::Answer;
+use toolledger_store::SqliteStore;
+
+use crate::{Db, FailurePoint, Flows, Roles, at, audit_sqlite, case_with, id, open_sqlite};
+
+const NOW: i64 = 1_767_225_600;
+
+/// Runs every job on its own thread while a plain connection holds the write lock,
+/// releases the lock once all of them are either queued at the gate, holding it, or
+/// done without writing, and returns their results in order.
+fn forced_batch<T: Send + 'static>(
+    db: &Db,
+    observer: &SqliteStore,
+    jobs: Vec<Box<dyn FnOnce() -> T + Send>>,
+) -> Vec<T> {
+    let lock = db.raw();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let count = jobs.len();
+    let done = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = jobs
+        .into_iter()
+        .map(|job| {
+            let done = Arc::clone(&done);
+            thread::spawn(move || {
+                let result = job();
+                done.fetch_add(1, Ordering::SeqCst);
+                result
+            })
+        })
+        .collect();
+    // One caller holds the gate (waiting for the lock), the rest queue behind it — or
+    // finished without a write. Bounded: a batch that never forms fails the test.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while observer.writes_waiting() + done.load(Ordering::SeqCst) + 1 < count {
+        assert!(Instant::now() < deadline, "the callers never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    lock.execute_batch("COMMIT").unwrap();
+    handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+}
+
+fn keyed(key: &str, now: i64) -> Case {
+    let mut case = case_with(|case| {
+        case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
+        case.host.provider_call_id = id(&format!("call-{key}"));
+    });
+    case.clock.now = at(now);
+    case
+}
+
+#[test]
+fn a_batch_commits_every_operation_but_the_one_refused() {
+    let db = Db::new();
+    // Opened before the trigger exists: a store refuses to open a schema it did not make.
+    let engines: Vec<_> = (0..8)
+        .map(|_| open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap())
+        .collect();
+    let observer = SqliteStore::open(&db.path).unwrap();
+    // A refusal inside commit A of one operation only, after its operation row is in:
+    // a trigger on its outbox event, as a constraint would refuse it.
+    db.raw()
+        .execute_batch(
+            "CREATE TRIGGER doomed BEFORE INSERT ON outbox WHEN NEW.op_id = \
+             (SELECT id FROM operations WHERE idempotency_key = 'key-3') \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .unwrap();
+    let (batches, batched) = observer.group_commits();
+    let jobs: Vec<Box<dyn FnOnce() -> Result<Answer, String> + Send>> = engines
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut engine)| {
+            Box::new(move || {
+                engine
+                    .dispatch_at(&keyed(&format!("key-{n}"), NOW), &id(&format!("w-{n}")), None)
+                    .map_err(|error| error.code().as_str().to_owned())
+            }) as Box<dyn FnOnce() -> _ + Send>
+        })
+        .collect();
+    let answers = forced_batch(&db, &observer, jobs);
+    for (n, answer) in answers.iter().enumerate() {
+        match answer {
+            Err(code) => assert_eq!((n, code.as_str()), (3, "SQLITE_ERROR")),
+            Ok(answer) => {
+                assert_ne!(n, 3);
+                assert_eq!(answer.code(), "OK", "{n}: {:?}", answer.package());
+                assert_eq!(answer.delivery().unwrap().as_str(), "fresh");
+            }
+        }
+    }
+    // The first transaction held all eight commits A; the seven accepted ones went on.
+    let (after, held) = observer.group_commits();
+    assert!(held - batched >= (after - batches) + 7, "{batches}/{batched} → {after}/{held}");
+    assert_eq!(db.int("SELECT count(*) FROM operations WHERE idempotency_key = 'key-3'"), 0);
+    assert_eq!(
+        (db.count("operations"), db.count("downstream_receipts"), db.count("local_receipts")),
+        (7, 7, 7)
+    );
+    db.raw().execute_batch("DROP TRIGGER doomed").unwrap();
+    assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK");
+}
+
+/// One caller's step in the property test below.
+#[derive(Debug, Clone)]
+enum Call {
+    Dispatch { key: usize, failure: Option<FailurePoint> },
+    Process { key: usize, worker: usize },
+    Status { key: usize },
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// One caller alone: its batch is itself.
+    Alone(Call),
+    /// Several callers at once, their first writes forced into one batch.
+    Together(Vec<Call>),
+    Advance(i64),
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    let failure = prop_oneof![
+        Just(None),
+        Just(Some(FailurePoint::AfterIntentCommit)),
+        Just(Some(FailurePoint::AfterClaim)),
+        Just(Some(FailurePoint::AfterDownstreamCommit)),
+    ];
+    prop_oneof![
+        (0..3usize, failure).prop_map(|(key, failure)| Call::Dispatch { key, failure }),
+        (0..3usize, 0..3usize).prop_map(|(key, worker)| Call::Process { key, worker }),
+        (0..3usize).prop_map(|key| Call::Status { key }),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        call().prop_map(Step::Alone),
+        proptest::collection::vec(call(), 2..6).prop_map(Step::Together),
+        (0..45i64).prop_map(Step::Advance),
+    ]
+}
+
+/// Runs `call` on its own engine; whether it answered `fresh` (it caused the effect).
+fn run(path: &std::path::Path, call: &Call, now: i64) -> bool {
+    let mut engine = open_sqlite(path, Roles::default(), Registry::builtin()).unwrap();
+    let clock = Clock { now: at(now), lease_seconds: LeaseSeconds::new(30).unwrap() };
+    let answer = match *call {
+        Call::Dispatch { key, failure } => {
+            engine.dispatch_at(&keyed(&format!("key-{key}"), now), &id("dispatcher"), failure)
+        }
+        Call::Process { key, worker } => {
+            let case = keyed(&format!("key-{key}"), now);
+            let status_ref = toolledger_contract::digest::status_ref(&toolledger_contract::Scope {
+                tenant_id: case.principal.tenant_id.clone(),
+                subject_id: case.principal.subject_id.clone(),
+                tool_name: "refund_order".to_owned(),
+                idempotency_key: case.host.idempotency_key.clone(),
+            });
+            engine.process_at(
+                status_ref.as_str(),
+                &clock,
+                &case.business_state,
+                &id(&format!("worker-{worker}")),
+                None,
+            )
+        }
+        Call::Status { key } => {
+            let case = keyed(&format!("key-{key}"), now);
+            let dispatched =
+                engine.dispatch_at(&case, &id("dispatcher"), Some(FailurePoint::AfterIntentCommit));
+            match dispatched
+                .ok()
+                .and_then(|answer| answer.package()["status_ref"].as_str().map(str::to_owned))
+            {
+                Some(status_ref) => engine.status_of(&case, &status_ref),
+                None => return false,
+            }
+        }
+    };
+    // A store error is an answer too (a batch may refuse as a whole); no call panics.
+    answer
+        .is_ok_and(|answer| answer.delivery().is_some_and(|delivery| delivery.as_str() == "fresh"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Batched and lone callers interleaved: at most one side effect and one `fresh`
+    /// answer per key, a succeeded operation always has its receipt, and the audit
+    /// passes after every step.
+    #[test]
+    fn batched_and_lone_callers_never_break_the_ledger(steps in proptest::collection::vec(step(), 1..10)) {
+        let db = Db::new();
+        let observer = SqliteStore::open(&db.path).unwrap();
+        let mut now = NOW;
+        let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
+        let key_of = |call: &Call| match *call {
+            Call::Dispatch { key, .. } | Call::Process { key, .. } | Call::Status { key } => key,
+        };
+        for step in &steps {
+            match step {
+                Step::Advance(seconds) => now += seconds,
+                Step::Alone(call) => {
+                    if run(&db.path, call, now) {
+                        *fresh.entry(key_of(call)).or_default() += 1;
+                    }
+                }
+                Step::Together(calls) => {
+                    let jobs: Vec<Box<dyn FnOnce() -> bool + Send>> = calls
+                        .iter()
+                        .map(|call| {
+                            let (path, call) = (db.path.clone(), call.clone());
+                            Box::new(move || run(&path, &call, now)) as Box<dyn FnOnce() -> bool + Send>
+                        })
+                        .collect();
+                    for (call, was_fresh) in calls.iter().zip(forced_batch(&db, &observer, jobs)) {
+                        if was_fresh {
+                            *fresh.entry(key_of(call)).or_default() += 1;
+                        }
+                    }
+                }
+            }
+            let audit = audit_sqlite(&db.path).unwrap();
+            prop_assert_eq!(audit.code(), "OK", "{:?}", audit.package());
+            for count in fresh.values() {
+                prop_assert!(*count <= 1, "{fresh:?}");
+            }
+            let effects = db.int(
+                "SELECT count(*) FROM (SELECT downstream_request_ref FROM downstream_receipts \
+                 GROUP BY downstream_request_ref HAVING count(*) > 1)",
+            );
+            prop_assert_eq!(effects, 0);
+            prop_assert!(db.count("downstream_receipts") <= db.count("operations"));
+            prop_assert_eq!(
+                db.int("SELECT count(*) FROM operations o LEFT JOIN local_receipts l ON l.op_id = o.id \
+                        WHERE o.status = 'succeeded' AND l.op_id IS NULL"),
+                0
+            );
+        }
+    }
+}
