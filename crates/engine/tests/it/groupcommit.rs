@@ -256,3 +256,125 @@ proptest! {
         }
     }
 }
+
+/// Where [`eight_threads_dispatching_answer_only_what_is_committed`] works when it runs
+/// as the child of [`sigkill_during_group_commits_loses_and_invents_nothing`]: the store's
+/// path and the keys' prefix.
+const CHILD_STORE: &str = "TOOLLEDGER_TEST_GROUP_COMMIT_STORE";
+const CHILD_PREFIX: &str = "TOOLLEDGER_TEST_GROUP_COMMIT_PREFIX";
+
+/// Eight threads, each with its own engine on one file, dispatch fresh keys back to back
+/// (their commits meet at the gate and are combined) and acknowledge each answer on
+/// stdout as `ack KEY CODE` once they have it. Alone, it checks every answer and the
+/// audit; as a child it runs on the parent's store until it is killed (still bounded).
+#[test]
+fn eight_threads_dispatching_answer_only_what_is_committed() {
+    let own = Db::new();
+    let path = std::env::var_os(CHILD_STORE).map_or(own.path.clone(), std::path::PathBuf::from);
+    let prefix = std::env::var(CHILD_PREFIX).unwrap_or_else(|_| "alone".to_owned());
+    let per_thread = 40;
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            let (path, prefix) = (path.clone(), prefix.clone());
+            thread::spawn(move || {
+                let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
+                for n in 0..per_thread {
+                    let key = format!("{prefix}-{thread}-{n}");
+                    let answer = engine.dispatch_at(&keyed(&key, NOW), &id("dispatcher"), None);
+                    let code = answer
+                        .map_or_else(|e| e.code().as_str().to_owned(), |a| a.code().to_owned());
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "ack {key} {code}").unwrap();
+                    out.flush().unwrap();
+                    assert_eq!(code, "OK", "{key}");
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    assert_eq!(own.count("local_receipts"), if path == own.path { 8 * per_thread } else { 0 });
+    assert_eq!(audit_sqlite(&path).unwrap().code(), "OK");
+}
+
+/// kill -9 of a process whose threads' commits are being combined, at spread-out
+/// moments: every operation acknowledged `OK` is committed as succeeded with its receipt
+/// (nothing acknowledged is lost, nothing is acknowledged before its commit), the audit
+/// passes after every kill, and the recovery path ends every accepted intent with one
+/// side effect.
+#[test]
+fn sigkill_during_group_commits_loses_and_invents_nothing() {
+    let db = Db::new();
+    drop(open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap());
+    let observer = SqliteStore::open(&db.path).unwrap();
+    let mut acknowledged = 0;
+    for round in 0..6u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["groupcommit::eight_threads_dispatching_answer_only_what_is_committed"])
+            .args(["--exact", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_STORE, &db.path)
+            .env(CHILD_PREFIX, format!("round{round}"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+            text
+        });
+        thread::sleep(Duration::from_millis(60 + 45 * round));
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = reader.join().unwrap();
+        // Only whole lines count: the kill may cut the last one.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        for line in whole.lines().filter_map(|line| line.strip_prefix("ack ")) {
+            let (key, code) = line.split_once(' ').unwrap();
+            assert_eq!(code, "OK", "{line}");
+            let status = db.text(&format!(
+                "SELECT o.status || '/' || count(l.op_id) FROM operations o \
+                 LEFT JOIN local_receipts l ON l.op_id = o.id WHERE o.idempotency_key = '{key}'"
+            ));
+            assert_eq!(status, "succeeded/1", "round {round}: {key} was acknowledged");
+            acknowledged += 1;
+        }
+        assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK", "round {round}");
+    }
+    assert!(acknowledged > 0, "no child got as far as an answer");
+    // Recovery: every accepted intent is driven to its end past any lease.
+    let mut engine = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap();
+    let refs: Vec<(String, String)> = {
+        let raw = db.raw();
+        let mut statement = raw
+            .prepare(
+                "SELECT status_ref, idempotency_key FROM operations WHERE status != 'succeeded'",
+            )
+            .unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let later = Clock { now: at(NOW + 31), lease_seconds: LeaseSeconds::new(30).unwrap() };
+    for (status_ref, key) in &refs {
+        let case = keyed(key, NOW + 31);
+        let answer =
+            engine.process_at(status_ref, &later, &case.business_state, &id("recovery"), None);
+        assert_eq!(answer.unwrap().code(), "OK", "{key}");
+    }
+    let operations = db.count("operations");
+    assert_eq!(
+        (db.count("downstream_receipts"), db.count("local_receipts")),
+        (operations, operations)
+    );
+    assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK");
+    let (batches, batched) = observer.group_commits();
+    println!(
+        "{operations} operations, {acknowledged} acknowledged before the kills, {batches}/{batched} in this process"
+    );
+}
