@@ -65,9 +65,15 @@ struct State {
     queue: VecDeque<(u64, Waiting)>,
 }
 
-#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
+    /// The file, as the first store that opened it named it.
+    path: PathBuf,
+    /// The connection group commits run on, opened by the first combiner. One
+    /// connection for all of them keeps its page cache: SQLite drops a connection's cache
+    /// whenever another connection has written, so combiners on their own connections
+    /// each started cold.
+    writer: Mutex<Option<Connection>>,
     /// Transactions committed by combiners, and the jobs they held.
     batches: AtomicU64,
     batched: AtomicU64,
@@ -85,6 +91,15 @@ impl std::fmt::Debug for Gate {
 
 /// Holding the gate; dropping it hands it to the next writer, or opens it.
 pub(crate) struct Entered<'a>(&'a Shared);
+
+/// The group commits' connection, held by the combiner: opened on first use, dropped
+/// (to be opened again) after a failure that may have left it inside a transaction.
+pub(crate) struct Writer<'a> {
+    /// The file.
+    pub(crate) path: &'a Path,
+    /// The connection, when open.
+    pub(crate) connection: std::sync::MutexGuard<'a, Option<Connection>>,
+}
 
 /// A combiner's hold on the gate: the jobs it commits together and where their answers
 /// go.
@@ -112,7 +127,13 @@ impl Gate {
             return Gate(gate);
         }
         gates.retain(|_, gate| gate.strong_count() > 0);
-        let gate = Arc::new(Shared::default());
+        let gate = Arc::new(Shared {
+            state: Mutex::default(),
+            path: path.to_path_buf(),
+            writer: Mutex::default(),
+            batches: AtomicU64::default(),
+            batched: AtomicU64::default(),
+        });
         gates.insert(key, Arc::downgrade(&gate));
         Gate(gate)
     }
@@ -158,7 +179,7 @@ impl Gate {
         &self,
         job: Job,
         timeout: Duration,
-        commit: impl FnOnce(&mut Combining<'_>) -> Vec<Answer>,
+        commit: impl FnOnce(&mut Writer<'_>, &mut Combining<'_>) -> Vec<Answer>,
     ) -> Answer {
         let shared = &*self.0;
         let mut state = shared.state();
@@ -180,12 +201,24 @@ impl Gate {
             job
         };
         let mut combining = Combining { entered: Entered(shared), own: Some(own), replies: vec![] };
-        let mut answers = commit(&mut combining).into_iter();
+        let mut writer = Writer {
+            path: &shared.path,
+            connection: shared.writer.lock().unwrap_or_else(PoisonError::into_inner),
+        };
+        let mut answers = commit(&mut writer, &mut combining).into_iter();
+        drop(writer);
         let mine = answers
             .next()
             .unwrap_or(Err(StoreError::Internal("the group commit returned no answer")));
-        let Combining { entered, replies, .. } = combining;
-        for reply in replies {
+        combining.answer(answers);
+        mine
+    }
+}
+
+impl Combining<'_> {
+    /// Sends each queued writer of the last batch its answer, in batch order.
+    fn answer(&mut self, mut answers: impl Iterator<Item = Answer>) {
+        for reply in self.replies.drain(..) {
             let answer = answers
                 .next()
                 .unwrap_or(Err(StoreError::Internal("the group commit returned no answer")));
@@ -193,12 +226,8 @@ impl Gate {
             // while it lives.
             let _ = reply.send(Reply::Answer(answer));
         }
-        drop(entered);
-        mine
     }
-}
 
-impl Combining<'_> {
     /// The batch: the combiner's own job first, then the jobs queued behind it in
     /// arrival order, at most [`MAX_BATCH`] in all, stopping at a solo writer. Called
     /// once the combiner holds the database's write lock, so writers that arrived while

@@ -369,6 +369,20 @@ fn try_open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreErro
     Ok(conn)
 }
 
+/// The connection a process's group commits run on (see `gate`): the store at `path`
+/// was opened and checked by the store that asks, so this only opens the file with the
+/// store's per-connection pragmas, in WAL mode.
+pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let conn = raw_open(path, false, busy_timeout)?;
+    let mode: String =
+        conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)).map_err(sqlite)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::failed("the database cannot use WAL journal mode"));
+    }
+    connection_pragmas(&conn, busy_timeout)?;
+    Ok(conn)
+}
+
 /// Opens an existing store for the audit: never creates, never changes the journal
 /// mode, but applies the same per-connection pragmas as [`open`]. A store whose schema
 /// differs from the DDL is opened too (the audit reports the difference); a foreign

@@ -43,6 +43,8 @@ const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, leas
              last_reason, attempts_before, created_at, updated_at) VALUES (?1, 'pending', NULL, NULL, 0, ?2, NULL, 0, ?2, ?2)";
 const BUMP: &str = "INSERT INTO counters (name, value) VALUES (?1, 1) \
              ON CONFLICT (name) DO UPDATE SET value = value + 1";
+const BUMP_BY: &str = "INSERT INTO counters (name, value) VALUES (?1, ?2) \
+             ON CONFLICT (name) DO UPDATE SET value = value + ?2";
 const RETIRED: &str = "SELECT final_status FROM tombstones WHERE status_ref = ?1";
 const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
          provider_call_id, purpose, op_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
@@ -73,7 +75,7 @@ const RELEASE: &str = "UPDATE outbox SET state = ?5, lease_owner = NULL, lease_u
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
 const MARK_RELEASED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1";
-const DUE: &str = "SELECT b.op_id FROM outbox b JOIN operations o ON o.id = b.op_id \
+const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.id = b.op_id \
                  WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= ?1 \
                  AND o.downstream_name = ?3 AND o.downstream_revision = ?4 \
                  ORDER BY b.next_attempt_at, b.op_id LIMIT ?2";
@@ -141,6 +143,7 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("relay: claim one due event", CLAIM_ONE.to_owned()),
         ("relay: heartbeat", HEARTBEAT.to_owned()),
         ("counters: bump", BUMP.to_owned()),
+        ("counters: bump by a batch's count", BUMP_BY.to_owned()),
         ("A: retired key", RETIRED.to_owned()),
         ("relay: operation by id", operation_sql(BY_ID)),
         ("status query: operation id", SELECT_OPERATION_ID.to_owned()),
@@ -309,11 +312,30 @@ impl SqliteStore {
         work: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         self.arm()?;
-        let SqliteStore { conn, gate, waits } = self;
+        let SqliteStore { gate, waits, .. } = self;
         let job: Job = Box::new(move |conn| {
             work(conn).map(|value| Box::new(value) as Box<dyn std::any::Any + Send>)
         });
-        let answer = gate.run(job, waits.next_wait(), |combining| commit_batch(conn, combining));
+        let wait = waits.next_wait();
+        let answer = gate.run(job, wait, |writer, combining| {
+            let connection = match writer.connection.take() {
+                Some(connection) => {
+                    schema::set_busy_timeout(&connection, wait).map(|()| connection)
+                }
+                None => schema::open_writer(writer.path, wait),
+            };
+            match connection {
+                Ok(mut connection) => {
+                    let (answers, healthy) = commit_batch(&mut connection, combining);
+                    if healthy {
+                        *writer.connection = Some(connection);
+                    }
+                    answers
+                }
+                // Only the combiner's own job is refused; the queued ones wait for the next.
+                Err(err) => vec![Err(err)],
+            }
+        });
         answer.and_then(|value| {
             value
                 .downcast::<T>()
@@ -341,11 +363,11 @@ impl SqliteStore {
 /// answers follow the batch's order; when the transaction itself fails (the lock, the
 /// commit, a savepoint, SQLite ending the transaction on an I/O error) every job is
 /// answered that error and nothing of the batch was written.
-fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> Vec<Answer> {
+fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<Answer>, bool) {
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         // Only the combiner's own job is refused; the queued ones wait for the next.
-        Err(err) => return vec![Err(sqlite(err))],
+        Err(err) => return (vec![Err(sqlite(err))], true),
     };
     let jobs = combining.jobs();
     let count = jobs.len();
@@ -353,12 +375,16 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> Vec<Ans
     if count == 1 {
         answers.extend(jobs.into_iter().map(|job| job(&tx)));
         if answers.iter().any(Result::is_err) {
-            return answers; // dropping `tx` rolls it back
+            // Dropping `tx` rolls it back; the connection is out of it unless SQLite
+            // could not even do that.
+            drop(tx);
+            let healthy = conn.is_autocommit();
+            return (answers, healthy);
         }
     } else {
         for job in jobs {
             if let Err(err) = savepoint(&tx, "SAVEPOINT batched") {
-                return (0..count).map(|_| Err(err.clone())).collect();
+                return ((0..count).map(|_| Err(err.clone())).collect(), false);
             }
             let answer = job(&tx);
             // SQLite itself ends the transaction on some errors (a full disk, I/O): then
@@ -372,16 +398,16 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> Vec<Ans
                     .and_then(|()| savepoint(&tx, "RELEASE batched"))
             };
             if let Err(err) = kept {
-                return (0..count).map(|_| Err(err.clone())).collect();
+                return ((0..count).map(|_| Err(err.clone())).collect(), false);
             }
             answers.push(answer);
         }
     }
     match tx.commit() {
-        Ok(()) => answers,
+        Ok(()) => (answers, true),
         Err(err) => {
             let err = sqlite(err);
-            answers.into_iter().map(|answer| answer.and(Err(err.clone()))).collect()
+            (answers.into_iter().map(|answer| answer.and(Err(err.clone()))).collect(), false)
         }
     }
 }
@@ -605,10 +631,23 @@ fn downstream_receipt(
 }
 
 /// How an operation ends, in commit C (owned: commit C may run on a combiner's thread).
+/// Its JSON is canonicalized by the caller, outside the group commit's transaction.
 enum Ending {
-    Succeeded(LocalReceipt),
+    /// The local receipt, its receipt's canonical JSON and its output's.
+    Succeeded(LocalReceipt, String, String),
     Failed(String),
-    Quarantined(Value, String),
+    /// The kept receipt's canonical JSON and the reason.
+    Quarantined(String, String),
+}
+
+impl Ending {
+    fn succeeded(receipt: &LocalReceipt) -> Ending {
+        Ending::Succeeded(
+            receipt.clone(),
+            canonicalize(&receipt.downstream.receipt),
+            canonicalize(&receipt.output),
+        )
+    }
 }
 
 /// An operation's status, read inside a transaction.
@@ -661,7 +700,7 @@ fn end_in(
             Finalizer::StatusQuery => (None, None),
         };
         let (state, status) = match ending {
-            Ending::Succeeded(_) => ("delivered", OperationStatus::Succeeded),
+            Ending::Succeeded(..) => ("delivered", OperationStatus::Succeeded),
             Ending::Failed(_) => ("failed", OperationStatus::Failed),
             Ending::Quarantined(..) => ("quarantined", OperationStatus::Quarantined),
         };
@@ -685,11 +724,11 @@ fn end_in(
                 Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
             };
         };
-        if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(_))) {
+        if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(..))) {
             bump(tx, "reconciliations")?;
         }
         match ending {
-            Ending::Succeeded(receipt) => {
+            Ending::Succeeded(receipt, receipt_json, output_json) => {
                 let downstream = &receipt.downstream;
                 tx.prepare_cached(INSERT_LOCAL_RECEIPT)
                     .map_err(sqlite)?
@@ -697,8 +736,8 @@ fn end_in(
                         id,
                         downstream.downstream_request_ref,
                         downstream.receipt_ref,
-                        canonicalize(&downstream.receipt),
-                        canonicalize(&receipt.output),
+                        receipt_json,
+                        output_json,
                         receipt.result_sha256.as_str(),
                         by.as_str(),
                         now.get()
@@ -707,7 +746,7 @@ fn end_in(
             }
             Ending::Failed(reason) | Ending::Quarantined(_, reason) => {
                 let receipt = match ending {
-                    Ending::Quarantined(receipt, _) => Some(canonicalize(receipt)),
+                    Ending::Quarantined(receipt, _) => Some(receipt),
                     _ => None,
                 };
                 tx.prepare_cached(INSERT_OUTCOME)
@@ -735,7 +774,7 @@ fn end_in(
 /// the stored one either way.
 fn record_downstream_in(
     tx: &Connection,
-    receipt: &DownstreamReceipt,
+    (receipt, receipt_json): (DownstreamReceipt, String),
     now: Now,
 ) -> Result<DownstreamReceipt, StoreError> {
     let inserted = tx
@@ -745,13 +784,13 @@ fn record_downstream_in(
             receipt.downstream_request_ref,
             receipt.request_sha256.as_str(),
             receipt.receipt_ref,
-            canonicalize(&receipt.receipt),
+            receipt_json,
             now.get()
         ])
         .map_err(sqlite)?;
     if inserted == 1 {
         // This call wrote it: what is stored is exactly `receipt`.
-        return Ok(receipt.clone());
+        return Ok(receipt);
     }
     downstream_receipt(tx, &receipt.downstream_request_ref)?
         .ok_or(StoreError::Internal("the receipt vanished"))
@@ -760,6 +799,18 @@ fn record_downstream_in(
 /// Adds one to the counter `name`, inside the caller's transaction.
 pub(crate) fn bump(tx: &Connection, name: &str) -> Result<(), StoreError> {
     tx.prepare_cached(BUMP).map_err(sqlite)?.execute([name]).map_err(sqlite)?;
+    Ok(())
+}
+
+/// Adds `count` to the counter `name` (nothing when zero), inside the caller's
+/// transaction: a batch counts once.
+fn bump_by(tx: &Connection, name: &str, count: i64) -> Result<(), StoreError> {
+    if count > 0 {
+        tx.prepare_cached(BUMP_BY)
+            .map_err(sqlite)?
+            .execute(params![name, count])
+            .map_err(sqlite)?;
+    }
     Ok(())
 }
 
@@ -803,7 +854,7 @@ fn bounded_reason(reason: &str) -> String {
 /// the new event is leased to its owner until the given instant in the same transaction.
 fn reserve_in(
     tx: &Connection,
-    intent: &NewOperation,
+    (intent, arguments_json): (NewOperation, String),
     call: &CallIdentity,
     now: Now,
     claim: Option<(&Identifier, Now)>,
@@ -837,7 +888,7 @@ fn reserve_in(
             intent.status_ref.as_str(),
             downstream_request_ref,
             intent.request_sha256.as_str(),
-            canonicalize(&intent.arguments),
+            arguments_json,
             revisions.input,
             revisions.output,
             revisions.effect,
@@ -892,7 +943,7 @@ fn reserve_in(
     // What was just written, as a read would return it: pending and unclaimed, or
     // processing under the claim's lease at attempt 1.
     let reserved = Operation {
-        intent: intent.clone(),
+        intent,
         downstream_request_ref,
         status: if claim.is_some() {
             OperationStatus::Processing
@@ -1034,8 +1085,8 @@ impl LedgerStore for SqliteStore {
         call: &CallIdentity,
         now: Now,
     ) -> Result<Reservation, StoreError> {
-        let (intent, call) = (intent.clone(), call.clone());
-        self.batched(move |tx| reserve_in(tx, &intent, &call, now, None))
+        let (intent, call) = ((intent.clone(), canonicalize(&intent.arguments)), call.clone());
+        self.batched(move |tx| reserve_in(tx, intent, &call, now, None))
     }
 
     fn reserve_claimed(
@@ -1049,8 +1100,9 @@ impl LedgerStore for SqliteStore {
         let lease_until = now
             .checked_add(lease)
             .ok_or(StoreError::failed("the lease would end after year 9999"))?;
-        let (intent, call, owner) = (intent.clone(), call.clone(), owner.clone());
-        self.batched(move |tx| reserve_in(tx, &intent, &call, now, Some((&owner, lease_until))))
+        let intent = (intent.clone(), canonicalize(&intent.arguments));
+        let (call, owner) = (call.clone(), owner.clone());
+        self.batched(move |tx| reserve_in(tx, intent, &call, now, Some((&owner, lease_until))))
     }
 
     fn claim(
@@ -1090,8 +1142,8 @@ impl LedgerStore for SqliteStore {
         receipt: &DownstreamReceipt,
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
-        let receipt = receipt.clone();
-        self.batched(move |tx| record_downstream_in(tx, &receipt, now))
+        let receipt = (receipt.clone(), canonicalize(&receipt.receipt));
+        self.batched(move |tx| record_downstream_in(tx, receipt, now))
     }
 
     fn downstream_receipt(
@@ -1109,7 +1161,7 @@ impl LedgerStore for SqliteStore {
         receipt: &LocalReceipt,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.end(status_ref, by, now, Ending::Succeeded(receipt.clone()))
+        self.end(status_ref, by, now, Ending::succeeded(receipt))
     }
 
     fn fail(
@@ -1130,7 +1182,7 @@ impl LedgerStore for SqliteStore {
         reason: &str,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.end(status_ref, by, now, Ending::Quarantined(receipt.clone(), reason.to_owned()))
+        self.end(status_ref, by, now, Ending::Quarantined(canonicalize(receipt), reason.to_owned()))
     }
 
     fn finalize_many(
@@ -1144,7 +1196,7 @@ impl LedgerStore for SqliteStore {
         let items: Vec<_> = items
             .iter()
             .map(|(status_ref, by, receipt)| {
-                (status_ref.clone(), by.clone(), Ending::Succeeded(receipt.clone()))
+                (status_ref.clone(), by.clone(), Ending::succeeded(receipt))
             })
             .collect();
         self.batched(move |tx| {
@@ -1163,9 +1215,12 @@ impl LedgerStore for SqliteStore {
         if receipts.is_empty() {
             return Ok(Vec::new());
         }
-        let receipts = receipts.to_vec();
+        let receipts: Vec<_> = receipts
+            .iter()
+            .map(|receipt| (receipt.clone(), canonicalize(&receipt.receipt)))
+            .collect();
         self.batched(move |tx| {
-            receipts.iter().map(|receipt| record_downstream_in(tx, receipt, now)).collect()
+            receipts.into_iter().map(|receipt| record_downstream_in(tx, receipt, now)).collect()
         })
     }
 
@@ -1230,7 +1285,7 @@ impl LedgerStore for SqliteStore {
         let (owner, downstream) = (owner.clone(), downstream.clone());
         self.batched(move |tx| {
             let (owner, downstream) = (&owner, &downstream);
-            let due: Vec<i64> = tx
+            let due: Vec<(i64, String)> = tx
                 .prepare_cached(DUE)
                 .map_err(sqlite)?
                 .query_map(
@@ -1240,22 +1295,19 @@ impl LedgerStore for SqliteStore {
                         downstream.name(),
                         downstream.revision()
                     ],
-                    |row| row.get(0),
+                    |row| Ok((row.get(0)?, row.get(1)?)),
                 )
                 .map_err(sqlite)?
                 .collect::<Result<_, _>>()
                 .map_err(sqlite)?;
             let mut batch = ClaimedBatch::default();
-            for id in due {
-                // Verified before it is claimed: a row that contradicts itself is left as it
-                // is (nothing written) and counted, for the audit to name.
-                let reclaim = match select_operation_in(tx, BY_ID, &[&id]) {
-                    Ok(Some(operation)) => operation.status == OperationStatus::Processing,
-                    _ => {
-                        batch.skipped += 1;
-                        continue;
-                    }
-                };
+            let (mut claims, mut reclaims) = (0, 0);
+            for (id, state) in due {
+                let reclaim = state == "processing";
+                // Each claim in its own savepoint: a row that no longer verifies once
+                // claimed is rolled back to as it was (nothing written) and counted, for
+                // the audit to name.
+                savepoint(tx, "SAVEPOINT due")?;
                 let attempt: Option<i64> = tx
                     .prepare_cached(CLAIM_ONE)
                     .map_err(sqlite)?
@@ -1264,19 +1316,31 @@ impl LedgerStore for SqliteStore {
                     })
                     .optional()
                     .map_err(sqlite)?;
-                let Some(attempt) = attempt else { continue };
+                let Some(attempt) = attempt else {
+                    savepoint(tx, "RELEASE due")?;
+                    continue;
+                };
                 tx.prepare_cached(MARK_PROCESSING)
                     .map_err(sqlite)?
                     .execute(params![id, now.get()])
                     .map_err(sqlite)?;
-                bump(tx, "claims")?;
-                if reclaim {
-                    bump(tx, "lease_reclaims")?;
+                match select_operation_in(tx, BY_ID, &[&id]) {
+                    Ok(Some(operation)) => {
+                        savepoint(tx, "RELEASE due")?;
+                        claims += 1;
+                        reclaims += i64::from(reclaim);
+                        batch.claimed.push((attempt, reclaim, operation));
+                    }
+                    Ok(None) | Err(StoreError::ContractViolation(_)) => {
+                        savepoint(tx, "ROLLBACK TO due")?;
+                        savepoint(tx, "RELEASE due")?;
+                        batch.skipped += 1;
+                    }
+                    Err(err) => return Err(err),
                 }
-                let operation = select_operation_in(tx, BY_ID, &[&id])?
-                    .ok_or(StoreError::Internal("the operation vanished"))?;
-                batch.claimed.push((attempt, reclaim, operation));
             }
+            bump_by(tx, "claims", claims)?;
+            bump_by(tx, "lease_reclaims", reclaims)?;
             Ok(batch)
         })
     }
@@ -1322,7 +1386,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 39);
+        assert_eq!(plans.len(), 40);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }
