@@ -100,6 +100,13 @@ impl Dir {
             .query_row(sql, [], |row| row.get(0))
             .unwrap()
     }
+
+    pub fn db_text(&self, sql: &str) -> String {
+        rusqlite::Connection::open(self.join("toolledger.sqlite3"))
+            .unwrap()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap()
+    }
 }
 
 impl Default for Dir {
