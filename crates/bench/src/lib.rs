@@ -11,7 +11,7 @@ use std::{
     time::Instant,
 };
 
-/// What a bench was asked for: `[--out PATH] [--quick] [--profile FLOW]`.
+/// What a bench was asked for: `[--out PATH] [--quick] [--profile FLOW] [--child ARGS…]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
     /// Where the report goes.
@@ -20,6 +20,8 @@ pub struct Args {
     pub quick: bool,
     /// One flow alone in a loop, for a profiler (the report bench only).
     pub profile: Option<String>,
+    /// The bench started as one of its own worker processes: everything after `--child`.
+    pub child: Option<Vec<String>>,
 }
 
 impl Args {
@@ -48,6 +50,7 @@ impl Args {
             out: workspace().join(format!("target/bench/{name}.json")),
             quick: false,
             profile: None,
+            child: None,
         };
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -56,6 +59,7 @@ impl Args {
                 "--quick" => parsed.quick = true,
                 "--profile" => parsed.profile = Some(args.next().expect("--profile takes a flow")),
                 "--bench" => {}
+                "--child" => parsed.child = Some(args.by_ref().collect()),
                 other => panic!("unknown argument {other}"),
             }
         }
@@ -155,12 +159,31 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     binary
 }
 
-/// Writes `report` pretty-printed to `out`, making its folder.
+/// Writes `report` pretty-printed to `out`, making its folder: an object whose keys
+/// come first in the order of `first`, then in the report's own order.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let out = dir.path().join("r.json");
+/// let report = vec![("b".to_owned(), serde_json::json!(1)), ("a".to_owned(), serde_json::json!(2))];
+/// toolledger_bench::write_report(&out, &report, &["a"]);
+/// assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\n  \"a\": 2,\n  \"b\": 1\n}\n");
+/// ```
 ///
 /// # Panics
 ///
 /// When it cannot be written.
-pub fn write_report(out: &Path, report: &serde_json::Value) {
+pub fn write_report(out: &Path, report: &[(String, serde_json::Value)], first: &[&str]) {
+    let mut ordered: Vec<&(String, serde_json::Value)> =
+        first.iter().filter_map(|key| report.iter().find(|(name, _)| name == key)).collect();
+    ordered.extend(report.iter().filter(|(name, _)| !first.contains(&name.as_str())));
+    let body: Vec<String> = ordered
+        .iter()
+        .map(|(name, value)| {
+            let value = serde_json::to_string_pretty(value).unwrap().replace('\n', "\n  ");
+            format!("  {}: {value}", serde_json::to_string(name).unwrap())
+        })
+        .collect();
     std::fs::create_dir_all(out.parent().expect("--out has a parent")).unwrap();
-    std::fs::write(out, format!("{}\n", serde_json::to_string_pretty(report).unwrap())).unwrap();
+    std::fs::write(out, format!("{{\n{}\n}}\n", body.join(",\n"))).unwrap();
 }
