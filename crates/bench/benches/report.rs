@@ -257,33 +257,38 @@ fn main() {
     });
     put("claims_per_s", json!(claim_rate));
 
-    // The relay draining a backlog (one worker, batches of 64) against the per-operation
-    // pipeline (fresh dispatch) measured above.
-    let relayed = work.file("relay");
-    let events = settings.ops * 4;
-    println!("relay: {events} accepted events, one worker, batches of 64");
-    let mut relay_engine = engine(&relayed);
-    for index in 0..events {
-        relay_engine.enqueue(&cases.get(400_000 + index)).unwrap();
+    // The relay draining a backlog (one worker) against the per-operation pipeline
+    // (fresh dispatch) measured above: batches of 256 (the row), and of 64.
+    let events = settings.ops * 16;
+    let mut relay_rates = Vec::new();
+    for (batch, first) in [(256, 400_000), (64, 1_600_000)] {
+        let relayed = work.file(&format!("relay-{batch}"));
+        println!("relay: {events} accepted events, one worker, batches of {batch}");
+        let mut relay_engine = engine(&relayed);
+        for index in 0..events {
+            relay_engine.enqueue(&cases.get(first + index)).unwrap();
+        }
+        drop(relay_engine);
+        let started = Instant::now();
+        let drained = toolledger::Relay::new(&relayed)
+            .tool(toolledger::RefundOrder::default().tool())
+            .batch(batch)
+            .at(now.get() + 1)
+            .run(
+                || toolledger::simulated(&relayed),
+                || NoRoles,
+                &cases.base.business_state,
+                toolledger::Until::Drained,
+                &|_| {},
+            )
+            .unwrap();
+        relay_rates.push(events as f64 / started.elapsed().as_secs_f64());
+        assert_eq!(drained.delivered, events, "{drained:?}");
     }
-    drop(relay_engine);
-    let started = Instant::now();
-    let drained = toolledger::Relay::new(&relayed)
-        .tool(toolledger::RefundOrder::default().tool())
-        .batch(64)
-        .at(now.get() + 1)
-        .run(
-            || toolledger::simulated(&relayed),
-            || NoRoles,
-            &cases.base.business_state,
-            toolledger::Until::Drained,
-            &|_| {},
-        )
-        .unwrap();
-    let relay_rate = events as f64 / started.elapsed().as_secs_f64();
-    assert_eq!(drained.delivered, events, "{drained:?}");
-    put("relay_events_per_s", json!(relay_rate));
-    put("relay_vs_pipeline", json!(relay_rate / fresh_ops));
+    let events = settings.ops * 4;
+    put("relay_events_per_s", json!(relay_rates[0]));
+    put("relay_batch64_events_per_s", json!(relay_rates[1]));
+    put("relay_vs_pipeline", json!(relay_rates[0] / fresh_ops));
 
     // Over HTTP on loopback, against the reference service in its own process: a fresh
     // dispatch, against what it cannot avoid (one raw HTTP round trip that commits a
@@ -512,7 +517,7 @@ fn profile(flow: &str) {
             let drained = toolledger::Relay::new(&path)
                 .tool(toolledger::RefundOrder::default().tool())
                 .concurrency(workers)
-                .batch(64)
+                .batch(std::env::var("RELAY_BATCH").map_or(64, |n| n.parse().unwrap()))
                 .at(cases.base.clock.now.get() + 1)
                 .run(
                     || toolledger::simulated(&path),

@@ -22,6 +22,8 @@ pub(crate) enum Member<'a> {
     Str(&'a str),
     Int(i64),
     Json(&'a Value),
+    /// JSON text the caller has proven canonical: written as it is.
+    Canonical(&'a str),
     Object(Vec<(&'static str, Member<'a>)>),
 }
 
@@ -31,6 +33,12 @@ impl Member<'_> {
             Member::Str(text) => Value::from(*text),
             Member::Int(number) => Value::from(*number),
             Member::Json(value) => (*value).clone(),
+            // Only digests are made of `Canonical` members (the `*_of_canonical`
+            // functions), never a preimage value; the text is proven canonical JSON.
+            Member::Canonical(text) => {
+                toolledger_json::parse_strict(text.as_bytes(), &toolledger_json::Limits::default())
+                    .unwrap_or(Value::Null)
+            }
             Member::Object(members) => object_value(members),
         }
     }
@@ -40,6 +48,7 @@ impl Member<'_> {
             Member::Str(text) => canonicalize_str_into(text, out),
             Member::Int(number) => canonicalize_into(&Value::from(*number), out),
             Member::Json(value) => canonicalize_into(value, out),
+            Member::Canonical(text) => out.push_str(text),
             Member::Object(members) => write_object(members, out),
         }
     }
@@ -200,8 +209,18 @@ fn request_members<'a>(
     arguments: &'a Value,
     revisions: &'a Revisions,
 ) -> Members<'a> {
+    request_members_with(tenant_id, subject_id, tool_name, Member::Json(arguments), revisions)
+}
+
+fn request_members_with<'a>(
+    tenant_id: &'a Identifier,
+    subject_id: &'a Identifier,
+    tool_name: &'a str,
+    arguments: Member<'a>,
+    revisions: &'a Revisions,
+) -> Members<'a> {
     vec![
-        ("arguments", Member::Json(arguments)),
+        ("arguments", arguments),
         ("domain", Member::Str("tool-result-v2/request")),
         ("effect_revision", Member::Str(&revisions.effect)),
         ("input_revision", Member::Str(&revisions.input)),
@@ -297,6 +316,62 @@ pub fn result_preimage(tool_name: &str, output_revision: &str, output: &Value) -
 /// `result_sha256`.
 pub fn result_sha256(tool_name: &str, output_revision: &str, output: &Value) -> Sha256Hex {
     hash_members(&result_members(tool_name, output_revision, output))
+}
+
+/// [`result_sha256`] of an output given as text the caller has already proven to be
+/// canonical JSON (a stored column read back and compared byte for byte): the same
+/// digest without canonicalizing the output again.
+///
+/// ```
+/// use toolledger_contract::digest::{result_sha256, result_sha256_of_canonical};
+/// let output = serde_json::json!({"b": 1, "a": "x"});
+/// let canonical = toolledger_json::canonicalize(&output);
+/// assert_eq!(result_sha256_of_canonical("t", "t.output.v1", &canonical), result_sha256("t", "t.output.v1", &output));
+/// ```
+pub fn result_sha256_of_canonical(
+    tool_name: &str,
+    output_revision: &str,
+    canonical: &str,
+) -> Sha256Hex {
+    hash_members(&[
+        ("domain", Member::Str("tool-result-v2/result")),
+        ("output", Member::Canonical(canonical)),
+        ("output_revision", Member::Str(output_revision)),
+        ("tool_name", Member::Str(tool_name)),
+    ])
+}
+
+/// [`request_sha256`] of arguments given as text the caller has already proven to be
+/// canonical JSON: the same digest without canonicalizing them again.
+///
+/// ```
+/// use toolledger_contract::{Identifier, Revisions, digest::{request_sha256, request_sha256_of_canonical}};
+/// let (tenant, subject) = (Identifier::new("t").unwrap(), Identifier::new("s").unwrap());
+/// let revisions = Revisions {
+///     input: "i".into(), output: "o".into(), effect: "e".into(),
+///     handler: "h".into(), producer: "p".into(), policy: "y".into(),
+/// };
+/// let arguments = serde_json::json!({"z": [1, 2], "a": "x"});
+/// let canonical = toolledger_json::canonicalize(&arguments);
+/// assert_eq!(
+///     request_sha256_of_canonical(&tenant, &subject, "tool", &canonical, &revisions),
+///     request_sha256(&tenant, &subject, "tool", &arguments, &revisions),
+/// );
+/// ```
+pub fn request_sha256_of_canonical(
+    tenant_id: &Identifier,
+    subject_id: &Identifier,
+    tool_name: &str,
+    canonical: &str,
+    revisions: &Revisions,
+) -> Sha256Hex {
+    hash_members(&request_members_with(
+        tenant_id,
+        subject_id,
+        tool_name,
+        Member::Canonical(canonical),
+        revisions,
+    ))
 }
 
 /// The downstream receipt the stand-in stores and returns.

@@ -7,10 +7,11 @@ use toolledger_contract::{
     Approval, ApprovalBinding, DownstreamIdentity, IdempotencyKey, Identifier, ProviderProfile,
     Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
     digest::{
-        downstream_request_ref, request_sha256, result_sha256, short_ref_of_canonical, status_ref,
+        downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
+        short_ref_of_canonical, status_ref,
     },
 };
-use toolledger_json::{Limits, canonicalize, check_v2_domain, parse_strict};
+use toolledger_json::{Limits, canonicalize_into, check_v2_domain, parse_strict};
 
 use crate::{
     DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
@@ -50,10 +51,28 @@ pub(crate) fn canonical_json(text: &str) -> Result<Value, Flaw> {
         .map_err(|_| Flaw::NotCanonical("stored JSON is not strict"))?;
     check_v2_domain(&value)
         .map_err(|_| Flaw::NotCanonical("stored JSON is outside the v2 domain"))?;
-    if canonicalize(&value) != text {
+    if !is_canonical_form(&value, text) {
         return Err(Flaw::NotCanonical("stored JSON is not canonical"));
     }
     Ok(value)
+}
+
+/// Whether `text` is byte for byte the canonical form of `value`, written into one
+/// buffer per thread instead of a new string per column read.
+fn is_canonical_form(value: &Value, text: &str) -> bool {
+    thread_local! {
+        static CANONICAL: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    CANONICAL.with_borrow_mut(|canonical| {
+        canonical.clear();
+        canonicalize_into(value, canonical);
+        let same = canonical == text;
+        // A huge column leaves no huge buffer behind.
+        if canonical.capacity() > 1 << 16 {
+            *canonical = String::new();
+        }
+        same
+    })
 }
 
 /// An `operations` + `outbox` row as SQLite returns it, before any check.
@@ -142,9 +161,15 @@ pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     };
     let arguments = canonical_json(&raw.arguments_json)?;
     let request = digest(&raw.request_sha256)?;
-    if request_sha256(&scope.tenant_id, &scope.subject_id, &scope.tool_name, &arguments, &revisions)
-        != request
-    {
+    // The column was just proven canonical: its bytes are the preimage's arguments.
+    let recomputed = request_sha256_of_canonical(
+        &scope.tenant_id,
+        &scope.subject_id,
+        &scope.tool_name,
+        &raw.arguments_json,
+        &revisions,
+    );
+    if recomputed != request {
         return Err(violation("stored request digest does not recompute"));
     }
     let stored_ref =
@@ -398,7 +423,7 @@ fn local(
     // The receipt was read strictly and canonically, so its output's canonical form
     // equal to the stored column proves the column canonical and the same.
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
-    if canonicalize(&output) != output_json {
+    if !is_canonical_form(&output, output_json) {
         return Err(if canonical_json(output_json).is_err() {
             Flaw::NotCanonical("stored output is not canonical")
         } else {
@@ -406,7 +431,10 @@ fn local(
         });
     }
     let result = digest(result)?;
-    if result_sha256(&intent.scope.tool_name, &intent.revisions.output, &output) != result {
+    // The column was just proven the output's canonical form.
+    if result_sha256_of_canonical(&intent.scope.tool_name, &intent.revisions.output, output_json)
+        != result
+    {
         return Err(violation("stored result digest does not recompute"));
     }
     Ok(LocalReceipt { downstream: receipt, output, result_sha256: result })
