@@ -38,7 +38,9 @@ use toolledger_engine::{Engine, StandIn};
 type SqliteEngine<R> = Engine<SqliteStore, Simulated, R>;
 use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
-use toolledger_store::{LedgerStore, SqliteStore};
+use toolledger_store::{
+    CallIdentity, DownstreamReceipt, LedgerStore, LocalReceipt, NewOperation, SqliteStore,
+};
 
 const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json");
 
@@ -147,7 +149,7 @@ fn main() {
     println!("building a ledger of {} operations (one transaction, synchronous=OFF)", settings.big);
     let big = work.file("big");
     let built = Instant::now();
-    fill(&big, settings.big);
+    fill(&big, &cases, settings.big);
     put("big_ledger_operations", json!(settings.big));
     put("big_ledger_build_s", json!(built.elapsed().as_secs_f64()));
     let mut big_engine = engine(&big);
@@ -171,7 +173,7 @@ fn main() {
 
     println!("scaling: fresh dispatch with 1K and {} existing operations", settings.big);
     let thousand = work.file("thousand");
-    fill(&thousand, 1_000);
+    fill(&thousand, &cases, 1_000);
     let mut thousand_engine = engine(&thousand);
     let (mut fresh_1k, mut fresh_1m) = (Vec::new(), Vec::new());
     let base = 100_000;
@@ -715,26 +717,21 @@ impl Cases {
     }
 
     fn get(&self, index: usize) -> Case {
+        self.keyed(&format!("k-{index}"))
+    }
+
+    /// The case under idempotency key `key`, its own model call `call-<key>`.
+    fn keyed(&self, key: &str) -> Case {
         let mut case = self.base.clone();
-        case.host.idempotency_key = IdempotencyKey::new(&format!("k-{index}")).unwrap();
+        case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
         // Each intent is its own model call: one call is one intent.
         case.host.provider_call_id =
-            toolledger_contract::Identifier::new(&format!("call-k-{index}")).unwrap();
+            toolledger_contract::Identifier::new(&format!("call-{key}")).unwrap();
         let tool = self.registry.tool("refund_order").unwrap();
         let binding = case.approval_binding(&tool.name, &tool.revisions);
         let approval = case.approval.as_mut().unwrap();
         approval.approval_sha256 = approval.digest_for(&binding);
         case
-    }
-
-    fn scope(&self, index: usize) -> Scope {
-        let case = self.get(index);
-        Scope {
-            tenant_id: case.principal.tenant_id,
-            subject_id: case.principal.subject_id,
-            tool_name: "refund_order".to_owned(),
-            idempotency_key: case.host.idempotency_key,
-        }
     }
 }
 
@@ -839,36 +836,87 @@ struct Row {
     approval_sha256: String,
 }
 
-fn row(cases: &Cases, index: usize) -> Row {
-    let case = cases.get(index);
-    let scope = cases.scope(index);
+/// What a dispatch of the case under `key` writes once it has finished, built here
+/// with the contract's own digests: the intent, its call identity, and the local
+/// receipt of the stand-in's refund.
+fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalReceipt) {
+    let case = cases.keyed(key);
     let tool = cases.registry.tool("refund_order").unwrap();
-    let binding = case.approval_binding(&tool.name, &tool.revisions);
-    let request = binding.request_sha256.clone();
+    let scope = Scope {
+        tenant_id: case.principal.tenant_id.clone(),
+        subject_id: case.principal.subject_id.clone(),
+        tool_name: tool.name.clone(),
+        idempotency_key: case.host.idempotency_key.clone(),
+    };
+    let arguments = case.proposal.arguments.clone();
+    let request = toolledger_contract::digest::request_sha256(
+        &scope.tenant_id,
+        &scope.subject_id,
+        &tool.name,
+        &arguments,
+        &tool.revisions,
+    );
     let dr = downstream_request_ref(&scope, &request);
-    let output = json!({"refund_id": refund_id(&dr), "order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "status": "refunded"});
-    let receipt =
-        downstream_receipt(&dr, &request, "refund_order", &tool.revisions.output, &output);
-    Row {
-        status_ref: status_ref(&scope).as_str().to_owned(),
-        downstream_request_ref: dr,
-        request_sha256: request.as_str().to_owned(),
-        arguments_json: canonicalize(&case.proposal.arguments),
-        receipt_ref: downstream_receipt_ref(&receipt),
-        receipt_json: canonicalize(&receipt),
-        output_json: canonicalize(&output),
+    let field = |name: &str| arguments[name].clone();
+    let output = json!({"refund_id": refund_id(&dr), "order_id": field("order_id"),
+        "amount_minor": field("amount_minor"), "currency": field("currency"), "status": "refunded"});
+    let receipt = downstream_receipt(&dr, &request, &tool.name, &tool.revisions.output, &output);
+    let local = LocalReceipt {
         result_sha256: toolledger_contract::digest::result_sha256(
-            "refund_order",
+            &tool.name,
             &tool.revisions.output,
             &output,
-        )
-        .as_str()
-        .to_owned(),
-        approval_sha256: case.approval.as_ref().unwrap().approval_sha256.as_str().to_owned(),
+        ),
+        output,
+        downstream: DownstreamReceipt {
+            downstream_request_ref: dr,
+            request_sha256: request.clone(),
+            receipt_ref: downstream_receipt_ref(&receipt),
+            receipt,
+        },
+    };
+    let call = CallIdentity {
+        profile: case.host.profile.clone(),
+        provider_response_id: case.host.provider_response_id.clone(),
+        provider_call_id: case.host.provider_call_id.clone(),
+    };
+    let intent = NewOperation {
+        status_ref: status_ref(&scope),
+        request_sha256: request,
+        arguments,
+        revisions: tool.revisions.clone(),
+        profile: case.host.profile,
+        provider_response_id: case.host.provider_response_id,
+        provider_call_id: case.host.provider_call_id,
+        operation_id: case.host.operation_id,
+        approval: case.approval,
+        downstream: toolledger::DownstreamIdentity::new("toolledger-stand-in", "1").unwrap(),
         scope,
+    };
+    (intent, call, local)
+}
+
+/// The raw baselines' values for the case under key `k-<index>`: the same rows a
+/// dispatch writes, as the text their plain SQL binds.
+fn row(cases: &Cases, index: usize) -> Row {
+    let (intent, _, local) = finished(cases, &format!("k-{index}"));
+    Row {
+        status_ref: intent.status_ref.as_str().to_owned(),
+        downstream_request_ref: local.downstream.downstream_request_ref.clone(),
+        request_sha256: intent.request_sha256.as_str().to_owned(),
+        arguments_json: canonicalize(&intent.arguments),
+        receipt_ref: local.downstream.receipt_ref.clone(),
+        receipt_json: canonicalize(&local.downstream.receipt),
+        output_json: canonicalize(&local.output),
+        result_sha256: local.result_sha256.as_str().to_owned(),
+        approval_sha256: intent.approval.as_ref().unwrap().approval_sha256.as_str().to_owned(),
+        scope: intent.scope,
     }
 }
 
+/// The raw baselines' own insert of an operation row: plain SQL on purpose, with the
+/// constants a dispatch of these cases writes. Ledger rows the bench needs are written
+/// by the store (`fill`).
 const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
     downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, effect_revision, \
     handler_revision, producer_revision, policy_revision, provider, api_family, adapter_revision, \
@@ -922,8 +970,8 @@ fn pipeline_round(
     (count as f64 / raw_s, count as f64 / fresh_s)
 }
 
-/// Inserts `row`'s operation with `status` under provider call `call_id`, as commit A's
-/// first statement does; its id.
+/// The raw baselines' insert of `row`'s operation with `status` under provider call
+/// `call_id`; its id.
 fn insert_operation(conn: &Connection, row: &Row, call_id: &str, status: &str) -> i64 {
     conn.prepare_cached(INSERT_OPERATION)
         .unwrap()
@@ -1037,81 +1085,34 @@ fn raw_select(path: &Path, rows: usize, count: usize) -> f64 {
     })
 }
 
-/// `count` filler operations (succeeded, with receipts) in one transaction with
-/// synchronous=OFF; then the file is closed, to be reopened with the real pragmas.
-/// Their digests are not real: the engine never reads them, only their indexes count.
-fn fill(path: &Path, count: usize) {
-    drop(SqliteStore::open(path).unwrap());
-    let mut conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
-    let tx = conn.transaction().unwrap();
-    {
-        let mut operation = tx.prepare(INSERT_OPERATION).unwrap();
-        let mut outbox = tx
-            .prepare("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, attempts_before, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225630, 0, 1767225600, 1767225600)")
-            .unwrap();
-        let mut local = tx
-            .prepare("INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, '{}', '{}', ?4, 'worker', 1767225600)")
-            .unwrap();
-        let mut downstream = tx
-            .prepare("INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, created_at) VALUES (?1, ?2, ?3, '{}', 1767225600)")
-            .unwrap();
-        let hex =
-            |index: usize, salt: u64| format!("{:032x}", (index as u128) << 64 | u128::from(salt));
-        for index in 0..count {
-            let dr = format!("dr_{}", hex(index, 1));
-            let rc = format!("rc_{}", hex(index, 2));
-            let digest = format!("{}{}", hex(index, 3), hex(index, 4));
-            operation
-                .execute(params![
-                    "tenant-a",
-                    "user-1",
-                    format!("fill-{index}"),
-                    format!("sr_{}", hex(index, 5)),
-                    dr,
-                    digest,
-                    r#"{"amount_minor":2599,"currency":"USD","order_id":"ord-1001","reason":"damaged"}"#,
-                    format!("call-fill-{index}"),
-                    digest,
-                    "succeeded"
-                ])
-                .unwrap();
-            let id = tx.last_insert_rowid();
-            outbox.execute([id]).unwrap();
-            local.execute(params![id, dr, rc, digest]).unwrap();
-            downstream.execute(params![dr, digest, rc]).unwrap();
-        }
-    }
-    tx.commit().unwrap();
+/// `count` finished operations under keys `fill-<n>`, loaded through the store's own
+/// statements (`SqliteStore::load_finished`) in transactions of 20,000, while another
+/// thread builds the next chunk.
+fn fill(path: &Path, cases: &Cases, count: usize) {
+    fill_keys(path, cases, (0..count).map(|index| format!("fill-{index}")).collect());
 }
 
-/// `count` real, finished operations written directly (valid digests), for the audit.
+/// `count` finished operations under keys `audit-<n>`, for the audit.
 fn fill_valid(path: &Path, cases: &Cases, count: usize) {
-    drop(SqliteStore::open(path).unwrap());
-    let rows: Vec<Row> = (0..count).map(|index| row(cases, 600_000 + index)).collect();
-    let mut conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
-    let tx = conn.transaction().unwrap();
-    for row in &rows {
-        // The call the rows' approvals are bound to, recorded as their dispatch call
-        // identity: these operations must verify and their calls must be bound.
-        let call_id = format!("call-{}", row.scope.idempotency_key);
-        let id = insert_operation(&tx, row, &call_id, "succeeded");
-        tx.prepare_cached(INSERT_DISPATCH_CALL).unwrap().execute(params![call_id, id]).unwrap();
-        tx.prepare_cached("INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, attempts_before, created_at, updated_at) VALUES (?1, 'delivered', 'w', 1767225630, 1, 1767225630, 0, 1767225600, 1767225600)")
-            .unwrap()
-            .execute([id])
-            .unwrap();
-        tx.prepare_cached("INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'worker', 1767225600)")
-            .unwrap()
-            .execute(params![id, row.downstream_request_ref, row.receipt_ref, row.receipt_json, row.output_json, row.result_sha256])
-            .unwrap();
-        tx.prepare_cached("INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, receipt_json, created_at) VALUES (?1, ?2, ?3, ?4, 1767225600)")
-            .unwrap()
-            .execute(params![row.downstream_request_ref, row.request_sha256, row.receipt_ref, row.receipt_json])
-            .unwrap();
-    }
-    tx.commit().unwrap();
+    fill_keys(path, cases, (0..count).map(|index| format!("audit-{index}")).collect());
+}
+
+fn fill_keys(path: &Path, cases: &Cases, keys: Vec<String>) {
+    const CHUNK: usize = 20_000;
+    let mut store = SqliteStore::open(path).unwrap();
+    let now = cases.base.clock.now;
+    let (send, receive) = std::sync::mpsc::sync_channel(1);
+    thread::scope(|scope| {
+        scope.spawn(move || {
+            for chunk in keys.chunks(CHUNK) {
+                let built: Vec<_> = chunk.iter().map(|key| finished(cases, key)).collect();
+                send.send(built).unwrap();
+            }
+        });
+        for built in receive {
+            assert_eq!(store.load_finished(&built, now).unwrap(), built.len());
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------

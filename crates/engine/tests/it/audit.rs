@@ -155,3 +155,44 @@ fn a_file_with_only_a_meta_table_is_never_modified() {
     assert_eq!(std::fs::read(&path).unwrap(), before, "audit changed the file");
     assert!(!path.with_extension("sqlite3-wal").exists());
 }
+
+/// `load_finished` writes finished operations through the commit points' own
+/// statements: a ledger loaded from another one's operations audits clean and replays
+/// them; loading one twice is refused as a whole and writes nothing.
+#[test]
+fn loaded_operations_verify_replay_and_are_never_loaded_twice() {
+    use toolledger_store::{CallIdentity, LedgerStore, SqliteStore};
+    let source = Db::new();
+    let mut engine = source.engine();
+    assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
+    drop(engine);
+    let mut reader = SqliteStore::open(&source.path).unwrap();
+    let status_ref =
+        toolledger_contract::StatusRef::new(&source.text("SELECT status_ref FROM operations"))
+            .unwrap();
+    let operation = reader.operation_by_status_ref(&status_ref).unwrap().unwrap();
+    let call = CallIdentity {
+        profile: operation.intent.profile.clone(),
+        provider_response_id: operation.intent.provider_response_id.clone(),
+        provider_call_id: operation.intent.provider_call_id.clone(),
+    };
+    let finished = vec![(operation.intent.clone(), call, operation.receipt.clone().unwrap())];
+
+    let loaded = Db::new();
+    let mut store = SqliteStore::open(&loaded.path).unwrap();
+    let now = toolledger_contract::UnixSeconds::new(operation.created_at).unwrap();
+    assert_eq!(store.load_finished(&finished, now).unwrap(), 1);
+    assert_eq!(audit_sqlite(&loaded.path).unwrap().code(), "OK");
+    let replay = dispatch(&mut loaded.engine(), &case(), None);
+    assert_eq!(replay.delivery().unwrap().as_str(), "local_replay", "{}", replay.package());
+    assert_eq!(replay.package()["status_ref"], status_ref.as_str());
+
+    let twice = [finished.clone(), finished].concat();
+    let refused = Db::new();
+    let mut store = SqliteStore::open(&refused.path).unwrap();
+    assert_eq!(
+        store.load_finished(&twice, now).unwrap_err().code().as_str(),
+        "STORE_CONTRACT_VIOLATION"
+    );
+    assert_eq!((refused.count("operations"), refused.count("downstream_receipts")), (0, 0));
+}
