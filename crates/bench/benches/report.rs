@@ -27,9 +27,7 @@ use toolledger::{
 };
 use toolledger_contract::{
     Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef,
-    digest::{
-        downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id, status_ref,
-    },
+    digest::{downstream_request_ref, status_ref},
     load_case,
 };
 use toolledger_engine::{Engine, StandIn};
@@ -38,9 +36,7 @@ use toolledger_engine::{Engine, StandIn};
 type SqliteEngine<R> = Engine<SqliteStore, Simulated, R>;
 use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
-use toolledger_store::{
-    CallIdentity, DownstreamReceipt, LedgerStore, LocalReceipt, NewOperation, SqliteStore,
-};
+use toolledger_store::{CallIdentity, LedgerStore, LocalReceipt, NewOperation, SqliteStore};
 
 const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json");
 
@@ -146,7 +142,7 @@ fn main() {
         small_engine.dispatch(&cases.get(index), &worker()).unwrap();
     }
     // 4: scaling needs the 1M ledger, also the raw SELECT baseline's table.
-    println!("building a ledger of {} operations (one transaction, synchronous=OFF)", settings.big);
+    println!("building a ledger of {} operations through the store (load_finished)", settings.big);
     let big = work.file("big");
     let built = Instant::now();
     fill(&big, &cases, settings.big);
@@ -856,11 +852,15 @@ fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalRecei
         &arguments,
         &tool.revisions,
     );
-    let dr = downstream_request_ref(&scope, &request);
-    let field = |name: &str| arguments[name].clone();
-    let output = json!({"refund_id": refund_id(&dr), "order_id": field("order_id"),
-        "amount_minor": field("amount_minor"), "currency": field("currency"), "status": "refunded"});
-    let receipt = downstream_receipt(&dr, &request, &tool.name, &tool.revisions.output, &output);
+    // The stand-in's refund of this request, as a dispatch would have received it.
+    let receipt = toolledger_engine::simulated_refund(&toolledger_engine::DownstreamRequest {
+        downstream_request_ref: downstream_request_ref(&scope, &request),
+        request_sha256: request.clone(),
+        tool_name: tool.name.clone(),
+        output_revision: tool.revisions.output.clone(),
+        arguments: arguments.clone(),
+    });
+    let output = receipt.receipt["output"].clone();
     let local = LocalReceipt {
         result_sha256: toolledger_contract::digest::result_sha256(
             &tool.name,
@@ -868,12 +868,7 @@ fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalRecei
             &output,
         ),
         output,
-        downstream: DownstreamReceipt {
-            downstream_request_ref: dr,
-            request_sha256: request.clone(),
-            receipt_ref: downstream_receipt_ref(&receipt),
-            receipt,
-        },
+        downstream: receipt,
     };
     let call = CallIdentity {
         profile: case.host.profile.clone(),
@@ -1367,19 +1362,6 @@ impl Peer {
             .execute(params![request_ref, receipt_json])
             .unwrap();
     }
-
-    fn refund(
-        request: &toolledger_engine::DownstreamRequest,
-    ) -> toolledger_store::DownstreamReceipt {
-        let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
-        request.receipt(json!({
-            "refund_id": refund_id(&request.downstream_request_ref),
-            "order_id": field("order_id"),
-            "amount_minor": field("amount_minor"),
-            "currency": field("currency"),
-            "status": "refunded",
-        }))
-    }
 }
 
 impl toolledger_engine::Downstream for Peer {
@@ -1392,7 +1374,7 @@ impl toolledger_engine::Downstream for Peer {
         request: &toolledger_engine::DownstreamRequest,
         _now: toolledger_store::Now,
     ) -> Result<toolledger_store::DownstreamReceipt, toolledger_engine::DownstreamError> {
-        let receipt = Peer::refund(request);
+        let receipt = toolledger_engine::simulated_refund(request);
         self.insert(&receipt.downstream_request_ref, &canonicalize(&receipt.receipt));
         Ok(receipt)
     }
@@ -1410,7 +1392,9 @@ impl toolledger_engine::Downstream for Peer {
             )
             .ok();
         Ok(match found {
-            Some(_) => toolledger_engine::Lookup::Done(Peer::refund(request)),
+            Some(_) => {
+                toolledger_engine::Lookup::Done(toolledger_engine::simulated_refund(request))
+            }
             None => toolledger_engine::Lookup::NotFound,
         })
     }

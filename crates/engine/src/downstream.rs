@@ -252,7 +252,7 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
                 reason: "the simulation was unavailable".to_owned(),
             });
         }
-        let receipt = refund(request);
+        let receipt = simulated_refund(request);
         let stored = self.store.record_downstream_receipt(&receipt, now).map_err(unknown)?;
         if stored.request_sha256 != request.request_sha256 {
             return Err(DownstreamError::Conflict);
@@ -287,7 +287,7 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
                     reason: "the simulation was unavailable".to_owned(),
                 })));
             } else {
-                receipts.push(refund(request));
+                receipts.push(simulated_refund(request));
                 answers.push(None);
             }
         }
@@ -314,7 +314,24 @@ impl<S: LedgerStore> Downstream for StandIn<S> {
 }
 
 /// The simulation's refund of `request`: its receipt.
-fn refund(request: &DownstreamRequest) -> DownstreamReceipt {
+/// The receipt the simulation makes for a refund request: a refund of the order and
+/// amount asked for, its `refund_id` derived from the request ref. A pure function of
+/// the request, so a lookup can make it again.
+///
+/// ```
+/// use toolledger_engine::{DownstreamRequest, simulated_refund};
+/// let request = DownstreamRequest {
+///     downstream_request_ref: "dr_0123456789abcdef0123456789abcdef".into(),
+///     request_sha256: toolledger_contract::Sha256Hex::new(&"0".repeat(64)).unwrap(),
+///     tool_name: "refund_order".into(),
+///     output_revision: "refund_order.output.v2".into(),
+///     arguments: serde_json::json!({"order_id": "ord-1", "amount_minor": 5, "currency": "USD"}),
+/// };
+/// let receipt = simulated_refund(&request);
+/// assert_eq!(receipt.receipt["output"]["status"], "refunded");
+/// assert_eq!(simulated_refund(&request), receipt);
+/// ```
+pub fn simulated_refund(request: &DownstreamRequest) -> DownstreamReceipt {
     let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
     request.receipt(json!({
         "refund_id": refund_id(&request.downstream_request_ref),

@@ -32,7 +32,10 @@ pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 
 pub use crate::{
     answers::Answer,
-    downstream::{Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, drill},
+    downstream::{
+        Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, drill,
+        simulated_refund,
+    },
     error::EngineError,
     relay::{Backoff, Drained},
 };

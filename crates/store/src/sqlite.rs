@@ -700,18 +700,25 @@ impl Ending {
     }
 }
 
+/// The one text column `sql` selects for `status_ref`, if its row exists.
+fn text_by_ref(
+    tx: &Connection,
+    sql: &str,
+    status_ref: &StatusRef,
+) -> Result<Option<String>, StoreError> {
+    tx.prepare_cached(sql)
+        .map_err(sqlite)?
+        .query_row([status_ref.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(sqlite)
+}
+
 /// An operation's status, read inside a transaction.
 fn status_of(
     tx: &Connection,
     status_ref: &StatusRef,
 ) -> Result<Option<OperationStatus>, StoreError> {
-    let status: Option<String> = tx
-        .prepare_cached(SELECT_STATUS)
-        .map_err(sqlite)?
-        .query_row([status_ref.as_str()], |row| row.get(0))
-        .optional()
-        .map_err(sqlite)?;
-    status
+    text_by_ref(tx, SELECT_STATUS, status_ref)?
         .map(|text| {
             OperationStatus::parse(&text)
                 .ok_or(StoreError::ContractViolation("stored status is unknown"))
@@ -1024,12 +1031,7 @@ fn claim_in(
     now: Now,
     lease_until: Now,
 ) -> Result<Claim, StoreError> {
-    let was: Option<String> = tx
-        .prepare_cached(SELECT_OUTBOX_STATE)
-        .map_err(sqlite)?
-        .query_row([status_ref.as_str()], |row| row.get(0))
-        .optional()
-        .map_err(sqlite)?;
+    let was = text_by_ref(tx, SELECT_OUTBOX_STATE, status_ref)?;
     // One conditional update claims a pending event or an expired lease (live while
     // now < lease_until) and answers the new attempt.
     let claimed: Option<(i64, i64)> = tx
@@ -1043,12 +1045,7 @@ fn claim_in(
         .map_err(sqlite)?;
     let Some((id, attempt)) = claimed else {
         // Nothing claimed (and nothing written): say why.
-        let state: Option<String> = tx
-            .prepare_cached(SELECT_OUTBOX_STATE)
-            .map_err(sqlite)?
-            .query_row([status_ref.as_str()], |row| row.get(0))
-            .optional()
-            .map_err(sqlite)?;
+        let state = text_by_ref(tx, SELECT_OUTBOX_STATE, status_ref)?;
         return match state.as_deref() {
             None => Ok(Claim::Missing),
             Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
