@@ -46,16 +46,16 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
     }
 }
 
-/// External crates a layer may add for tests only: proptest anywhere; rusqlite in the
-/// layers above `store`, whose tests tamper with rows through a raw connection; tokio in
-/// the facade, whose async-host example and test run on it.
+/// External crates a layer may add for tests only: proptest and tempfile anywhere;
+/// rusqlite in the layers above `store`, whose tests tamper with rows through a raw
+/// connection; tokio in the facade, whose async-host example and test run on it.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
-        "toolledger-engine" => &["proptest", "rusqlite"],
-        "toolledger-cli" => &["proptest", "rusqlite", "ureq"],
-        "toolledger" => &["proptest", "rusqlite", "tokio"],
-        "toolledger-refundd" => &["ureq"],
-        _ => &["proptest"],
+        "toolledger-engine" => &["proptest", "tempfile", "rusqlite"],
+        "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq"],
+        "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
+        "toolledger-refundd" => &["tempfile", "ureq"],
+        _ => &["proptest", "tempfile"],
     }
 }
 
