@@ -67,7 +67,7 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    /// The file, as the first store that opened it named it.
+    /// The file, as an absolute path when it could be resolved.
     path: PathBuf,
     /// The connection group commits run on, opened by the first combiner. One
     /// connection for all of them keeps its page cache: SQLite drops a connection's cache
@@ -129,7 +129,8 @@ impl Gate {
         gates.retain(|_, gate| gate.strong_count() > 0);
         let gate = Arc::new(Shared {
             state: Mutex::default(),
-            path: path.to_path_buf(),
+            // Absolute (when the file exists): the process may change directory later.
+            path: key.clone(),
             writer: Mutex::default(),
             batches: AtomicU64::default(),
             batched: AtomicU64::default(),
