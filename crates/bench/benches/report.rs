@@ -505,7 +505,8 @@ fn profile(flow: &str) {
         }
         "relay" => {
             let mut engine = engine(&path);
-            for index in 0..5000 {
+            let events = std::env::var("RELAY_EVENTS").map_or(5000, |n| n.parse().unwrap());
+            for index in 0..events {
                 engine.enqueue(&cases.get(index)).unwrap();
             }
             drop(engine);

@@ -274,7 +274,8 @@ impl Relay {
             engines.push(Engine::new(store, downstream()?, resolver(), registry.clone()));
         }
         let mut heart = SqliteStore::open_with(&self.path, self.waits)?;
-        let done = AtomicBool::new(false);
+        // Dropped once every worker has finished: the heartbeat wakes and stops at once.
+        let (finished, workers_running) = std::sync::mpsc::channel::<()>();
         let totals = std::thread::scope(|scope| {
             let workers: Vec<_> = engines
                 .into_iter()
@@ -324,15 +325,11 @@ impl Relay {
             // The heartbeat: every third of a lease, each worker's live leases are renewed
             // (fenced by owner: a lease that ended or was taken over is not touched).
             let beat = Duration::from_secs(u64::try_from(self.lease_seconds).unwrap_or(1)) / 3;
-            let (heart, done, owners) = (&mut heart, &done, &owners);
+            let (heart, owners) = (&mut heart, &owners);
             let heartbeat = scope.spawn(move || {
-                let mut last = Instant::now();
-                while !done.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(50));
-                    if last.elapsed() < beat {
-                        continue;
-                    }
-                    last = Instant::now();
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    workers_running.recv_timeout(beat)
+                {
                     if let Ok(clock) = self.clock(lease) {
                         for owner in owners {
                             let _ = heart.heartbeat(owner, clock.now, lease);
@@ -346,7 +343,7 @@ impl Relay {
                     totals.add(&drained);
                 }
             }
-            done.store(true, Ordering::SeqCst);
+            drop(finished);
             let _ = heartbeat.join();
             totals
         });
