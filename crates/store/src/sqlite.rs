@@ -771,15 +771,7 @@ fn end_in(
             .map_err(sqlite)?;
         let Some(id) = id else {
             // Nothing of the ending written: say why (a refused write is counted).
-            return match status_of(tx, status_ref)? {
-                None => Err(StoreError::Internal("the operation vanished")),
-                Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                Some(_) if owner.is_some() => {
-                    bump(tx, "fenced_writes")?;
-                    Ok(Finalize::LeaseLost)
-                }
-                Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
-            };
+            return not_written(tx, status_ref, owner.is_some());
         };
         if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(..))) {
             bump(tx, "reconciliations")?;
@@ -869,6 +861,21 @@ fn bump_by(tx: &Connection, name: &str, count: i64) -> Result<(), StoreError> {
             .map_err(sqlite)?;
     }
     Ok(())
+}
+
+/// Why a conditional end or release matched nothing: the operation is gone, has already
+/// ended, or — for a lease holder — its lease was taken over (a fenced write, counted).
+fn not_written(
+    tx: &Connection,
+    status_ref: &StatusRef,
+    by_lease: bool,
+) -> Result<Finalize, StoreError> {
+    match status_of(tx, status_ref)? {
+        None => Err(StoreError::Internal("the operation vanished")),
+        Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
+        Some(_) if by_lease => fenced(tx),
+        Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
+    }
 }
 
 /// A worker's write refused because its lease was taken over: nothing of it was written,
@@ -1304,11 +1311,7 @@ impl LedgerStore for SqliteStore {
                 .optional()
                 .map_err(sqlite)?;
             let Some(id) = id else {
-                return match status_of(tx, status_ref)? {
-                    None => Err(StoreError::Internal("the operation vanished")),
-                    Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-                    Some(_) => fenced(tx),
-                };
+                return not_written(tx, status_ref, true);
             };
             tx.prepare_cached(MARK_RELEASED)
                 .map_err(sqlite)?
