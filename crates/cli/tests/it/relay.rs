@@ -9,20 +9,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::Dir;
-
-/// Accepts `count` intents (each its own key and model call), none worked.
-fn accepted(dir: &Dir, count: usize) {
-    for n in 0..count {
-        let name = format!("case-{n}.json");
-        dir.write_case(&name, |case| {
-            case["host_context"]["idempotency_key"] = Value::from(format!("relay-key-{n}"));
-            case["host_context"]["provider_call_id"] = Value::from(format!("call-relay-{n}"));
-        });
-        let run = dir.run(&["--fixture", &name, "dispatch", "--failure", "after_intent_commit"]);
-        assert_eq!(run.text("/code"), "OUTCOME_UNKNOWN");
-    }
-}
+use crate::{Dir, operators::accepted};
 
 #[test]
 fn relay_once_drains_what_is_due_and_reports_its_totals() {

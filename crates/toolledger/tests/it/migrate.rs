@@ -21,12 +21,12 @@ fn stand_in() -> DownstreamIdentity {
     DownstreamIdentity::new("toolledger-stand-in", "1").unwrap()
 }
 
-/// The v1 fixture's case for one of its keys (it was written from the PASS case with
-/// the key, call id and operation id changed).
-fn v1_call(key: &str) -> Call {
+/// A refund of a paid order of 2599 USD by `user-1` of `tenant-a`, as the fixtures'
+/// cases are: the order and the model's response id are what differ between them.
+fn paid_refund(key: &str, order_id: &str, response_id: &str) -> Call {
     Call::new(
         "refund_order",
-        json!({"order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+        json!({"order_id": order_id, "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
     )
     .principal("tenant-a", "user-1")
     .idempotency_key(key)
@@ -34,13 +34,17 @@ fn v1_call(key: &str) -> Call {
         "openai",
         "responses",
         "openai-responses-2026-05",
-        "resp-001",
+        response_id,
         &format!("call-{key}"),
     ))
-    .operation_id(&format!("op-{key}"))
-    .context(json!({"orders": [{"order_id": "ord-1001", "tenant_id": "tenant-a",
+    .context(json!({"orders": [{"order_id": order_id, "tenant_id": "tenant-a",
         "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
-    .at(1_767_225_700)
+}
+
+/// The v1 fixture's case for one of its keys (it was written from the PASS case with
+/// the key, call id and operation id changed).
+fn v1_call(key: &str) -> Call {
+    paid_refund(key, "ord-1001", "resp-001").operation_id(&format!("op-{key}")).at(1_767_225_700)
 }
 
 /// The rows whose bytes must survive the migration: every digest and ref, the JSON.
@@ -157,22 +161,7 @@ fn a_v1_store_changed_by_hand_is_not_migrated() {
 /// The v2 fixture's calls (it was written by version 2 through the engine's flows:
 /// refunds through the simulation, tickets through the example's ticket service).
 fn v2_refund(key: &str) -> Call {
-    Call::new(
-        "refund_order",
-        json!({"order_id": "ord-1", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
-    )
-    .principal("tenant-a", "user-1")
-    .idempotency_key(key)
-    .model_call(ModelCall::new(
-        "openai",
-        "responses",
-        "openai-responses-2026-05",
-        "resp-1",
-        &format!("call-{key}"),
-    ))
-    .context(json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
-        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
-    .at(1_767_225_600)
+    paid_refund(key, "ord-1", "resp-1").at(1_767_225_600)
 }
 
 fn v2_ticket(key: &str, queue: &str) -> Call {
