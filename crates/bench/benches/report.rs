@@ -886,7 +886,11 @@ fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalRecei
         provider_call_id: case.host.provider_call_id,
         operation_id: case.host.operation_id,
         approval: case.approval,
-        downstream: toolledger::DownstreamIdentity::new("toolledger-stand-in", "1").unwrap(),
+        downstream: toolledger::DownstreamIdentity::new(
+            toolledger_store::STAND_IN_NAME,
+            toolledger_store::STAND_IN_REVISION,
+        )
+        .unwrap(),
         scope,
     };
     (intent, call, local)

@@ -702,11 +702,11 @@ impl Ending {
 
 /// The one text column `sql` selects for `status_ref`, if its row exists.
 fn text_by_ref(
-    tx: &Connection,
+    conn: &Connection,
     sql: &str,
     status_ref: &StatusRef,
 ) -> Result<Option<String>, StoreError> {
-    tx.prepare_cached(sql)
+    conn.prepare_cached(sql)
         .map_err(sqlite)?
         .query_row([status_ref.as_str()], |row| row.get(0))
         .optional()
@@ -887,13 +887,7 @@ fn fenced(tx: &Connection) -> Result<Finalize, StoreError> {
 
 /// Whether the scope of `status_ref` was retired by retention.
 fn retired(conn: &Connection, status_ref: &StatusRef) -> Result<bool, StoreError> {
-    Ok(conn
-        .prepare_cached(RETIRED)
-        .map_err(sqlite)?
-        .query_row([status_ref.as_str()], |row| row.get::<_, String>(0))
-        .optional()
-        .map_err(sqlite)?
-        .is_some())
+    Ok(text_by_ref(conn, RETIRED, status_ref)?.is_some())
 }
 
 /// A reason as stored (see [`bounded_reason`]).
