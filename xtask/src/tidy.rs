@@ -1,39 +1,55 @@
 //! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`,
 //! and a doc example on every public item of the facade (a host reads those first).
 //!
-//! The workspace's crates form one line, bench → cli → toolledger (the facade) →
-//! downstream-http → engine → store → contract → json. A crate may depend (normally, for
-//! builds, or for tests) only on crates below it, and on external crates from its
-//! allowance: SQLite only in `store` (and the benches' and tests' raw baselines), clap
-//! only in `cli`. The reference service `refundd` stands apart and depends on none.
+//! The workspace's crates form a graph of allowed edges: each crate names the
+//! workspace crates it may depend on (for builds, and a few more for tests only), and
+//! any other edge is a violation. The store's boundary (`store`) names no database; the
+//! engine depends on it alone, and each backend (`store-sqlite`) depends on it, never
+//! on another backend. A crate may use external crates only from its allowance: SQLite
+//! only in `store-sqlite` (and the benches' and tests' raw baselines), clap only in
+//! `cli`. The reference service `refundd` stands apart and depends on none.
 
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
 
-/// The layers, lowest first.
-const LAYERS: [&str; 8] = [
-    "toolledger-json",
-    "toolledger-contract",
-    "toolledger-store",
-    "toolledger-engine",
-    "toolledger-downstream-http",
-    "toolledger",
-    "toolledger-cli",
-    "toolledger-bench",
+const JSON: &str = "toolledger-json";
+const CONTRACT: &str = "toolledger-contract";
+const STORE: &str = "toolledger-store";
+const SQLITE: &str = "toolledger-store-sqlite";
+const ENGINE: &str = "toolledger-engine";
+const HTTP: &str = "toolledger-downstream-http";
+const FACADE: &str = "toolledger";
+const CLI: &str = "toolledger-cli";
+
+/// Each crate of the design and the workspace crates it may depend on.
+const GRAPH: [(&str, &[&str]); 10] = [
+    (JSON, &[]),
+    (CONTRACT, &[JSON]),
+    (STORE, &[JSON, CONTRACT]),
+    (SQLITE, &[JSON, CONTRACT, STORE]),
+    (ENGINE, &[JSON, CONTRACT, STORE]),
+    (HTTP, &[JSON, CONTRACT, STORE, ENGINE]),
+    (FACADE, &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP]),
+    (CLI, &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP, FACADE]),
+    ("toolledger-bench", &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP, FACADE, CLI]),
+    // The reference service is somebody else's code.
+    ("toolledger-refundd", &[]),
 ];
 
-/// Crates outside the line that depend on no workspace crate: the reference service is
-/// somebody else's code.
-const STANDALONE: [&str; 1] = ["toolledger-refundd"];
+/// Workspace crates a crate may add for tests only: the engine's tests run its flows
+/// over the embedded store.
+const DEV_GRAPH: [(&str, &[&str]); 1] = [(ENGINE, &[SQLITE])];
 
-/// External crates each layer may use in `[dependencies]`.
+/// External crates each crate may use in `[dependencies]`.
 fn allowed_external(krate: &str) -> &'static [&'static str] {
     const BASE: &[&str] = &["serde", "serde_json", "sha2", "thiserror", "jiff"];
     match krate {
         "toolledger-json" => &["serde_json", "thiserror"],
-        "toolledger-contract" | "toolledger-engine" | "toolledger" => BASE,
-        "toolledger-store" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"],
+        "toolledger-contract" | "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
+        "toolledger-store-sqlite" => {
+            &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
+        }
         "toolledger-downstream-http" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
@@ -46,8 +62,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
     }
 }
 
-/// External crates a layer may add for tests only: proptest and tempfile anywhere;
-/// rusqlite in the layers above `store`, whose tests tamper with rows through a raw
+/// External crates a crate may add for tests only: proptest and tempfile anywhere;
+/// rusqlite in the crates above the store, whose tests tamper with rows through a raw
 /// connection; tokio in the facade, whose async-host example and test run on it.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
@@ -89,7 +105,7 @@ pub(crate) fn check(root: &Path) -> Result<String, String> {
         );
     }
     if violations.is_empty() {
-        Ok(format!("{crates} crates, layering holds; every facade item has a doc example"))
+        Ok(format!("{crates} crates, every edge allowed; every facade item has a doc example"))
     } else {
         for violation in &violations {
             println!("tidy: {violation}");
@@ -98,7 +114,7 @@ pub(crate) fn check(root: &Path) -> Result<String, String> {
     }
 }
 
-/// Every breach of the layering in `metadata` (the output of `cargo metadata
+/// Every breach of the crate graph in `metadata` (the output of `cargo metadata
 /// --no-deps`), and how many workspace crates were checked.
 pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
     let mut found = Vec::new();
@@ -110,24 +126,25 @@ pub(crate) fn violations(metadata: &Value) -> (usize, Vec<String>) {
             continue;
         }
         checked += 1;
-        // A standalone crate sits below every layer: it may depend on none of them.
-        let standalone = STANDALONE.contains(&name).then_some(0);
-        let Some(layer) = standalone.or_else(|| LAYERS.iter().position(|layer| *layer == name))
-        else {
+        let Some((_, allowed)) = GRAPH.iter().find(|(krate, _)| *krate == name) else {
             found.push(format!("{name} is not a crate of the design (ARCHITECTURE.md)"));
             continue;
         };
+        let for_tests = DEV_GRAPH
+            .iter()
+            .find(|(krate, _)| *krate == name)
+            .map_or(&[][..], |(_, crates)| *crates);
         let dependencies =
             package["dependencies"].as_array().map(Vec::as_slice).unwrap_or_default();
         for dependency in dependencies {
             let dep = dependency["name"].as_str().unwrap_or_default();
             let dev = dependency["kind"].as_str() == Some("dev");
-            if let Some(dep_layer) = LAYERS.iter().position(|layer| *layer == dep) {
-                if dep_layer >= layer {
-                    found.push(format!("{name} depends on {dep}, which is not below it"));
+            if GRAPH.iter().any(|(krate, _)| *krate == dep) {
+                if !(allowed.contains(&dep) || (dev && for_tests.contains(&dep))) {
+                    found.push(format!("{name} depends on {dep}: not an edge of the design"));
                 }
             } else if dep == "xtask" || dep.starts_with("toolledger") {
-                found.push(format!("{name} depends on {dep}, which is not a layer"));
+                found.push(format!("{name} depends on {dep}, which is not a crate of the design"));
             } else if !(allowed_external(name).contains(&dep)
                 || (dev && dev_only(name).contains(&dep)))
             {
@@ -190,15 +207,16 @@ mod tests {
     }
 
     #[test]
-    fn a_downward_line_passes() {
+    fn allowed_edges_pass() {
         let good = metadata(json!([
             {"name": "toolledger-json", "dependencies": [{"name": "serde_json", "kind": null}, {"name": "proptest", "kind": "dev"}]},
             {"name": "toolledger-contract", "dependencies": [{"name": "toolledger-json", "kind": null}, {"name": "sha2", "kind": null}]},
-            {"name": "toolledger-store", "dependencies": [{"name": "toolledger-contract", "kind": null}, {"name": "rusqlite", "kind": null}]},
-            {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "rusqlite", "kind": "dev"}]},
+            {"name": "toolledger-store", "dependencies": [{"name": "toolledger-contract", "kind": null}]},
+            {"name": "toolledger-store-sqlite", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "rusqlite", "kind": null}]},
+            {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "toolledger-store-sqlite", "kind": "dev"}, {"name": "rusqlite", "kind": "dev"}]},
             {"name": "xtask", "dependencies": [{"name": "anything", "kind": null}]},
         ]));
-        assert_eq!(violations(&good), (4, vec![]));
+        assert_eq!(violations(&good), (5, vec![]));
     }
 
     #[test]
@@ -207,18 +225,24 @@ mod tests {
             {"name": "toolledger-json", "dependencies": [{"name": "toolledger-contract", "kind": "dev"}]},
             {"name": "toolledger-engine", "dependencies": [{"name": "rusqlite", "kind": null}, {"name": "toolledger-engine", "kind": null}]},
             {"name": "toolledger-contract", "dependencies": [{"name": "proptest", "kind": null}, {"name": "xtask", "kind": null}]},
+            {"name": "toolledger-store", "dependencies": [{"name": "rusqlite", "kind": null}]},
+            {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store-sqlite", "kind": null}]},
+            {"name": "toolledger-store-sqlite", "dependencies": [{"name": "toolledger-engine", "kind": "dev"}]},
             {"name": "toolledger-extra", "dependencies": []},
         ]));
         let (checked, found) = violations(&bad);
-        assert_eq!(checked, 4);
+        assert_eq!(checked, 7);
         assert_eq!(
             found,
             [
-                "toolledger-json depends on toolledger-contract, which is not below it",
+                "toolledger-json depends on toolledger-contract: not an edge of the design",
                 "toolledger-engine depends on external crate rusqlite, outside its allowance",
-                "toolledger-engine depends on toolledger-engine, which is not below it",
+                "toolledger-engine depends on toolledger-engine: not an edge of the design",
                 "toolledger-contract depends on external crate proptest, outside its allowance",
-                "toolledger-contract depends on xtask, which is not a layer",
+                "toolledger-contract depends on xtask, which is not a crate of the design",
+                "toolledger-store depends on external crate rusqlite, outside its allowance",
+                "toolledger-engine depends on toolledger-store-sqlite: not an edge of the design",
+                "toolledger-store-sqlite depends on toolledger-engine: not an edge of the design",
                 "toolledger-extra is not a crate of the design (ARCHITECTURE.md)",
             ]
         );

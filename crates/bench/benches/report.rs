@@ -36,7 +36,8 @@ use toolledger_engine::{Engine, StandIn};
 type SqliteEngine<R> = Engine<SqliteStore, Simulated, R>;
 use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
-use toolledger_store::{CallIdentity, LedgerStore, LocalReceipt, NewOperation, SqliteStore};
+use toolledger_store::{CallIdentity, LedgerStore, LocalReceipt, NewOperation};
+use toolledger_store_sqlite::SqliteStore;
 
 const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json");
 

@@ -14,7 +14,7 @@ Exit codes:
      retry it under a new key
   2  error, and nothing was accepted: stdout is empty and stderr holds one line
      {\"error\":{\"code\":...,\"message\":...}} with code FIXTURE_IO_ERROR, FIXTURE_INVALID,
-     CLAIMS_IO_ERROR, CLAIMS_INVALID, SQLITE_ERROR, STORE_BUSY, SCHEMA_UNSUPPORTED,
+     CLAIMS_IO_ERROR, CLAIMS_INVALID, STORE_ERROR, STORE_BUSY, SCHEMA_UNSUPPORTED,
      STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR
 
 Once a command has accepted an intent, no later failure is exit 2: it is OUTCOME_UNKNOWN

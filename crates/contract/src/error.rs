@@ -50,7 +50,7 @@ pub enum ErrorCode {
     /// The claims file is not a valid claims document.
     ClaimsInvalid,
     /// The store failed (not a database, I/O, a full disk, an internal invariant).
-    SqliteError,
+    StoreError,
     /// Another connection held a lock past the wait bound.
     StoreBusy,
     /// The file is not a store of this schema version (an older one needs `migrate`).
@@ -70,7 +70,7 @@ impl ErrorCode {
         ErrorCode::FixtureInvalid,
         ErrorCode::ClaimsIoError,
         ErrorCode::ClaimsInvalid,
-        ErrorCode::SqliteError,
+        ErrorCode::StoreError,
         ErrorCode::StoreBusy,
         ErrorCode::SchemaUnsupported,
         ErrorCode::StoreContractViolation,
@@ -85,7 +85,7 @@ impl ErrorCode {
             ErrorCode::FixtureInvalid => "FIXTURE_INVALID",
             ErrorCode::ClaimsIoError => "CLAIMS_IO_ERROR",
             ErrorCode::ClaimsInvalid => "CLAIMS_INVALID",
-            ErrorCode::SqliteError => "SQLITE_ERROR",
+            ErrorCode::StoreError => "STORE_ERROR",
             ErrorCode::StoreBusy => "STORE_BUSY",
             ErrorCode::SchemaUnsupported => "SCHEMA_UNSUPPORTED",
             ErrorCode::StoreContractViolation => "STORE_CONTRACT_VIOLATION",

@@ -19,7 +19,7 @@ use toolledger_contract::{
     digest::{downstream_receipt, downstream_receipt_ref, refund_id},
 };
 use toolledger_store::{
-    DownstreamReceipt, LedgerStore, Now, STAND_IN_NAME, STAND_IN_REVISION, StoreError,
+    DownstreamReceipt, Now, STAND_IN_NAME, STAND_IN_REVISION, StandInReceipts, StoreError,
 };
 
 /// What the worker asks the downstream to do.
@@ -189,7 +189,7 @@ pub struct Faults {
     pub seed: u64,
 }
 
-impl<S: LedgerStore> StandIn<S> {
+impl<S: StandInReceipts> StandIn<S> {
     /// A stand-in committing into `store` (its own connection to the ledger's file).
     pub fn new(store: S) -> StandIn<S> {
         let identity = DownstreamIdentity::new(STAND_IN_NAME, STAND_IN_REVISION)
@@ -232,7 +232,7 @@ fn unknown(err: StoreError) -> DownstreamError {
     DownstreamError::Unknown { reason: err.to_string() }
 }
 
-impl<S: LedgerStore> Downstream for StandIn<S> {
+impl<S: StandInReceipts> Downstream for StandIn<S> {
     fn identity(&self) -> &DownstreamIdentity {
         &self.identity
     }

@@ -10,23 +10,25 @@ use toolledger_contract::ErrorCode;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// SQLite refused or failed (not a database, I/O, a constraint, an injected trigger,
-    /// a full disk, a journal mode that is not WAL).
-    #[error("sqlite failed: {what}")]
-    Sqlite {
+    /// The database refused or failed (not a database, I/O, a constraint, an injected
+    /// trigger, a full disk, a lost connection). The backend is named in the message
+    /// only; the code is `STORE_ERROR` whichever it is.
+    #[error("{backend} failed: {what}")]
+    Backend {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
         /// What failed, in fixed words.
         what: &'static str,
-        /// SQLite's own error, for logs.
+        /// The driver's own error, for logs.
         #[source]
         cause: Option<Cause>,
     },
-    /// The file is SQLite but not a toolledger store of this version. It was not
-    /// touched.
-    #[error("the file is not a toolledger-store-v2 store")]
+    /// The database is not a toolledger store of this version. It was not touched.
+    #[error("the database is not a toolledger store of this version")]
     SchemaUnsupported,
-    /// The file is an older toolledger store. It was not touched; `migrate` upgrades it.
+    /// The database is an older toolledger store. It was not touched; `migrate` upgrades it.
     #[error(
-        "the file is a toolledger store of schema version {version}: upgrade it with `toolledger migrate` (a backup is made first)"
+        "the database is a toolledger store of schema version {version}: upgrade it with `toolledger migrate` (a backup is made first)"
     )]
     SchemaOutdated {
         /// Its `user_version`.
@@ -36,10 +38,11 @@ pub enum StoreError {
     /// recompute, a receipt not bound to its operation.
     #[error("stored data violates the contract: {0}")]
     ContractViolation(&'static str),
-    /// `audit` was pointed at a path with no store (missing or empty file).
-    #[error("no store at that path")]
+    /// A command that only reads was pointed at no store (a missing or empty file, a
+    /// database without toolledger's tables).
+    #[error("no store there")]
     Missing,
-    /// SQLite found the file corrupt (a damaged page, a broken index).
+    /// The database found its own data corrupt (a damaged page, a broken index).
     #[error("the database is corrupt")]
     Corrupt,
     /// Another connection held a lock for longer than the store's bound on waiting.
@@ -53,19 +56,28 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// A failure described by `what`, with no underlying error.
-    pub fn failed(what: &'static str) -> StoreError {
-        StoreError::Sqlite { what, cause: None }
+    /// A failure of `backend` described by `what`, with no underlying error.
+    pub fn failed(backend: &'static str, what: &'static str) -> StoreError {
+        StoreError::Backend { backend, what, cause: None }
     }
 
-    /// The stable code: `SQLITE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`
+    /// A failure of `backend` described by `what`, keeping the driver's `cause` for logs.
+    pub fn caused(
+        backend: &'static str,
+        what: &'static str,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Backend { backend, what, cause: Some(Cause(Arc::new(cause))) }
+    }
+
+    /// The stable code: `STORE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`
     /// or `STORE_BUSY`.
     pub fn code(&self) -> ErrorCode {
         match self {
-            StoreError::Sqlite { .. }
+            StoreError::Backend { .. }
             | StoreError::Missing
             | StoreError::Corrupt
-            | StoreError::Internal(_) => ErrorCode::SqliteError,
+            | StoreError::Internal(_) => ErrorCode::StoreError,
             StoreError::SchemaUnsupported | StoreError::SchemaOutdated { .. } => {
                 ErrorCode::SchemaUnsupported
             }
@@ -98,35 +110,4 @@ impl std::error::Error for Cause {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
     }
-}
-
-/// Maps any rusqlite error to a fixed description: SQLite's own message can quote SQL or
-/// a path, so it is never passed on.
-pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
-    use rusqlite::{Error, ErrorCode};
-    let what = match &err {
-        Error::SqliteFailure(failure, _) => match failure.code {
-            ErrorCode::NotADatabase => "the file is not a SQLite database",
-            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => return StoreError::Busy,
-            ErrorCode::ConstraintViolation => "a constraint or trigger refused the write",
-            ErrorCode::DiskFull => "the disk is full",
-            ErrorCode::ReadOnly => "the database is read-only",
-            ErrorCode::CannotOpen => "the database file could not be opened",
-            ErrorCode::SystemIoFailure => "an I/O error",
-            ErrorCode::DatabaseCorrupt => return StoreError::Corrupt,
-            _ => "a SQLite error",
-        },
-        // A stored value SQLite cannot hand over as its column's type: text that is not
-        // UTF-8, a value of another type (a STRICT table edited by hand). The row
-        // contradicts the schema, which is a contract violation, not a failure.
-        Error::FromSqlConversionFailure(..)
-        | Error::InvalidColumnType(..)
-        | Error::Utf8Error(..) => {
-            return StoreError::ContractViolation(
-                "a stored value is not of its column's type or not UTF-8",
-            );
-        }
-        _ => "a SQLite error",
-    };
-    StoreError::Sqlite { what, cause: Some(Cause(Arc::new(err))) }
 }

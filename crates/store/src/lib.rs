@@ -1,8 +1,11 @@
 //! The durable ledger: where toolledger's facts live.
 //!
-//! [`LedgerStore`] is the engine↔store boundary; [`SqliteStore`] is its first
-//! implementation (a PostgreSQL one is planned), so no SQLite type appears in this
-//! crate's public API. The store implements the transactions of `docs/schema.md`:
+//! This crate is the engine↔store boundary and names no database: [`LedgerStore`]
+//! (the commit points), [`StandInReceipts`] (the simulated downstream's own storage),
+//! [`OperatorStore`] (what an operator reads and does), the model they speak, the
+//! verification every read applies to a decoded row, and the audit's invariants.
+//! `toolledger-store-sqlite` (the embedded default) and `toolledger-store-postgres`
+//! implement it. Every store implements the transactions of `docs/schema.md`:
 //!
 //! - **A** [`reserve`](LedgerStore::reserve): operation + outbox event + call identity in
 //!   one `BEGIN IMMEDIATE`; an existing scope is returned for the caller to compare;
@@ -10,8 +13,9 @@
 //!   dispatcher that will work it (A and the claim in one commit);
 //! - **claim** [`claim`](LedgerStore::claim): pending, or processing with an expired
 //!   lease, becomes processing under a new owner and attempt;
-//! - **B** [`record_downstream_receipt`](LedgerStore::record_downstream_receipt): the
-//!   offline downstream stand-in's own commit, idempotent on `downstream_request_ref`;
+//! - **B** [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt):
+//!   the offline downstream stand-in's own commit, idempotent on
+//!   `downstream_request_ref` (a real downstream commits on its own side);
 //! - **C** [`finalize`](LedgerStore::finalize): local receipt + operation succeeded +
 //!   outbox delivered in one transaction, by the current lease holder or a status query.
 //!
@@ -22,39 +26,54 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
-mod audit;
+pub mod audit;
 mod error;
-mod gate;
-mod migrate;
 mod model;
 mod operator;
-mod schema;
-mod sqlite;
-mod verify;
+pub mod verify;
+mod waits;
 
 use serde_json::Value;
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 
 pub use crate::{
-    audit::{CHECKS, TABLES},
     error::{Cause, StoreError},
-    migrate::{Migrated, migrate},
     model::{
         AuditFinding, AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup,
         DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
         OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
-    operator::{Figures, ListFilter, Listed, Requeued, STATES, Shown},
-    schema::{DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_ID, USER_VERSION, Waits},
-    sqlite::SqliteStore,
+    operator::{Figures, ListFilter, Listed, OperatorStore, Requeued, STATES, Shown},
     verify::approval_binding,
+    waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},
 };
 
-/// The name of the command line's simulated downstream, whose receipts live in this
-/// store's `downstream_receipts` table.
+/// The name of the command line's simulated downstream, whose receipts live in the
+/// store's `downstream_receipts` table ([`StandInReceipts`]).
 pub const STAND_IN_NAME: &str = "toolledger-stand-in";
 /// The revision of the simulated downstream.
 pub const STAND_IN_REVISION: &str = "1";
+
+/// The columns every backend reads an operation with, in the order of
+/// [`verify::RawOperation`]'s fields: the operation, its outbox event, its local
+/// receipt, its terminal outcome. Standard SQL, over [`OPERATION_FROM`].
+pub const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
+    o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
+    o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
+    o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
+    o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
+    b.state, b.lease_owner, b.lease_until, b.attempt_count, \
+    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
+    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
+    b.next_attempt_at, b.last_reason, b.attempts_before";
+
+/// How many columns [`OPERATION_COLUMNS`] has.
+pub const OPERATION_WIDTH: usize = 46;
+
+/// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
+/// receipt, its terminal outcome. One statement, one snapshot.
+pub const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id \
+    LEFT JOIN local_receipts l ON l.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id";
 
 /// The engine↔store boundary. Every method is one transaction (or one read); none holds
 /// a transaction open across calls.
@@ -152,28 +171,6 @@ pub trait LedgerStore {
         now: Now,
     ) -> Result<Option<RecordedCall>, StoreError>;
 
-    /// Commit B: the downstream stand-in stores `receipt` unless one exists for its
-    /// `downstream_request_ref`; returns the stored one either way.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`].
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError>;
-
-    /// The downstream receipt for `downstream_request_ref`, verified against itself.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`].
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError>;
-
     /// Commit C, conditional on the operation not having succeeded and, for a worker, on
     /// it still holding the lease (owner and attempt).
     ///
@@ -200,18 +197,6 @@ pub trait LedgerStore {
         items: &[(StatusRef, Finalizer, LocalReceipt)],
         now: Now,
     ) -> Result<Vec<Finalize>, StoreError>;
-
-    /// Commit B of several receipts in one transaction (the simulation's batch), each as
-    /// [`record_downstream_receipt`](LedgerStore::record_downstream_receipt) would.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`]; a failure rolls the whole batch back.
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError>;
 
     /// Commit C of a definite refusal: the operation and its event become `failed`,
     /// with the downstream's `reason`, under the same conditions as
@@ -303,4 +288,43 @@ pub trait LedgerStore {
     ///
     /// [`StoreError`] when the snapshot cannot be read at all.
     fn audit(&mut self) -> Result<AuditReport, StoreError>;
+}
+
+/// The stand-in downstream's own storage: its receipts table, in the same database as
+/// the ledger but written only by the stand-in's own transaction (commit B). A real
+/// downstream keeps its receipts on its own side; the ledger never writes here.
+pub trait StandInReceipts {
+    /// Commit B: the downstream stand-in stores `receipt` unless one exists for its
+    /// `downstream_request_ref`; returns the stored one either way.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError>;
+
+    /// The downstream receipt for `downstream_request_ref`, verified against itself.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError>;
+
+    /// Commit B of several receipts in one transaction (the simulation's batch), each as
+    /// [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt) would.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure rolls the whole batch back.
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError>;
 }

@@ -38,7 +38,8 @@ impl OperationStatus {
         }
     }
 
-    pub(crate) fn parse(text: &str) -> Option<OperationStatus> {
+    /// The status stored as `text`, if it is one.
+    pub fn parse(text: &str) -> Option<OperationStatus> {
         match text {
             "pending" => Some(OperationStatus::Pending),
             "processing" => Some(OperationStatus::Processing),
@@ -201,7 +202,8 @@ pub enum Finalizer {
 }
 
 impl Finalizer {
-    pub(crate) fn as_str(&self) -> &'static str {
+    /// `worker` or `status_query`, as stored.
+    pub fn as_str(&self) -> &'static str {
         match self {
             Finalizer::Lease { .. } => "worker",
             Finalizer::StatusQuery => "status_query",

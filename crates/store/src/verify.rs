@@ -1,6 +1,9 @@
 //! Re-verification of what is read back: every JSON column strictly parsed,
 //! re-canonicalized and compared byte for byte; every stored digest and ref recomputed
 //! from the row's own fields. Any difference is `STORE_CONTRACT_VIOLATION`.
+//!
+//! Every backend decodes its rows into the plain structs here and hands them to the
+//! same functions, so a row is held to the same contract whichever database kept it.
 
 use serde_json::Value;
 use toolledger_contract::{
@@ -21,7 +24,7 @@ use crate::{
 /// What is wrong with a stored row. The audit reports the two kinds under different
 /// checks; every other reader answers `STORE_CONTRACT_VIOLATION` for either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flaw {
+pub enum Flaw {
     /// A JSON column is not strict, canonical JSON in the v2 domain.
     NotCanonical(&'static str),
     /// A digest, ref or binding does not recompute from the row's own fields.
@@ -46,7 +49,7 @@ fn violation(what: &'static str) -> Flaw {
 }
 
 /// Strict parse, v2 domain, and byte equality with the canonical form.
-pub(crate) fn canonical_json(text: &str) -> Result<Value, Flaw> {
+pub fn canonical_json(text: &str) -> Result<Value, Flaw> {
     let value = parse_strict(text.as_bytes(), &Limits::default())
         .map_err(|_| Flaw::NotCanonical("stored JSON is not strict"))?;
     check_v2_domain(&value)
@@ -75,65 +78,70 @@ fn is_canonical_form(value: &Value, text: &str) -> bool {
     })
 }
 
-/// An `operations` + `outbox` row as SQLite returns it, before any check.
-#[derive(Debug)]
-pub(crate) struct RawOperation {
-    pub(crate) tenant_id: String,
-    pub(crate) subject_id: String,
-    pub(crate) tool_name: String,
-    pub(crate) idempotency_key: String,
-    pub(crate) status_ref: String,
-    pub(crate) downstream_request_ref: String,
-    pub(crate) request_sha256: String,
-    pub(crate) arguments_json: String,
-    pub(crate) revisions: [String; 6],
-    pub(crate) provider: String,
-    pub(crate) api_family: String,
-    pub(crate) adapter_revision: String,
-    pub(crate) provider_response_id: String,
-    pub(crate) provider_call_id: String,
-    pub(crate) operation_id: String,
-    pub(crate) approval_id: Option<String>,
-    pub(crate) approver_id: Option<String>,
-    pub(crate) approval_sha256: Option<String>,
-    pub(crate) approved_at: Option<i64>,
-    pub(crate) approval_expires_at: Option<i64>,
-    pub(crate) status: String,
-    pub(crate) created_at: i64,
-    pub(crate) outbox_state: Option<String>,
-    pub(crate) lease_owner: Option<String>,
-    pub(crate) lease_until: Option<i64>,
-    pub(crate) attempt_count: Option<i64>,
+/// An `operations` row with its outbox event, local receipt and terminal outcome, as
+/// a backend decoded it from the columns of [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS),
+/// before any check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is the column of the same name")]
+pub struct RawOperation {
+    pub tenant_id: String,
+    pub subject_id: String,
+    pub tool_name: String,
+    pub idempotency_key: String,
+    pub status_ref: String,
+    pub downstream_request_ref: String,
+    pub request_sha256: String,
+    pub arguments_json: String,
+    pub revisions: [String; 6],
+    pub provider: String,
+    pub api_family: String,
+    pub adapter_revision: String,
+    pub provider_response_id: String,
+    pub provider_call_id: String,
+    pub operation_id: String,
+    pub approval_id: Option<String>,
+    pub approver_id: Option<String>,
+    pub approval_sha256: Option<String>,
+    pub approved_at: Option<i64>,
+    pub approval_expires_at: Option<i64>,
+    pub status: String,
+    pub created_at: i64,
+    pub outbox_state: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<i64>,
+    pub attempt_count: Option<i64>,
     /// The local receipt, when the operation has one.
-    pub(crate) local: Option<RawLocal>,
+    pub local: Option<RawLocal>,
     /// The downstream's name and revision.
-    pub(crate) downstream: (String, String),
+    pub downstream: (String, String),
     /// The terminal outcome, when the operation failed or was quarantined.
-    pub(crate) outcome: Option<RawOutcome>,
+    pub outcome: Option<RawOutcome>,
     /// The event's due time, last reason and attempts before its last requeue.
-    pub(crate) next_attempt_at: Option<i64>,
-    pub(crate) last_reason: Option<String>,
-    pub(crate) attempts_before: Option<i64>,
+    pub next_attempt_at: Option<i64>,
+    pub last_reason: Option<String>,
+    pub attempts_before: Option<i64>,
 }
 
-/// A `terminal_outcomes` row as SQLite returns it.
-#[derive(Debug)]
-pub(crate) struct RawOutcome {
-    pub(crate) kind: String,
-    pub(crate) reason: String,
-    pub(crate) receipt_json: Option<String>,
-    pub(crate) finalized_by: String,
+/// A `terminal_outcomes` row as a backend decoded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is the column of the same name")]
+pub struct RawOutcome {
+    pub kind: String,
+    pub reason: String,
+    pub receipt_json: Option<String>,
+    pub finalized_by: String,
 }
 
-/// A `local_receipts` row as SQLite returns it, before any check.
-#[derive(Debug)]
-pub(crate) struct RawLocal {
-    pub(crate) receipt_ref: String,
-    pub(crate) receipt_json: String,
-    pub(crate) output_json: String,
-    pub(crate) result_sha256: String,
-    pub(crate) downstream_request_ref: String,
-    pub(crate) finalized_by: String,
+/// A `local_receipts` row as a backend decoded it, before any check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is the column of the same name")]
+pub struct RawLocal {
+    pub receipt_ref: String,
+    pub receipt_json: String,
+    pub output_json: String,
+    pub result_sha256: String,
+    pub downstream_request_ref: String,
+    pub finalized_by: String,
 }
 
 fn id(text: &str) -> Result<Identifier, Flaw> {
@@ -149,7 +157,7 @@ fn instant(seconds: i64) -> Result<UnixSeconds, Flaw> {
 }
 
 /// Checks a raw row against itself and returns the typed operation.
-pub(crate) fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
+pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     let [input, output, effect, handler, producer, policy] = raw.revisions;
     let revisions = Revisions { input, output, effect, handler, producer, policy };
     let scope = Scope {
@@ -369,7 +377,7 @@ fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
 }
 
 /// Checks a stored downstream receipt against itself.
-pub(crate) fn downstream(
+pub fn downstream(
     downstream_request_ref: String,
     request: &str,
     receipt_ref: String,

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 use toolledger_contract::BlockCode;
-use toolledger_store::{AuditReport, SqliteStore, Waits};
+use toolledger_store::{AuditReport, Waits};
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::Error;
 

@@ -63,7 +63,7 @@ mod reply;
 use std::path::{Path, PathBuf};
 
 use toolledger_engine::Engine;
-use toolledger_store::SqliteStore;
+use toolledger_store_sqlite::SqliteStore;
 
 pub use toolledger_contract::{
     ApprovalPolicy, BlockCode, BusinessRefusal, Case, Charset, Claims, Clock, ContractError,
@@ -90,9 +90,8 @@ pub mod http {
     pub use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
 }
 
-pub use toolledger_store::{
-    DownstreamReceipt, ListFilter, Listed, Migrated, Requeued, SCHEMA_ID, STATES,
-};
+pub use toolledger_store::{DownstreamReceipt, ListFilter, Listed, Requeued, STATES};
+pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
@@ -139,7 +138,7 @@ impl Error {
     /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-err-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
     /// let missing = toolledger::audit(&dir.join("none.sqlite3")).unwrap_err();
-    /// assert_eq!(missing.code(), toolledger::ErrorCode::SqliteError);
+    /// assert_eq!(missing.code(), toolledger::ErrorCode::StoreError);
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// ```
     pub fn code(&self) -> ErrorCode {
@@ -547,7 +546,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
 pub fn migrate(path: &Path, legacy: &DownstreamIdentity, waits: Waits) -> Result<Migrated, Error> {
     let now = UnixSeconds::new(wall_clock())
         .map_err(|_| Error::invalid("the wall clock is out of range".to_owned()))?;
-    Ok(toolledger_store::migrate(path, legacy, now, waits)?)
+    Ok(toolledger_store_sqlite::migrate(path, legacy, now, waits)?)
 }
 
 /// For the documentation's examples: a simulated ledger with the refund tool in a fresh

@@ -6,8 +6,9 @@ use std::{fmt::Write as _, path::Path};
 use serde_json::{Value, json};
 use toolledger_contract::{StatusRef, UnixSeconds};
 use toolledger_store::{
-    Figures, ListFilter, Listed, Operation, Requeued, SqliteStore, TerminalOutcome, Waits,
+    Figures, ListFilter, Listed, Operation, OperatorStore, Requeued, TerminalOutcome, Waits,
 };
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::{Error, wall_clock};
 

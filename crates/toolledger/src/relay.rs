@@ -14,7 +14,8 @@ use toolledger_contract::{
     UnixSeconds,
 };
 use toolledger_engine::{Backoff, Downstream, Drained, Engine};
-use toolledger_store::{LedgerStore, SqliteStore, Waits};
+use toolledger_store::{LedgerStore, Waits};
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::{Error, wall_clock};
 

@@ -57,17 +57,17 @@ fn sqlite_error() {
         &b"plain text, not a database at all; plain text, not a database".repeat(10),
     );
     dir.run(&["--db", "notes.sqlite3", "--fixture", "case.json", "dispatch"])
-        .assert_error("SQLITE_ERROR");
-    dir.run(&["--db", "notes.sqlite3", "audit"]).assert_error("SQLITE_ERROR");
+        .assert_error("STORE_ERROR");
+    dir.run(&["--db", "notes.sqlite3", "audit"]).assert_error("STORE_ERROR");
     // audit never creates a store.
-    dir.run(&["--db", "absent.sqlite3", "audit"]).assert_error("SQLITE_ERROR");
+    dir.run(&["--db", "absent.sqlite3", "audit"]).assert_error("STORE_ERROR");
     assert!(!dir.join("absent.sqlite3").exists());
     dir.write("empty.sqlite3", b"");
-    dir.run(&["--db", "empty.sqlite3", "audit"]).assert_error("SQLITE_ERROR");
+    dir.run(&["--db", "empty.sqlite3", "audit"]).assert_error("STORE_ERROR");
     assert_eq!(std::fs::metadata(dir.join("empty.sqlite3")).unwrap().len(), 0);
     // A database path inside a folder that does not exist.
     dir.run(&["--db", "no/such/folder.sqlite3", "--fixture", "case.json", "dispatch"])
-        .assert_error("SQLITE_ERROR");
+        .assert_error("STORE_ERROR");
 }
 
 #[test]

@@ -161,7 +161,8 @@ fn a_file_with_only_a_meta_table_is_never_modified() {
 /// them; loading one twice is refused as a whole and writes nothing.
 #[test]
 fn loaded_operations_verify_replay_and_are_never_loaded_twice() {
-    use toolledger_store::{CallIdentity, LedgerStore, SqliteStore};
+    use toolledger_store::{CallIdentity, LedgerStore};
+    use toolledger_store_sqlite::SqliteStore;
     let source = Db::new();
     let mut engine = source.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");

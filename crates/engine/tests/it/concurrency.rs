@@ -12,9 +12,10 @@ use toolledger_contract::{Case, Clock, LeaseSeconds, Registry, StatusRef};
 use toolledger_engine::Answer;
 
 use crate::{FailurePoint, Flows, open_sqlite};
-use toolledger_store::{Claim, LedgerStore, SqliteStore};
+use toolledger_store::{Claim, LedgerStore};
 
 use crate::{Db, Roles, at, case, case_with, dispatch, id, status_ref_of};
+use toolledger_store_sqlite::SqliteStore;
 
 const THREADS: usize = 8;
 

@@ -8,9 +8,10 @@ use toolledger_contract::{Clock, LeaseSeconds, StatusRef, digest::downstream_req
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
 
 use crate::{FailurePoint, Flows};
-use toolledger_store::{Claim, Finalize, Finalizer, LedgerStore, LocalReceipt, SqliteStore};
+use toolledger_store::{Claim, Finalize, Finalizer, LedgerStore, LocalReceipt};
 
 use crate::{Db, at, case, dispatch, id, status_ref_of};
+use toolledger_store_sqlite::SqliteStore;
 
 const NOW: i64 = 1_767_225_600;
 

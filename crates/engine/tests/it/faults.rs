@@ -16,10 +16,11 @@ use crate::{FailurePoint, Flows};
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Release,
-    Reservation, SqliteStore, StoreError,
+    Reservation, StandInReceipts, StoreError,
 };
 
 use crate::{Db, Roles, at, case, id};
+use toolledger_store_sqlite::SqliteStore;
 
 const NOW: i64 = 1_767_225_600;
 
@@ -35,7 +36,7 @@ impl Failing {
     fn fault(&self, method: &'static str) -> Result<(), StoreError> {
         match self.method {
             Some("claim") if method == "claim" => Err(StoreError::Busy),
-            Some(failing) if failing == method => Err(StoreError::failed("an I/O error")),
+            Some(failing) if failing == method => Err(StoreError::failed("sqlite", "an I/O error")),
             _ => Ok(()),
         }
     }
@@ -112,23 +113,6 @@ impl LedgerStore for Failing {
         self.inner.record_status_query(call, status_ref, now)
     }
 
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
-        self.fault("record_downstream_receipt")?;
-        self.inner.record_downstream_receipt(receipt, now)
-    }
-
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.fault("downstream_receipt")?;
-        self.inner.downstream_receipt(downstream_request_ref)
-    }
-
     fn finalize(
         &mut self,
         status_ref: &StatusRef,
@@ -196,15 +180,6 @@ impl LedgerStore for Failing {
         self.inner.finalize_many(items, now)
     }
 
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
-        self.fault("record_downstream_receipt")?;
-        self.inner.record_downstream_receipts(receipts, now)
-    }
-
     fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
         self.fault("retired")?;
         self.inner.retired(status_ref)
@@ -223,6 +198,34 @@ impl LedgerStore for Failing {
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
         self.fault("audit")?;
         self.inner.audit()
+    }
+}
+
+impl StandInReceipts for Failing {
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        self.fault("record_downstream_receipt")?;
+        self.inner.record_downstream_receipt(receipt, now)
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        self.fault("downstream_receipt")?;
+        self.inner.downstream_receipt(downstream_request_ref)
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        self.fault("record_downstream_receipt")?;
+        self.inner.record_downstream_receipts(receipts, now)
     }
 }
 
@@ -319,7 +322,7 @@ fn a_failed_commit_a_with_its_claim_is_an_error_and_writes_nothing() {
         Registry::builtin(),
     );
     let error = engine.dispatch_at(&case(), &id("w1"), None).unwrap_err();
-    assert_eq!(error.code().as_str(), "SQLITE_ERROR");
+    assert_eq!(error.code().as_str(), "STORE_ERROR");
     assert_eq!(db.count("operations"), 0);
     assert_eq!(db.count("outbox"), 0);
     let answer = db.engine_with(roles(), Registry::builtin()).dispatch_at(&case(), &id("w1"), None);

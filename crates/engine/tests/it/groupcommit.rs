@@ -17,7 +17,7 @@ use std::{
 use proptest::prelude::*;
 use toolledger_contract::{Case, Clock, IdempotencyKey, LeaseSeconds, Registry};
 use toolledger_engine::Answer;
-use toolledger_store::SqliteStore;
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::{Db, FailurePoint, Flows, Roles, at, audit_sqlite, case_with, id, open_sqlite};
 
@@ -114,7 +114,7 @@ fn a_batch_commits_every_operation_but_the_one_refused() {
         Ok(answer) => answer.delivery().map_or(answer.code(), |d| d.as_str()).to_owned(),
         Err(code) => code.clone(),
     };
-    assert_eq!(code(3), "SQLITE_ERROR");
+    assert_eq!(code(3), "STORE_ERROR");
     for n in [1, 2, 4, 5, 6] {
         assert_eq!(code(n), "fresh", "{n}: {:?}", answers[n]);
     }

@@ -30,7 +30,7 @@ use toolledger_engine::{
     Answer, Downstream, Engine, EngineError, StandIn,
     drill::{self, Interrupt, Switch},
 };
-use toolledger_store::SqliteStore;
+use toolledger_store_sqlite::SqliteStore;
 
 /// The engine every test drives: a SQLite ledger, and the stand-in downstream on its own
 /// connection behind a recovery-drill switch.

@@ -11,7 +11,7 @@ use toolledger_contract::digest::{downstream_request_ref, result_sha256};
 use toolledger_contract::{
     Clock, IdempotencyKey, LeaseSeconds, Registry, Scope, digest::status_ref,
 };
-use toolledger_store::{Finalize, Finalizer, LedgerStore, LocalReceipt};
+use toolledger_store::{Finalize, Finalizer, LedgerStore, LocalReceipt, StandInReceipts};
 
 use crate::{Db, Roles, at, case_with, id};
 

@@ -7,7 +7,7 @@ use toolledger_contract::{Registry, Sha256Hex, load_case};
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
 
 use crate::{Flows, audit_sqlite, open_sqlite};
-use toolledger_store::SqliteStore;
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::{Db, Roles, TempDir, at, case, dispatch, workspace};
 
@@ -120,9 +120,9 @@ fn a_file_that_is_not_sqlite_is_a_sqlite_error_and_untouched() {
     .unwrap();
     let before = std::fs::read(&path).unwrap();
     let err = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap_err();
-    assert_eq!(err.code(), "SQLITE_ERROR");
+    assert_eq!(err.code(), "STORE_ERROR");
     assert!(!err.to_string().contains("notes"), "{err}");
-    assert_eq!(audit_sqlite(&path).unwrap_err().code(), "SQLITE_ERROR");
+    assert_eq!(audit_sqlite(&path).unwrap_err().code(), "STORE_ERROR");
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
 
@@ -130,12 +130,12 @@ fn a_file_that_is_not_sqlite_is_a_sqlite_error_and_untouched() {
 fn an_empty_file_is_initialised_and_audit_creates_nothing() {
     let dir = TempDir::new();
     let missing = dir.path().join("missing.sqlite3");
-    assert_eq!(audit_sqlite(&missing).unwrap_err().code(), "SQLITE_ERROR");
+    assert_eq!(audit_sqlite(&missing).unwrap_err().code(), "STORE_ERROR");
     assert!(!missing.exists(), "audit created a file");
 
     let empty = dir.path().join("empty.sqlite3");
     std::fs::write(&empty, b"").unwrap();
-    assert_eq!(audit_sqlite(&empty).unwrap_err().code(), "SQLITE_ERROR");
+    assert_eq!(audit_sqlite(&empty).unwrap_err().code(), "STORE_ERROR");
     assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "audit wrote to an empty file");
 
     let mut engine = open_sqlite(&empty, Roles::default(), Registry::builtin()).unwrap();
@@ -182,7 +182,7 @@ fn a_trigger_aborting_the_outbox_insert_rolls_back_the_whole_reservation() {
         .execute_batch("CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'injected'); END;")
         .unwrap();
     let err = engine.dispatch_at(&case(), &crate::id("worker-1"), None).unwrap_err();
-    assert_eq!(err.code(), "SQLITE_ERROR");
+    assert_eq!(err.code(), "STORE_ERROR");
     assert!(!err.to_string().contains("injected"), "{err}");
     assert_eq!(
         (db.count("operations"), db.count("outbox"), db.count("call_identities")),

@@ -42,7 +42,7 @@ fn refused_after(sql: &str) {
 fn dump(db: &Db) -> Vec<String> {
     let conn = db.raw();
     let mut rows = Vec::new();
-    for table in toolledger_store::TABLES {
+    for table in toolledger_store::audit::TABLES {
         let mut statement = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
         let columns = statement.column_count();
         let mut query = statement.query([]).unwrap();

@@ -9,7 +9,8 @@ use toolledger::{
     Backoff, BlockCode, Identifier, LeaseSeconds, Ledger, NoRoles, Outcome, Relay, UnixSeconds,
     Until,
 };
-use toolledger_store::{Finalize, LedgerStore, Release, SqliteStore};
+use toolledger_store::{Finalize, LedgerStore, Release};
+use toolledger_store_sqlite::SqliteStore;
 
 use crate::{
     TempDir, int, text,

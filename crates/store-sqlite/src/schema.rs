@@ -12,7 +12,7 @@ use std::{
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use crate::{StoreError, error::sqlite};
+use crate::{StoreError, Waits, error::sqlite};
 
 /// The schema id kept in `meta`.
 pub const SCHEMA_ID: &str = "toolledger-store-v3";
@@ -272,7 +272,7 @@ fn connection_pragmas(conn: &Connection, busy_timeout: Duration) -> Result<(), S
     let timeout: i64 =
         conn.query_row("PRAGMA busy_timeout", [], |row| row.get(0)).map_err(sqlite)?;
     if synchronous != 2 || foreign_keys != 1 || timeout != millis(busy_timeout) {
-        return Err(StoreError::failed("a connection pragma did not take effect"));
+        return Err(crate::error::failed("a connection pragma did not take effect"));
     }
     Ok(())
 }
@@ -287,7 +287,7 @@ fn raw_open(path: &Path, create: bool, busy_timeout: Duration) -> Result<Connect
     // regular file (or none yet, when creating) can be a store.
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => {
-            return Err(StoreError::failed("the database path is not a regular file"));
+            return Err(crate::error::failed("the database path is not a regular file"));
         }
         Ok(_) => {}
         Err(_) if create => {}
@@ -324,7 +324,7 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// open is retried with a short pause — until the open's own deadline, never longer:
 /// each attempt's busy handler is given only the time left.
 pub(crate) fn open(path: &Path, waits: &Waits) -> Result<Connection, StoreError> {
-    let deadline = waits.open_deadline();
+    let deadline = waits.next_deadline();
     let mut attempt: u64 = 0;
     loop {
         match try_open(path, left(deadline)) {
@@ -352,7 +352,7 @@ fn try_open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreErro
     let mode: String =
         conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(sqlite)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::failed("the database cannot use WAL journal mode"));
+        return Err(crate::error::failed("the database cannot use WAL journal mode"));
     }
     connection_pragmas(&conn, busy_timeout)?;
     if contents == Contents::Empty {
@@ -377,7 +377,7 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     let mode: String =
         conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)).map_err(sqlite)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::failed("the database cannot use WAL journal mode"));
+        return Err(crate::error::failed("the database cannot use WAL journal mode"));
     }
     connection_pragmas(&conn, busy_timeout)?;
     Ok(conn)
@@ -392,7 +392,7 @@ pub(crate) fn open_existing(path: &Path, waits: &Waits) -> Result<Connection, St
     if size == 0 {
         return Err(StoreError::Missing);
     }
-    let deadline = waits.open_deadline();
+    let deadline = waits.next_deadline();
     let mut attempt: u64 = 0;
     let conn = loop {
         let attempted = raw_open(path, false, left(deadline))
@@ -415,50 +415,4 @@ pub(crate) fn open_existing(path: &Path, waits: &Waits) -> Result<Connection, St
     conn.execute_batch("PRAGMA mmap_size = 268435456; PRAGMA cache_size = -65536;")
         .map_err(sqlite)?;
     Ok(conn)
-}
-
-/// How long a store waits for locks other connections hold.
-///
-/// Every wait — for the file's in-process writer gate, SQLite's busy handler, the
-/// retries of an open — is bounded by `busy_timeout`; with a `deadline`, no wait
-/// extends past it either, so a whole command (open and every transaction) answers
-/// within one bound. A wait that runs out is [`StoreError::Busy`], and the step that
-/// waited wrote nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waits {
-    /// The longest one wait may take.
-    pub busy_timeout: Duration,
-    /// When set, the instant after which nothing waits at all.
-    pub deadline: Option<Instant>,
-}
-
-impl Default for Waits {
-    /// Five seconds per wait, no overall deadline: what a long-lived host wants.
-    fn default() -> Waits {
-        Waits { busy_timeout: Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS), deadline: None }
-    }
-}
-
-/// The default bound of one wait, in milliseconds.
-pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
-
-impl Waits {
-    /// One bound for everything from now on: each wait, and all of them together, end
-    /// within `total` of this call. What a command wants.
-    pub fn total(total: Duration) -> Waits {
-        Waits { busy_timeout: total, deadline: Instant::now().checked_add(total) }
-    }
-
-    /// How long the next wait may take: `busy_timeout`, cut short by the deadline.
-    pub(crate) fn next_wait(&self) -> Duration {
-        match self.deadline {
-            Some(deadline) => self.busy_timeout.min(left(deadline)),
-            None => self.busy_timeout,
-        }
-    }
-
-    fn open_deadline(&self) -> Instant {
-        let now = Instant::now();
-        now.checked_add(self.next_wait()).unwrap_or(now)
-    }
 }

@@ -12,14 +12,15 @@ use toolledger_contract::{
     DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef,
 };
 use toolledger_json::canonicalize;
+use toolledger_store::{OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH};
 
 use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-    OutboxEvent, RecordedCall, Release, Reservation, StoreError,
-    error::sqlite,
+    OutboxEvent, RecordedCall, Release, Reservation, StandInReceipts, StoreError, Waits,
+    error::{self, sqlite},
     gate::{Answer, Combining, Entered, Gate, Job},
-    schema::{self, Waits},
+    schema,
     verify::{self, RawLocal, RawOperation, RawOutcome},
 };
 
@@ -187,7 +188,7 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Sqlite`] when the file is not SQLite, cannot be opened, or cannot
+    /// [`StoreError::Backend`] when the file is not SQLite, cannot be opened, or cannot
     /// use WAL; [`StoreError::SchemaUnsupported`] as above.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(path, Waits::default())
@@ -246,7 +247,7 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Sqlite`] when a statement cannot be explained.
+    /// [`StoreError::Backend`] when a statement cannot be explained.
     pub fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let mut plans = Vec::new();
         for (name, sql) in hot_statements().into_iter().chain(crate::operator::statements()) {
@@ -364,7 +365,7 @@ impl SqliteStore {
             .map_err(|_| StoreError::Internal("the loader's name is an identifier"))?;
         let lease_until = now
             .checked_add(LeaseSeconds::new(1).map_err(|_| StoreError::Internal("one second"))?)
-            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+            .ok_or(error::failed("the lease would end after year 9999"))?;
         let by = Finalizer::Lease { owner: loader.clone(), attempt: 1 };
         self.write(|tx| {
             for (intent, call, receipt) in finished {
@@ -440,7 +441,7 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
             // SQLite itself ends the transaction on some errors (a full disk, I/O): then
             // the whole batch is gone.
             let kept = if tx.is_autocommit() {
-                Err(StoreError::failed("the transaction ended under a group commit"))
+                Err(error::failed("the transaction ended under a group commit"))
             } else if answer.is_ok() {
                 savepoint(&tx, "RELEASE batched")
             } else {
@@ -467,24 +468,6 @@ fn savepoint(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 }
 
 /// The columns of an operation joined with its outbox event, in [`raw_operation`] order.
-pub(crate) const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
-    o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
-    o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
-    o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
-    o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
-    b.state, b.lease_owner, b.lease_until, b.attempt_count, \
-    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
-    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
-    b.next_attempt_at, b.last_reason, b.attempts_before";
-
-/// How many columns [`OPERATION_COLUMNS`] has: dispatch's lookup reads its own after them.
-const OPERATION_WIDTH: usize = 46;
-
-/// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
-/// receipt. One statement, one read transaction.
-pub(crate) const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id \
-    LEFT JOIN local_receipts l ON l.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id";
-
 pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
     Ok(RawOperation {
         tenant_id: row.get(0)?,
@@ -1145,9 +1128,8 @@ impl LedgerStore for SqliteStore {
         owner: &Identifier,
         lease: LeaseSeconds,
     ) -> Result<Reservation, StoreError> {
-        let lease_until = now
-            .checked_add(lease)
-            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let lease_until =
+            now.checked_add(lease).ok_or(error::failed("the lease would end after year 9999"))?;
         let intent = (intent.clone(), canonicalize(&intent.arguments));
         let (call, owner) = (call.clone(), owner.clone());
         self.batched(move |tx| reserve_in(tx, intent, &call, now, Some((&owner, lease_until))))
@@ -1160,9 +1142,8 @@ impl LedgerStore for SqliteStore {
         now: Now,
         lease: LeaseSeconds,
     ) -> Result<Claim, StoreError> {
-        let lease_until = now
-            .checked_add(lease)
-            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let lease_until =
+            now.checked_add(lease).ok_or(error::failed("the lease would end after year 9999"))?;
         let (status_ref, owner) = (status_ref.clone(), owner.clone());
         self.batched(move |tx| claim_in(tx, &status_ref, &owner, now, lease_until))
     }
@@ -1183,23 +1164,6 @@ impl LedgerStore for SqliteStore {
             insert_call(tx, &call, Purpose::QueryStatus, id, now)?;
             Ok(None)
         })
-    }
-
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
-        let receipt = (receipt.clone(), canonicalize(&receipt.receipt));
-        self.batched(move |tx| record_downstream_in(tx, receipt, now))
-    }
-
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.arm()?;
-        downstream_receipt(&self.conn, downstream_request_ref)
     }
 
     fn finalize(
@@ -1255,23 +1219,6 @@ impl LedgerStore for SqliteStore {
         })
     }
 
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
-        if receipts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let receipts: Vec<_> = receipts
-            .iter()
-            .map(|receipt| (receipt.clone(), canonicalize(&receipt.receipt)))
-            .collect();
-        self.batched(move |tx| {
-            receipts.into_iter().map(|receipt| record_downstream_in(tx, receipt, now)).collect()
-        })
-    }
-
     fn release(
         &mut self,
         status_ref: &StatusRef,
@@ -1323,9 +1270,8 @@ impl LedgerStore for SqliteStore {
         lease: LeaseSeconds,
         limit: usize,
     ) -> Result<ClaimedBatch, StoreError> {
-        let lease_until = now
-            .checked_add(lease)
-            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let lease_until =
+            now.checked_add(lease).ok_or(error::failed("the lease would end after year 9999"))?;
         let (owner, downstream) = (owner.clone(), downstream.clone());
         self.batched(move |tx| {
             let (owner, downstream) = (&owner, &downstream);
@@ -1400,9 +1346,8 @@ impl LedgerStore for SqliteStore {
         now: Now,
         lease: LeaseSeconds,
     ) -> Result<usize, StoreError> {
-        let lease_until = now
-            .checked_add(lease)
-            .ok_or(StoreError::failed("the lease would end after year 9999"))?;
+        let lease_until =
+            now.checked_add(lease).ok_or(error::failed("the lease would end after year 9999"))?;
         let owner = owner.clone();
         self.batched(move |tx| {
             tx.prepare_cached(HEARTBEAT)
@@ -1415,6 +1360,42 @@ impl LedgerStore for SqliteStore {
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
         self.arm()?;
         crate::audit::run(&mut self.conn)
+    }
+}
+
+impl StandInReceipts for SqliteStore {
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        let receipt = (receipt.clone(), canonicalize(&receipt.receipt));
+        self.batched(move |tx| record_downstream_in(tx, receipt, now))
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        self.arm()?;
+        downstream_receipt(&self.conn, downstream_request_ref)
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        if receipts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let receipts: Vec<_> = receipts
+            .iter()
+            .map(|receipt| (receipt.clone(), canonicalize(&receipt.receipt)))
+            .collect();
+        self.batched(move |tx| {
+            receipts.into_iter().map(|receipt| record_downstream_in(tx, receipt, now)).collect()
+        })
     }
 }
 

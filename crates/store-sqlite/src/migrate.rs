@@ -19,9 +19,9 @@ use rusqlite::{Connection, OpenFlags, backup::Backup};
 use toolledger_contract::DownstreamIdentity;
 
 use crate::{
-    Now, StoreError,
+    Now, StoreError, Waits,
     error::sqlite,
-    schema::{self, Contents, META_DDL, SCHEMA_ID, TABLES_DDL, USER_VERSION, Waits},
+    schema::{self, Contents, META_DDL, SCHEMA_ID, TABLES_DDL, USER_VERSION},
 };
 
 /// The schema ids of the older versions, by `user_version`.
@@ -77,7 +77,7 @@ pub enum Migrated {
 /// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
 /// when the file is not a store this crate knows, or an older store whose schema was
 /// changed by hand; [`StoreError::Busy`] when another connection holds a lock past
-/// `waits`; [`StoreError::Sqlite`] when the backup file exists already or cannot be
+/// `waits`; [`StoreError::Backend`] when the backup file exists already or cannot be
 /// written. On any error the store is as it was.
 pub fn migrate(
     path: &Path,
@@ -104,7 +104,7 @@ pub fn migrate(
 
     let backup = backup_path(path, from, now);
     if backup.exists() {
-        return Err(StoreError::failed("the backup file of this migration exists already"));
+        return Err(crate::error::failed("the backup file of this migration exists already"));
     }
     {
         let mut copy = Connection::open(&backup).map_err(sqlite)?;
@@ -134,7 +134,7 @@ pub fn migrate(
         .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| row.get(0))
         .map_err(sqlite)?;
     if dangling != 0 || schema::schema_rows(&tx)? != schema::expected_schema() {
-        return Err(StoreError::failed("the migrated store does not hold together"));
+        return Err(crate::error::failed("the migrated store does not hold together"));
     }
     let operations: i64 =
         tx.query_row("SELECT count(*) FROM operations", [], |row| row.get(0)).map_err(sqlite)?;

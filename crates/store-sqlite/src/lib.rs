@@ -1,0 +1,34 @@
+//! toolledger's embedded store: one SQLite file in WAL mode, `synchronous=FULL`.
+//!
+//! [`SqliteStore`] implements the traits of `toolledger-store` ([`LedgerStore`],
+//! [`StandInReceipts`], [`OperatorStore`]) with the transactions of `docs/schema.md`:
+//! every write is one `BEGIN IMMEDIATE` transaction, and writes of different threads
+//! that arrive together share one commit (group commit, each in its own savepoint).
+//! Every read re-verifies what it returns with `toolledger_store::verify`. The store
+//! reads no clock: every instant is handed in.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod audit;
+mod error;
+mod gate;
+mod migrate;
+mod operator;
+mod schema;
+mod sqlite;
+
+// The boundary's names, in scope under `crate::` for this crate's modules.
+use toolledger_store::{
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
+    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
+    Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
+    Reservation, STAND_IN_NAME, STAND_IN_REVISION, STATES, Shown, StandInReceipts, StoreError,
+    TerminalOutcome, Waits, verify,
+};
+
+pub use crate::{
+    audit::{CHECKS, HEALTH},
+    migrate::{Migrated, migrate},
+    schema::{SCHEMA_ID, USER_VERSION},
+    sqlite::SqliteStore,
+};

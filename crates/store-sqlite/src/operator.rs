@@ -1,0 +1,287 @@
+//! What an operator asks of a ledger and does to it: list operations by state, show one
+//! operation's whole history, requeue a dead or failed one (logged), retire old finished
+//! ones (tombstoned), and the figures `metrics` exposes. Every statement is
+//! index-backed: `operations_status (status, updated_at)`, the primary keys, and
+//! `operator_log_ref`.
+
+use rusqlite::{OptionalExtension, params};
+use serde_json::json;
+use toolledger_contract::StatusRef;
+
+use crate::{
+    Figures, ListFilter, Listed, Now, OperationStatus, OperatorStore, Requeued, STATES, Shown,
+    StoreError, TerminalOutcome,
+    error::sqlite,
+    sqlite::{BY_STATUS_REF, SqliteStore, select_operation_in},
+};
+
+const STATUS_COUNT: &str = "SELECT count(*) FROM operations WHERE status = ?1";
+const LIVE_OR_ENDED: &str = "SELECT count(*) FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND (b.lease_until > ?1) = ?2";
+const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE status = 'pending'";
+const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND b.lease_until <= ?1";
+const COUNTER: &str = "SELECT coalesce((SELECT value FROM counters WHERE name = ?1), 0)";
+const LIST: &str = "SELECT o.status_ref, o.tool_name, o.status, b.attempt_count, o.created_at, o.updated_at, \
+     coalesce(t.reason, b.last_reason), o.arguments_json, b.lease_until \
+     FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
+     WHERE o.status = ?1 AND o.updated_at <= ?2 ORDER BY o.updated_at, o.id LIMIT ?3";
+const LOG: &str = "SELECT action, from_state, reason, was, at FROM operator_log WHERE status_ref = ?1 ORDER BY id";
+const REQUEUE_OUTBOX: &str = "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, \
+     next_attempt_at = ?2, last_reason = NULL, attempts_before = attempt_count, updated_at = ?2 \
+     WHERE op_id = ?1 AND state IN ('failed', 'dead')";
+const REQUEUE_OPERATION: &str =
+    "UPDATE operations SET status = 'pending', updated_at = ?2 WHERE id = ?1";
+const DROP_OUTCOME: &str = "DELETE FROM terminal_outcomes WHERE op_id = ?1";
+const LOG_REQUEUE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
+     VALUES (?1, 'requeue', ?2, ?3, ?4, ?5)";
+const RETIRABLE: &str = "SELECT id, status_ref, request_sha256, downstream_request_ref, status FROM operations \
+     WHERE status = ?1 AND updated_at <= ?2 ORDER BY updated_at, id LIMIT ?3";
+const TOMBSTONE_OF: &str = "SELECT final_status, retired_at FROM tombstones WHERE status_ref = ?1";
+const TOMBSTONE: &str = "INSERT INTO tombstones (status_ref, request_sha256, final_status, retired_at) \
+     VALUES (?1, ?2, ?3, ?4)";
+
+/// Every operator statement, by name, for the query-plan test.
+pub(crate) fn statements() -> Vec<(&'static str, String)> {
+    [
+        ("metrics: count by status", STATUS_COUNT),
+        ("metrics: processing live or ended", LIVE_OR_ENDED),
+        ("metrics: oldest pending", OLDEST_PENDING),
+        ("metrics: oldest unknown", OLDEST_UNKNOWN),
+        ("metrics: counter", COUNTER),
+        ("list", LIST),
+        ("show: operator log", LOG),
+        ("show: tombstone", TOMBSTONE_OF),
+        ("requeue: outbox", REQUEUE_OUTBOX),
+        ("requeue: operation", REQUEUE_OPERATION),
+        ("requeue: drop outcome", DROP_OUTCOME),
+        ("gc: retirable", RETIRABLE),
+    ]
+    .into_iter()
+    .map(|(name, sql)| (name, sql.to_owned()))
+    .collect()
+}
+
+/// The stored status a listed state is kept under.
+fn stored(state: &str) -> &str {
+    if state == "unknown" { "processing" } else { state }
+}
+
+impl OperatorStore for SqliteStore {
+    fn list(
+        &mut self,
+        filter: &ListFilter<'_>,
+        show_arguments: bool,
+        now: Now,
+    ) -> Result<Vec<Listed>, StoreError> {
+        self.arm_waits()?;
+        let states: Vec<&'static str> = match filter.state {
+            Some(state) => STATES.iter().copied().filter(|known| *known == state).collect(),
+            None => STATES.to_vec(),
+        };
+        let limit = filter.limit.clamp(1, 10_000);
+        let cutoff = now.get().saturating_sub(filter.older_than.max(0));
+        let conn = self.connection();
+        let mut listed = Vec::new();
+        for state in states {
+            // `processing` and `unknown` share a stored status: fetch, then split by lease.
+            let mut statement = conn.prepare_cached(LIST).map_err(sqlite)?;
+            let mut rows = statement
+                .query(params![stored(state), cutoff, i64::try_from(limit).unwrap_or(10_000)])
+                .map_err(sqlite)?;
+            while let Some(row) = rows.next().map_err(sqlite)? {
+                if listed.len() >= limit {
+                    return Ok(listed);
+                }
+                let lease_until: Option<i64> = row.get(8).map_err(sqlite)?;
+                let ended = lease_until.is_some_and(|until| until <= now.get());
+                if (state == "processing" && ended) || (state == "unknown" && !ended) {
+                    continue;
+                }
+                let created: i64 = row.get(4).map_err(sqlite)?;
+                let updated: i64 = row.get(5).map_err(sqlite)?;
+                listed.push(Listed {
+                    status_ref: row.get(0).map_err(sqlite)?,
+                    tool: row.get(1).map_err(sqlite)?,
+                    state,
+                    attempts: row.get(3).map_err(sqlite)?,
+                    age: now.get().saturating_sub(created).max(0),
+                    idle: now.get().saturating_sub(updated).max(0),
+                    reason: row.get(6).map_err(sqlite)?,
+                    arguments: if show_arguments {
+                        Some(row.get(7).map_err(sqlite)?)
+                    } else {
+                        None
+                    },
+                });
+            }
+        }
+        Ok(listed)
+    }
+
+    fn show(&mut self, status_ref: &StatusRef) -> Result<Shown, StoreError> {
+        self.arm_waits()?;
+        let conn = self.connection();
+        let operation = select_operation_in(conn, BY_STATUS_REF, &[&status_ref.as_str()])?;
+        let tombstone = conn
+            .prepare_cached(TOMBSTONE_OF)
+            .map_err(sqlite)?
+            .query_row([status_ref.as_str()], |row| {
+                Ok(json!({"final_status": row.get::<_, String>(0)?, "retired_at": row.get::<_, i64>(1)?}))
+            })
+            .optional()
+            .map_err(sqlite)?;
+        let mut statement = conn.prepare_cached(LOG).map_err(sqlite)?;
+        let log = statement
+            .query_map([status_ref.as_str()], |row| {
+                Ok(json!({
+                    "action": row.get::<_, String>(0)?,
+                    "from": row.get::<_, String>(1)?,
+                    "reason": row.get::<_, String>(2)?,
+                    "was": row.get::<_, String>(3)?,
+                    "at": row.get::<_, i64>(4)?,
+                }))
+            })
+            .map_err(sqlite)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sqlite)?;
+        Ok(Shown { operation, log, tombstone })
+    }
+
+    fn requeue(
+        &mut self,
+        status_ref: &StatusRef,
+        reason: &str,
+        now: Now,
+    ) -> Result<Requeued, StoreError> {
+        let reason = crate::sqlite::bounded(reason);
+        self.write(|tx| {
+            let Some(operation) = select_operation_in(tx, BY_STATUS_REF, &[&status_ref.as_str()])?
+            else {
+                return Ok(Requeued::Missing);
+            };
+            let was = match (&operation.status, &operation.outcome) {
+                (OperationStatus::Failed, Some(TerminalOutcome::Failed { reason })) => {
+                    reason.clone()
+                }
+                (OperationStatus::Dead, _) => operation
+                    .outbox
+                    .last_reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason given".to_owned()),
+                (status, _) => return Ok(Requeued::Refused(*status)),
+            };
+            let id: i64 = tx
+                .query_row(
+                    "SELECT id FROM operations WHERE status_ref = ?1",
+                    [status_ref.as_str()],
+                    |row| row.get(0),
+                )
+                .map_err(sqlite)?;
+            tx.prepare_cached(DROP_OUTCOME).map_err(sqlite)?.execute([id]).map_err(sqlite)?;
+            tx.prepare_cached(REQUEUE_OUTBOX)
+                .map_err(sqlite)?
+                .execute(params![id, now.get()])
+                .map_err(sqlite)?;
+            tx.prepare_cached(REQUEUE_OPERATION)
+                .map_err(sqlite)?
+                .execute(params![id, now.get()])
+                .map_err(sqlite)?;
+            tx.prepare_cached(LOG_REQUEUE)
+                .map_err(sqlite)?
+                .execute(params![
+                    status_ref.as_str(),
+                    operation.status.as_str(),
+                    reason,
+                    was,
+                    now.get()
+                ])
+                .map_err(sqlite)?;
+            Ok(Requeued::Requeued)
+        })
+    }
+
+    fn retire(&mut self, cutoff: Now, now: Now, limit: usize) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            let mut retired = 0;
+            for status in ["succeeded", "failed", "quarantined", "dead"] {
+                let rows: Vec<(i64, String, String, String, String)> = tx
+                    .prepare_cached(RETIRABLE)
+                    .map_err(sqlite)?
+                    .query_map(
+                        params![status, cutoff.get(), i64::try_from(limit).unwrap_or(1000)],
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+                    )
+                    .map_err(sqlite)?
+                    .collect::<Result<_, _>>()
+                    .map_err(sqlite)?;
+                for (id, status_ref, request, dr_ref, final_status) in rows {
+                    if retired >= limit {
+                        return Ok(retired);
+                    }
+                    tx.prepare_cached(TOMBSTONE)
+                        .map_err(sqlite)?
+                        .execute(params![status_ref, request, final_status, now.get()])
+                        .map_err(sqlite)?;
+                    crate::sqlite::bump(tx, "retired")?;
+                    for sql in [
+                        "DELETE FROM local_receipts WHERE op_id = ?1",
+                        "DELETE FROM terminal_outcomes WHERE op_id = ?1",
+                        "DELETE FROM call_identities WHERE op_id = ?1",
+                        "DELETE FROM outbox WHERE op_id = ?1",
+                        "DELETE FROM operations WHERE id = ?1",
+                    ] {
+                        tx.prepare_cached(sql).map_err(sqlite)?.execute([id]).map_err(sqlite)?;
+                    }
+                    tx.prepare_cached(
+                        "DELETE FROM downstream_receipts WHERE downstream_request_ref = ?1",
+                    )
+                    .map_err(sqlite)?
+                    .execute([dr_ref])
+                    .map_err(sqlite)?;
+                    retired += 1;
+                }
+            }
+            Ok(retired)
+        })
+    }
+
+    fn figures(&mut self, now: Now) -> Result<Figures, StoreError> {
+        self.arm_waits()?;
+        let conn = self.connection();
+        let one = |sql: &str, key: &dyn rusqlite::ToSql| -> Result<i64, StoreError> {
+            conn.prepare_cached(sql)
+                .map_err(sqlite)?
+                .query_row([key], |row| row.get::<_, Option<i64>>(0))
+                .map_err(sqlite)
+                .map(Option::unwrap_or_default)
+        };
+        let mut figures = Figures::default();
+        for state in STATES {
+            let count = match state {
+                "processing" | "unknown" => conn
+                    .prepare_cached(LIVE_OR_ENDED)
+                    .map_err(sqlite)?
+                    .query_row(params![now.get(), state == "processing"], |row| row.get(0))
+                    .map_err(sqlite)?,
+                _ => one(STATUS_COUNT, &state)?,
+            };
+            figures.by_state.push((state, count));
+        }
+        let oldest_pending: Option<i64> = conn
+            .query_row(OLDEST_PENDING, [], |row| row.get(0))
+            .optional()
+            .map_err(sqlite)?
+            .flatten();
+        figures.oldest_pending_age = oldest_pending.map_or(0, |at| (now.get() - at).max(0));
+        let oldest_unknown = one(OLDEST_UNKNOWN, &now.get())?;
+        figures.oldest_unknown_age =
+            if oldest_unknown == 0 { 0 } else { (now.get() - oldest_unknown).max(0) };
+        figures.attempts = one(COUNTER, &"claims")?;
+        figures.lease_reclaims = one(COUNTER, &"lease_reclaims")?;
+        figures.fenced_writes = one(COUNTER, &"fenced_writes")?;
+        figures.reconciliations = one(COUNTER, &"reconciliations")?;
+        figures.tombstones = one(COUNTER, &"retired")?;
+        Ok(figures)
+    }
+}
