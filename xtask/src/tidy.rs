@@ -17,29 +17,33 @@ const JSON: &str = "toolledger-json";
 const CONTRACT: &str = "toolledger-contract";
 const STORE: &str = "toolledger-store";
 const SQLITE: &str = "toolledger-store-sqlite";
+const POSTGRES: &str = "toolledger-store-postgres";
 const ENGINE: &str = "toolledger-engine";
 const HTTP: &str = "toolledger-downstream-http";
 const FACADE: &str = "toolledger";
 const CLI: &str = "toolledger-cli";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 10] = [
+const GRAPH: [(&str, &[&str]); 12] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
     (SQLITE, &[JSON, CONTRACT, STORE]),
+    (POSTGRES, &[JSON, CONTRACT, STORE]),
     (ENGINE, &[JSON, CONTRACT, STORE]),
+    // The engine and every store, tested together (unpublished).
+    ("toolledger-conformance", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE]),
     (HTTP, &[JSON, CONTRACT, STORE, ENGINE]),
-    (FACADE, &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP]),
-    (CLI, &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP, FACADE]),
-    ("toolledger-bench", &[JSON, CONTRACT, STORE, SQLITE, ENGINE, HTTP, FACADE, CLI]),
+    (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP]),
+    (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE]),
+    ("toolledger-bench", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI]),
     // The reference service is somebody else's code.
     ("toolledger-refundd", &[]),
 ];
 
-/// Workspace crates a crate may add for tests only: the engine's tests run its flows
-/// over the embedded store.
-const DEV_GRAPH: [(&str, &[&str]); 1] = [(ENGINE, &[SQLITE])];
+/// Workspace crates a crate may add for tests only: the command line's end-to-end tests
+/// make their PostgreSQL ledgers with the conformance suite's backends.
+const DEV_GRAPH: [(&str, &[&str]); 1] = [(CLI, &["toolledger-conformance"])];
 
 /// External crates each crate may use in `[dependencies]`.
 fn allowed_external(krate: &str) -> &'static [&'static str] {
@@ -50,11 +54,13 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }
+        "toolledger-store-postgres" => &["serde_json", "thiserror", "postgres"],
+        "toolledger-conformance" => &["serde_json", "rusqlite", "postgres"],
         "toolledger-downstream-http" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
-        "toolledger-bench" => &["serde_json", "rusqlite", "ureq", "tempfile"],
+        "toolledger-bench" => &["serde_json", "rusqlite", "postgres", "ureq", "tempfile"],
         "toolledger-cli" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap", "signal-hook", "libc"]
         }
@@ -67,7 +73,6 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
 /// connection; tokio in the facade, whose async-host example and test run on it.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
-        "toolledger-engine" => &["proptest", "tempfile", "rusqlite"],
         "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq"],
         "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
         "toolledger-refundd" => &["tempfile", "ureq"],
@@ -213,7 +218,7 @@ mod tests {
             {"name": "toolledger-contract", "dependencies": [{"name": "toolledger-json", "kind": null}, {"name": "sha2", "kind": null}]},
             {"name": "toolledger-store", "dependencies": [{"name": "toolledger-contract", "kind": null}]},
             {"name": "toolledger-store-sqlite", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "rusqlite", "kind": null}]},
-            {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "toolledger-store-sqlite", "kind": "dev"}, {"name": "rusqlite", "kind": "dev"}]},
+            {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store", "kind": null}, {"name": "proptest", "kind": "dev"}]},
             {"name": "xtask", "dependencies": [{"name": "anything", "kind": null}]},
         ]));
         assert_eq!(violations(&good), (5, vec![]));
@@ -227,7 +232,7 @@ mod tests {
             {"name": "toolledger-contract", "dependencies": [{"name": "proptest", "kind": null}, {"name": "xtask", "kind": null}]},
             {"name": "toolledger-store", "dependencies": [{"name": "rusqlite", "kind": null}]},
             {"name": "toolledger-engine", "dependencies": [{"name": "toolledger-store-sqlite", "kind": null}]},
-            {"name": "toolledger-store-sqlite", "dependencies": [{"name": "toolledger-engine", "kind": "dev"}]},
+            {"name": "toolledger-store-sqlite", "dependencies": [{"name": "toolledger-store-postgres", "kind": "dev"}]},
             {"name": "toolledger-extra", "dependencies": []},
         ]));
         let (checked, found) = violations(&bad);
@@ -242,7 +247,7 @@ mod tests {
                 "toolledger-contract depends on xtask, which is not a crate of the design",
                 "toolledger-store depends on external crate rusqlite, outside its allowance",
                 "toolledger-engine depends on toolledger-store-sqlite: not an edge of the design",
-                "toolledger-store-sqlite depends on toolledger-engine: not an edge of the design",
+                "toolledger-store-sqlite depends on toolledger-store-postgres: not an edge of the design",
                 "toolledger-extra is not a crate of the design (ARCHITECTURE.md)",
             ]
         );

@@ -1,0 +1,112 @@
+//! Maps the driver's errors to [`StoreError`]s in fixed words: the server's message can
+//! quote SQL, a value or a path, so it is never passed on (it stays the error's `cause`,
+//! for logs).
+
+use postgres::error::{Severity, SqlState};
+use toolledger_store::StoreError;
+
+/// The backend's name in messages.
+pub(crate) const BACKEND: &str = "postgres";
+/// A lost connection, in any statement. A write in flight is not known to have
+/// committed or not; the store reconnects on its next call.
+pub(crate) const LOST: &str = "the connection to the server was lost";
+/// A constraint or a trigger refused a write.
+pub(crate) const REFUSED: &str = "a constraint or trigger refused the write";
+/// A serialization failure or a deadlock: the whole transaction is retried (a bounded
+/// number of times, then `Busy`). Never answered to a caller as such.
+pub(crate) const CONFLICT: &str = "a concurrent transaction conflicted";
+/// The database named in the connection string does not exist.
+pub(crate) const NO_DATABASE: &str = "the database does not exist";
+/// Any other server error.
+const GENERIC: &str = "a PostgreSQL error";
+/// A connection that could not be made.
+pub(crate) const UNREACHABLE: &str = "could not connect to the server";
+
+/// A failure described by `what`, with no underlying error.
+pub(crate) fn failed(what: &'static str) -> StoreError {
+    StoreError::failed(BACKEND, what)
+}
+
+/// Whether `err` is a lost connection (the store must reconnect before its next call).
+pub(crate) fn is_lost(err: &StoreError) -> bool {
+    matches!(err, StoreError::Backend { what, .. } if *what == LOST)
+}
+
+/// Whether `err` asks for the whole transaction to be run again.
+pub(crate) fn is_conflict(err: &StoreError) -> bool {
+    matches!(err, StoreError::Backend { what, .. } if *what == CONFLICT)
+}
+
+/// A transaction to run again (see [`CONFLICT`]), with no underlying error: two
+/// transactions met in a way only a fresh start resolves.
+pub(crate) fn conflict() -> StoreError {
+    failed(CONFLICT)
+}
+
+/// Maps any driver error to a fixed description.
+pub(crate) fn pg(err: postgres::Error) -> StoreError {
+    if err.is_closed() {
+        return StoreError::caused(BACKEND, LOST, err);
+    }
+    let what = match err.as_db_error() {
+        Some(db) => match by_code(db.code()) {
+            // Any other error the server ends the session with (an idle-session
+            // timeout, an administrator's command): the connection is gone.
+            Ok(GENERIC)
+                if matches!(db.parsed_severity(), Some(Severity::Fatal | Severity::Panic)) =>
+            {
+                LOST
+            }
+            Ok(what) => what,
+            Err(answer) => return answer,
+        },
+        // No server error: the socket (an I/O error is a lost connection), or the
+        // protocol.
+        None if io_cause(&err) => LOST,
+        None => "a PostgreSQL client error",
+    };
+    StoreError::caused(BACKEND, what, err)
+}
+
+/// The fixed words for a server error, or the whole answer when it is not a failure
+/// of the backend as such (a lock wait that timed out, corruption).
+fn by_code(code: &SqlState) -> Result<&'static str, StoreError> {
+    let text = code.code();
+    Ok(match text {
+        // lock_not_available: `lock_timeout` ran out (or NOWAIT).
+        "55P03" => return Err(StoreError::Busy),
+        "XX001" | "XX002" => return Err(StoreError::Corrupt),
+        "40001" | "40P01" => CONFLICT,
+        "53100" => "the disk is full",
+        "53200" => "the server is out of memory",
+        "53300" => "the server has too many connections",
+        "57P01" | "57P02" | "57P03" | "57P05" => LOST,
+        "25006" => "the database is read-only",
+        "57014" => "the statement was canceled",
+        "3D000" => NO_DATABASE,
+        _ if text.starts_with("23") => REFUSED,
+        _ if text.starts_with("08") => LOST,
+        _ if text.starts_with("28") => "the server refused the login",
+        _ => GENERIC,
+    })
+}
+
+/// Whether the driver's error comes from the socket.
+fn io_cause(err: &postgres::Error) -> bool {
+    std::error::Error::source(err).is_some_and(|source| source.is::<std::io::Error>())
+}
+
+/// Maps an error of making a connection: the server's own refusals keep their words,
+/// anything else (refused, unreachable, timed out) is [`UNREACHABLE`].
+pub(crate) fn connect(err: postgres::Error) -> StoreError {
+    match err.code() {
+        Some(_) => pg(err),
+        None => StoreError::caused(BACKEND, UNREACHABLE, err),
+    }
+}
+
+/// A value read back that is not of its column's type: the row contradicts the schema,
+/// a contract violation, not a failure.
+pub(crate) fn decode(_: postgres::Error) -> StoreError {
+    StoreError::ContractViolation("a stored value is not of its column's type")
+}

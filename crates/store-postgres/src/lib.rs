@@ -1,0 +1,49 @@
+//! toolledger's server store: the ledger in a PostgreSQL database, for workers and
+//! relays on several hosts.
+//!
+//! [`PgStore`] implements the traits of `toolledger-store` ([`LedgerStore`],
+//! [`StandInReceipts`], [`OperatorStore`]) with the same commit points, statement for
+//! statement, as the SQLite store (`docs/schema.md`): the same tables and CHECKs, the
+//! same conditional updates fenced on owner and attempt, the same verification of every
+//! row read back. What differs is how writers meet: SQLite serializes them; here every
+//! write is one `READ COMMITTED` transaction made correct by row locks and unique
+//! constraints (an insert that waits for a racer and then inserts nothing, an update
+//! re-checked on the row it waited for, `FOR UPDATE SKIP LOCKED` for relays), and a
+//! serialization failure or deadlock is retried a bounded number of times.
+//!
+//! Leases and due times are judged on the **database's clock** by default
+//! ([`Clock::Database`]): every write transaction reads `now()` and uses it instead of
+//! the instant handed in, so workers on several hosts need no trusted clock of their
+//! own. [`Clock::Caller`] keeps the handed-in instants, for tests and drills.
+//!
+//! A store whose connection is lost answers that call with
+//! `postgres failed: the connection to the server was lost` (a write in flight is not
+//! known to have committed or not) and reconnects on its next call. [`PgPool`] lends
+//! connections to worker threads. [`cluster`] starts a throwaway server for tests.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod audit;
+pub mod cluster;
+mod error;
+mod operator;
+mod pg;
+mod pool;
+mod schema;
+mod session;
+
+// The boundary's names, in scope under `crate::` for this crate's modules.
+use toolledger_store::{
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
+    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
+    Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
+    Reservation, STAND_IN_NAME, STAND_IN_REVISION, STATES, Shown, StandInReceipts, StoreError,
+    TerminalOutcome, Waits, verify,
+};
+
+pub use crate::{
+    audit::{CHECKS, HEALTH},
+    pg::{ATTEMPTS, Clock, PgStore},
+    pool::PgPool,
+    schema::{SCHEMA_ID, SCHEMA_VERSION},
+};

@@ -1,0 +1,242 @@
+//! What an operator asks of a ledger and does to it: SQLite's statements, in
+//! PostgreSQL. Every statement is index-backed: `operations_status (status,
+//! updated_at)`, the primary keys, and `operator_log_ref`. The writes lock the rows they
+//! decide on first (`FOR UPDATE`), so a requeue and a retention pass, or two of either,
+//! never both act on what one of them read.
+
+use serde_json::json;
+use toolledger_contract::StatusRef;
+
+use crate::{
+    Figures, ListFilter, Listed, Now, OperationStatus, OperatorStore, Requeued, STATES, Shown,
+    StoreError, TerminalOutcome,
+    pg::{BY_STATUS_REF, PgStore, bounded_reason, bump, select_operation_in, shifted},
+    session::{Db, Params, get},
+};
+
+const STATUS_COUNT: &str = "SELECT count(*) FROM operations WHERE status = $1";
+const LIVE_OR_ENDED: &str = "SELECT count(*) FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND (b.lease_until > $1) = $2";
+const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE status = 'pending'";
+const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND b.lease_until <= $1";
+const COUNTER: &str = "SELECT coalesce((SELECT value FROM counters WHERE name = $1), 0)";
+const LIST: &str = "SELECT o.status_ref, o.tool_name, o.status, b.attempt_count, o.created_at, o.updated_at, \
+     coalesce(t.reason, b.last_reason), o.arguments_json, b.lease_until \
+     FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
+     WHERE o.status = $1 AND o.updated_at <= $2 ORDER BY o.updated_at, o.id LIMIT $3";
+const LOG: &str = "SELECT action, from_state, reason, was, at FROM operator_log WHERE status_ref = $1 ORDER BY id";
+/// The requeue's first step: the event's row locked (as every commit point locks it),
+/// so the state it is judged in is the one it changes.
+const LOCK_EVENT: &str = "SELECT op_id FROM outbox \
+     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) FOR UPDATE";
+const REQUEUE_OUTBOX: &str = "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, \
+     next_attempt_at = $2, last_reason = NULL, attempts_before = attempt_count, updated_at = $2 \
+     WHERE op_id = $1 AND state IN ('failed', 'dead')";
+const REQUEUE_OPERATION: &str =
+    "UPDATE operations SET status = 'pending', updated_at = $2 WHERE id = $1";
+const DROP_OUTCOME: &str = "DELETE FROM terminal_outcomes WHERE op_id = $1";
+const LOG_REQUEUE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
+     VALUES ($1, 'requeue', $2, $3, $4, $5)";
+const OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = $1";
+/// Finished operations to retire, locked: one a requeue changed meanwhile no longer
+/// matches once its lock is had, and is left alone.
+const RETIRABLE: &str = "SELECT id, status_ref, request_sha256, downstream_request_ref, status FROM operations \
+     WHERE status = $1 AND updated_at <= $2 ORDER BY updated_at, id LIMIT $3 FOR UPDATE";
+const TOMBSTONE_OF: &str = "SELECT final_status, retired_at FROM tombstones WHERE status_ref = $1";
+const TOMBSTONE: &str = "INSERT INTO tombstones (status_ref, request_sha256, final_status, retired_at) \
+     VALUES ($1, $2, $3, $4)";
+const RETIRE_ROWS: [&str; 5] = [
+    "DELETE FROM local_receipts WHERE op_id = $1",
+    "DELETE FROM terminal_outcomes WHERE op_id = $1",
+    "DELETE FROM call_identities WHERE op_id = $1",
+    "DELETE FROM outbox WHERE op_id = $1",
+    "DELETE FROM operations WHERE id = $1",
+];
+const RETIRE_DOWNSTREAM: &str = "DELETE FROM downstream_receipts WHERE downstream_request_ref = $1";
+
+/// The stored status a listed state is kept under.
+fn stored(state: &str) -> &str {
+    if state == "unknown" { "processing" } else { state }
+}
+
+impl OperatorStore for PgStore {
+    fn list(
+        &mut self,
+        filter: &ListFilter<'_>,
+        show_arguments: bool,
+        now: Now,
+    ) -> Result<Vec<Listed>, StoreError> {
+        let states: Vec<&'static str> = match filter.state {
+            Some(state) => STATES.iter().copied().filter(|known| *known == state).collect(),
+            None => STATES.to_vec(),
+        };
+        let limit = filter.limit.clamp(1, 10_000);
+        let cutoff = now.get().saturating_sub(filter.older_than.max(0));
+        let limit_param = i64::try_from(limit).unwrap_or(10_000);
+        self.read(|db| {
+            let mut listed = Vec::new();
+            for state in &states {
+                let state = *state;
+                // `processing` and `unknown` share a stored status: fetch, then split by lease.
+                for row in db.query(LIST, &[&stored(state), &cutoff, &limit_param])? {
+                    if listed.len() >= limit {
+                        return Ok(listed);
+                    }
+                    let lease_until: Option<i64> = get(&row, 8)?;
+                    let ended = lease_until.is_some_and(|until| until <= now.get());
+                    if (state == "processing" && ended) || (state == "unknown" && !ended) {
+                        continue;
+                    }
+                    let created: i64 = get(&row, 4)?;
+                    let updated: i64 = get(&row, 5)?;
+                    listed.push(Listed {
+                        status_ref: get(&row, 0)?,
+                        tool: get(&row, 1)?,
+                        state,
+                        attempts: get(&row, 3)?,
+                        age: now.get().saturating_sub(created).max(0),
+                        idle: now.get().saturating_sub(updated).max(0),
+                        reason: get(&row, 6)?,
+                        arguments: if show_arguments { Some(get(&row, 7)?) } else { None },
+                    });
+                }
+            }
+            Ok(listed)
+        })
+    }
+
+    fn show(&mut self, status_ref: &StatusRef) -> Result<Shown, StoreError> {
+        self.read(|db| {
+            let operation = select_operation_in(db, BY_STATUS_REF, &[&status_ref.as_str()])?;
+            let tombstone = match db.opt(TOMBSTONE_OF, &[&status_ref.as_str()])? {
+                Some(row) => Some(json!({
+                    "final_status": get::<String>(&row, 0)?,
+                    "retired_at": get::<i64>(&row, 1)?,
+                })),
+                None => None,
+            };
+            let log = db
+                .query(LOG, &[&status_ref.as_str()])?
+                .iter()
+                .map(|row| {
+                    Ok(json!({
+                        "action": get::<String>(row, 0)?,
+                        "from": get::<String>(row, 1)?,
+                        "reason": get::<String>(row, 2)?,
+                        "was": get::<String>(row, 3)?,
+                        "at": get::<i64>(row, 4)?,
+                    }))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            Ok(Shown { operation, log, tombstone })
+        })
+    }
+
+    fn requeue(
+        &mut self,
+        status_ref: &StatusRef,
+        reason: &str,
+        now: Now,
+    ) -> Result<Requeued, StoreError> {
+        let reason = bounded_reason(reason);
+        self.write(now, |db, now| {
+            db.opt(LOCK_EVENT, &[&status_ref.as_str()])?;
+            let Some(operation) = select_operation_in(db, BY_STATUS_REF, &[&status_ref.as_str()])?
+            else {
+                return Ok(Requeued::Missing);
+            };
+            let was = match (&operation.status, &operation.outcome) {
+                (OperationStatus::Failed, Some(TerminalOutcome::Failed { reason })) => {
+                    reason.clone()
+                }
+                (OperationStatus::Dead, _) => operation
+                    .outbox
+                    .last_reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason given".to_owned()),
+                (status, _) => return Ok(Requeued::Refused(*status)),
+            };
+            let id: i64 = db
+                .value(OPERATION_ID, &[&status_ref.as_str()])?
+                .ok_or(StoreError::Internal("the operation vanished"))?;
+            db.exec(DROP_OUTCOME, &[&id])?;
+            db.exec(REQUEUE_OUTBOX, &[&id, &now.get()])?;
+            db.exec(REQUEUE_OPERATION, &[&id, &now.get()])?;
+            db.exec(
+                LOG_REQUEUE,
+                &[&status_ref.as_str(), &operation.status.as_str(), &reason, &was, &now.get()],
+            )?;
+            Ok(Requeued::Requeued)
+        })
+    }
+
+    fn retire(&mut self, cutoff: Now, now: Now, limit: usize) -> Result<usize, StoreError> {
+        let caller_now = now;
+        let limit_param = i64::try_from(limit).unwrap_or(1000);
+        self.write(now, |db, now| {
+            // The cutoff keeps its distance from the clock the write judges by.
+            let cutoff = shifted(cutoff, caller_now, now);
+            let mut retired = 0;
+            for status in ["succeeded", "failed", "quarantined", "dead"] {
+                let rows = db.query(RETIRABLE, &[&status, &cutoff.get(), &limit_param])?;
+                for row in rows {
+                    if retired >= limit {
+                        return Ok(retired);
+                    }
+                    let id: i64 = get(&row, 0)?;
+                    let (status_ref, request, dr_ref, final_status): (
+                        String,
+                        String,
+                        String,
+                        String,
+                    ) = (get(&row, 1)?, get(&row, 2)?, get(&row, 3)?, get(&row, 4)?);
+                    db.exec(TOMBSTONE, &[&status_ref, &request, &final_status, &now.get()])?;
+                    bump(db, "retired")?;
+                    for sql in RETIRE_ROWS {
+                        db.exec(sql, &[&id])?;
+                    }
+                    db.exec(RETIRE_DOWNSTREAM, &[&dr_ref])?;
+                    retired += 1;
+                }
+            }
+            Ok(retired)
+        })
+    }
+
+    fn figures(&mut self, now: Now) -> Result<Figures, StoreError> {
+        self.read(|db| {
+            let mut figures = Figures::default();
+            for state in STATES {
+                let count = match state {
+                    "processing" | "unknown" => {
+                        number(db, LIVE_OR_ENDED, &[&now.get(), &(state == "processing")])?
+                    }
+                    _ => number(db, STATUS_COUNT, &[&state])?,
+                };
+                figures.by_state.push((state, count));
+            }
+            let oldest_pending: Option<i64> =
+                db.value::<Option<i64>>(OLDEST_PENDING, &[])?.flatten();
+            figures.oldest_pending_age = oldest_pending.map_or(0, |at| (now.get() - at).max(0));
+            let oldest_unknown = number(db, OLDEST_UNKNOWN, &[&now.get()])?;
+            figures.oldest_unknown_age =
+                if oldest_unknown == 0 { 0 } else { (now.get() - oldest_unknown).max(0) };
+            figures.attempts = number(db, COUNTER, &[&"claims"])?;
+            figures.lease_reclaims = number(db, COUNTER, &[&"lease_reclaims"])?;
+            figures.fenced_writes = number(db, COUNTER, &[&"fenced_writes"])?;
+            figures.reconciliations = number(db, COUNTER, &[&"reconciliations"])?;
+            figures.tombstones = number(db, COUNTER, &[&"retired"])?;
+            Ok(figures)
+        })
+    }
+}
+
+/// The one number `sql` answers (0 for none, or NULL).
+fn number(
+    db: &mut Db<'_, postgres::Client>,
+    sql: &str,
+    params: &Params<'_>,
+) -> Result<i64, StoreError> {
+    Ok(db.value::<Option<i64>>(sql, params)?.flatten().unwrap_or_default())
+}

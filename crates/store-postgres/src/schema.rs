@@ -1,0 +1,331 @@
+//! The `toolledger-store-v3` schema in PostgreSQL, and how a database is judged and
+//! initialised.
+//!
+//! The tables, columns, CHECKs, unique constraints and indexes are SQLite's
+//! `toolledger-store-v3`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
+//! GENERATED ALWAYS AS IDENTITY`, `GLOB 'sr_*'` is `LIKE 'sr\_%'`, `json_valid(x)` is
+//! `x::json IS NOT NULL` (a cast that refuses text that is not JSON), instants are
+//! `BIGINT` Unix seconds, and the operator log's append-only triggers call one plpgsql
+//! function. A database is judged before anything is written to it: toolledger's
+//! tables are created (in one transaction, creators serialized by an advisory lock)
+//! only when none of them exists.
+
+use postgres::{GenericClient, IsolationLevel};
+use toolledger_store::audit::TABLES;
+
+use crate::{
+    StoreError,
+    error::pg,
+    session::{Conn, Db, get},
+};
+
+/// The schema id kept in `meta`.
+pub const SCHEMA_ID: &str = "toolledger-store-v3";
+/// The schema's version, recorded in `migrations` when a store is created.
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// Serializes creators of a store in one database: `pg_advisory_xact_lock` on this key
+/// (the first eight bytes of "toolledg", big-endian).
+const CREATE_LOCK: i64 = 0x746f_6f6c_6c65_6467;
+
+/// Every table, index, constraint and trigger of `toolledger-store-v3`.
+pub(crate) const DDL: &str = r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE operations (
+    id                     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id              TEXT NOT NULL CHECK (length(tenant_id) BETWEEN 1 AND 128),
+    subject_id             TEXT NOT NULL CHECK (length(subject_id) BETWEEN 1 AND 128),
+    tool_name              TEXT NOT NULL CHECK (length(tool_name) BETWEEN 1 AND 128),
+    idempotency_key        TEXT NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 128),
+    status_ref             TEXT NOT NULL UNIQUE CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
+    downstream_request_ref TEXT NOT NULL UNIQUE CHECK (downstream_request_ref LIKE 'dr\_%' AND length(downstream_request_ref) = 35),
+    request_sha256         TEXT NOT NULL CHECK (length(request_sha256) = 64),
+    arguments_json         TEXT NOT NULL CHECK (arguments_json::json IS NOT NULL),
+    input_revision         TEXT NOT NULL,
+    output_revision        TEXT NOT NULL,
+    effect_revision        TEXT NOT NULL,
+    handler_revision       TEXT NOT NULL,
+    producer_revision      TEXT NOT NULL,
+    policy_revision        TEXT NOT NULL,
+    provider               TEXT NOT NULL,
+    api_family             TEXT NOT NULL,
+    adapter_revision       TEXT NOT NULL,
+    provider_response_id   TEXT NOT NULL,
+    provider_call_id       TEXT NOT NULL,
+    operation_id           TEXT NOT NULL,
+    approval_id            TEXT,
+    approver_id            TEXT,
+    approval_sha256        TEXT CHECK (approval_sha256 IS NULL OR length(approval_sha256) = 64),
+    approved_at            BIGINT CHECK (approved_at IS NULL OR approved_at BETWEEN 0 AND 253402300799),
+    approval_expires_at    BIGINT CHECK (approval_expires_at IS NULL OR approval_expires_at BETWEEN 0 AND 253402300799),
+    downstream_name        TEXT NOT NULL CHECK (length(downstream_name) BETWEEN 1 AND 128),
+    downstream_revision    TEXT NOT NULL CHECK (length(downstream_revision) BETWEEN 1 AND 128),
+    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded', 'failed', 'quarantined', 'dead')),
+    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    updated_at             BIGINT NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
+    CHECK ((approval_id IS NULL) = (approver_id IS NULL) AND (approval_id IS NULL) = (approval_sha256 IS NULL)
+           AND (approval_id IS NULL) = (approved_at IS NULL) AND (approval_id IS NULL) = (approval_expires_at IS NULL)),
+    CHECK (approved_at IS NULL OR approved_at < approval_expires_at),
+    UNIQUE (tenant_id, subject_id, tool_name, idempotency_key)
+);
+
+CREATE TABLE outbox (
+    op_id           BIGINT PRIMARY KEY REFERENCES operations (id),
+    state           TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered', 'failed', 'quarantined', 'dead')),
+    lease_owner     TEXT CHECK (lease_owner IS NULL OR length(lease_owner) BETWEEN 1 AND 128),
+    lease_until     BIGINT CHECK (lease_until IS NULL OR lease_until BETWEEN 0 AND 253402300799),
+    attempt_count   BIGINT NOT NULL CHECK (attempt_count >= 0),
+    next_attempt_at BIGINT NOT NULL CHECK (next_attempt_at BETWEEN 0 AND 253402300799),
+    last_reason     TEXT CHECK (last_reason IS NULL OR length(last_reason) BETWEEN 1 AND 512),
+    attempts_before BIGINT NOT NULL CHECK (attempts_before BETWEEN 0 AND attempt_count),
+    created_at      BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    updated_at      BIGINT NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
+    CHECK (state NOT IN ('pending', 'dead') OR (lease_owner IS NULL AND lease_until IS NULL)),
+    CHECK (state <> 'processing' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL AND attempt_count > 0
+           AND next_attempt_at = lease_until)),
+    CHECK (state <> 'dead' OR last_reason IS NOT NULL)
+);
+
+CREATE INDEX outbox_due ON outbox (next_attempt_at, op_id) WHERE state IN ('pending', 'processing');
+
+CREATE TABLE downstream_receipts (
+    downstream_request_ref TEXT PRIMARY KEY CHECK (downstream_request_ref LIKE 'dr\_%' AND length(downstream_request_ref) = 35),
+    request_sha256         TEXT NOT NULL CHECK (length(request_sha256) = 64),
+    receipt_ref            TEXT NOT NULL UNIQUE CHECK (receipt_ref LIKE 'rc\_%' AND length(receipt_ref) = 35),
+    receipt_json           TEXT NOT NULL CHECK (receipt_json::json IS NOT NULL),
+    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
+);
+
+CREATE TABLE local_receipts (
+    op_id                  BIGINT PRIMARY KEY REFERENCES operations (id),
+    downstream_request_ref TEXT NOT NULL UNIQUE,
+    receipt_ref            TEXT NOT NULL UNIQUE CHECK (receipt_ref LIKE 'rc\_%' AND length(receipt_ref) = 35),
+    receipt_json           TEXT NOT NULL CHECK (receipt_json::json IS NOT NULL),
+    output_json            TEXT NOT NULL CHECK (output_json::json IS NOT NULL),
+    result_sha256          TEXT NOT NULL CHECK (length(result_sha256) = 64),
+    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
+);
+
+CREATE TABLE terminal_outcomes (
+    op_id        BIGINT PRIMARY KEY REFERENCES operations (id),
+    kind         TEXT NOT NULL CHECK (kind IN ('failed', 'quarantined')),
+    reason       TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
+    receipt_json TEXT CHECK (receipt_json IS NULL OR receipt_json::json IS NOT NULL),
+    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    created_at   BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    CHECK ((kind = 'quarantined') = (receipt_json IS NOT NULL))
+);
+
+CREATE TABLE call_identities (
+    id                   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    provider             TEXT NOT NULL,
+    api_family           TEXT NOT NULL,
+    adapter_revision     TEXT NOT NULL,
+    provider_response_id TEXT NOT NULL,
+    provider_call_id     TEXT NOT NULL,
+    purpose              TEXT NOT NULL CHECK (purpose IN ('dispatch', 'query_status')),
+    op_id                BIGINT NOT NULL REFERENCES operations (id),
+    created_at           BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
+    UNIQUE (provider, api_family, provider_response_id, provider_call_id)
+);
+
+CREATE INDEX call_identities_op ON call_identities (op_id);
+
+CREATE INDEX operations_status ON operations (status, updated_at);
+
+CREATE TABLE operator_log (
+    id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    status_ref TEXT NOT NULL CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
+    action     TEXT NOT NULL CHECK (action IN ('requeue')),
+    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead')),
+    reason     TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
+    was        TEXT NOT NULL CHECK (length(was) BETWEEN 1 AND 512),
+    at         BIGINT NOT NULL CHECK (at BETWEEN 0 AND 253402300799)
+);
+
+CREATE INDEX operator_log_ref ON operator_log (status_ref);
+
+CREATE FUNCTION operator_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    RAISE EXCEPTION 'the operator log is append-only' USING ERRCODE = 'integrity_constraint_violation';
+END;
+$body$;
+
+CREATE TRIGGER operator_log_no_update BEFORE UPDATE ON operator_log
+FOR EACH ROW EXECUTE FUNCTION operator_log_append_only();
+
+CREATE TRIGGER operator_log_no_delete BEFORE DELETE ON operator_log
+FOR EACH ROW EXECUTE FUNCTION operator_log_append_only();
+
+CREATE TRIGGER operator_log_no_truncate BEFORE TRUNCATE ON operator_log
+FOR EACH STATEMENT EXECUTE FUNCTION operator_log_append_only();
+
+CREATE TABLE tombstones (
+    status_ref     TEXT PRIMARY KEY CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
+    request_sha256 TEXT NOT NULL CHECK (length(request_sha256) = 64),
+    final_status   TEXT NOT NULL CHECK (final_status IN ('succeeded', 'failed', 'quarantined', 'dead')),
+    retired_at     BIGINT NOT NULL CHECK (retired_at BETWEEN 0 AND 253402300799)
+);
+
+CREATE TABLE counters (
+    name  TEXT PRIMARY KEY CHECK (name IN ('claims', 'lease_reclaims', 'fenced_writes', 'reconciliations', 'retired')),
+    value BIGINT NOT NULL CHECK (value >= 0)
+);
+
+CREATE TABLE migrations (
+    version     BIGINT PRIMARY KEY,
+    from_schema TEXT NOT NULL,
+    to_schema   TEXT NOT NULL,
+    started_at  BIGINT NOT NULL CHECK (started_at BETWEEN 0 AND 253402300799),
+    finished_at BIGINT NOT NULL CHECK (finished_at BETWEEN 0 AND 253402300799)
+);
+"#;
+
+/// The rows a new store starts with: its schema id, and its creation recorded as the
+/// step to version 3 (from no schema), stamped with the database's clock.
+const SEED_META: &str = "INSERT INTO meta (key, value) VALUES ('schema_id', $1)";
+const SEED_MIGRATION: &str = "INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+     VALUES ($1, 'none', $2, floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint)";
+
+/// Every object of the schema, as [`CATALOG`] lists it, sorted: the reference a
+/// database is compared with. Regenerate it from a new store when the DDL changes
+/// (`tests/it/schema.rs` fails until it matches).
+pub(crate) const EXPECTED: &[&str] = &include!("expected.in");
+
+/// Toolledger's own objects in the current schema, one line each: its tables, their
+/// columns (type and nullability), indexes, constraints (name and kind) and triggers
+/// (whether enabled, and a digest of the function each calls). Other objects in the
+/// same schema (another application's tables) are not listed.
+const CATALOG: &str = "WITH ours AS ( \
+       SELECT c.oid, c.relname FROM pg_catalog.pg_class c \
+       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+       WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND c.relname = ANY($1)) \
+     SELECT 'table ' || o.relname FROM ours o \
+     UNION ALL SELECT 'column ' || o.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) \
+       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END \
+       || CASE WHEN a.attidentity <> '' THEN ' identity' ELSE '' END \
+       FROM pg_catalog.pg_attribute a JOIN ours o ON o.oid = a.attrelid WHERE a.attnum > 0 AND NOT a.attisdropped \
+     UNION ALL SELECT 'index ' || o.relname || '.' || i.relname \
+       FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid JOIN ours o ON o.oid = x.indrelid \
+     UNION ALL SELECT 'constraint ' || o.relname || '.' || k.conname || ' ' || k.contype::text \
+       FROM pg_catalog.pg_constraint k JOIN ours o ON o.oid = k.conrelid WHERE k.contype <> 'n' \
+     UNION ALL SELECT 'trigger ' || o.relname || '.' || t.tgname || ' ' || t.tgenabled::text || ' ' || p.proname || ' ' || encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex') \
+       FROM pg_catalog.pg_trigger t JOIN ours o ON o.oid = t.tgrelid JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
+       WHERE NOT t.tgisinternal";
+
+/// How many of toolledger's tables the current schema holds.
+const TABLES_PRESENT: &str = "SELECT count(*) FROM pg_catalog.pg_class c \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ANY($1)";
+
+const SCHEMA_ID_OF: &str = "SELECT value FROM meta WHERE key = 'schema_id'";
+
+/// What a database holds, judged without writing to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Contents {
+    /// None of toolledger's tables: a store may be created.
+    Empty,
+    /// A store of this version whose objects are exactly the expected ones.
+    Store,
+    /// It says it is a store of this version, but its objects differ from the DDL's.
+    /// Only the audit reads it, to report what differs.
+    Damaged,
+}
+
+/// Toolledger's objects in the current schema, sorted (see [`CATALOG`]).
+pub(crate) fn catalog<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Vec<String>, StoreError> {
+    let mut lines = db
+        .query(CATALOG, &[&TABLES.as_slice()])?
+        .iter()
+        .map(|row| get::<String>(row, 0))
+        .collect::<Result<Vec<_>, _>>()?;
+    lines.sort_unstable();
+    Ok(lines)
+}
+
+/// Whether the store's objects are exactly [`EXPECTED`] and `meta` names this schema.
+pub(crate) fn matches<C: GenericClient>(db: &mut Db<'_, C>) -> Result<bool, StoreError> {
+    let schema_id: Option<String> = db.value(SCHEMA_ID_OF, &[])?;
+    Ok(schema_id.as_deref() == Some(SCHEMA_ID) && catalog(db)? == EXPECTED)
+}
+
+/// Judges the database without writing to it. A database holding some of toolledger's
+/// tables but not this schema's id in `meta` is [`StoreError::SchemaUnsupported`].
+pub(crate) fn classify<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Contents, StoreError> {
+    let present: i64 = db
+        .value(TABLES_PRESENT, &[&TABLES.as_slice()])?
+        .ok_or(StoreError::Internal("a count answered no row"))?;
+    if present == 0 {
+        return Ok(Contents::Empty);
+    }
+    // A `meta` of another shape, or none, is not this store.
+    let schema_id: Option<String> =
+        db.value(SCHEMA_ID_OF, &[]).map_err(|_| StoreError::SchemaUnsupported)?;
+    if schema_id.as_deref() != Some(SCHEMA_ID) {
+        return Err(StoreError::SchemaUnsupported);
+    }
+    if catalog(db)? == EXPECTED { Ok(Contents::Store) } else { Ok(Contents::Damaged) }
+}
+
+/// Opens the store on `conn`: judged first; created in one transaction when the
+/// database holds none of toolledger's tables and `create` allows (creators serialized
+/// by an advisory lock, the emptiness judged again under it), else
+/// [`StoreError::Missing`]. A damaged store is opened only when `damaged_ok` (the
+/// audit's connection), else [`StoreError::SchemaUnsupported`].
+pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result<(), StoreError> {
+    match classify(&mut conn.db())? {
+        Contents::Store => return Ok(()),
+        Contents::Damaged if damaged_ok => return Ok(()),
+        Contents::Damaged => return Err(StoreError::SchemaUnsupported),
+        Contents::Empty if !create => return Err(StoreError::Missing),
+        Contents::Empty => {}
+    }
+    let Conn { client, cache } = conn;
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .map_err(pg)?;
+    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({CREATE_LOCK})")).map_err(pg)?;
+    let mut db = Db::new(&mut tx, cache);
+    match classify(&mut db)? {
+        Contents::Empty => {
+            db.c.batch_execute(DDL).map_err(pg)?;
+            db.exec(SEED_META, &[&SCHEMA_ID])?;
+            db.exec(SEED_MIGRATION, &[&SCHEMA_VERSION, &SCHEMA_ID])?;
+        }
+        Contents::Store => {}
+        Contents::Damaged => return Err(StoreError::SchemaUnsupported),
+    }
+    tx.commit().map_err(pg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EXPECTED, catalog};
+    use crate::{PgStore, Waits, cluster::Cluster, session};
+
+    /// A new store's objects are exactly [`EXPECTED`]; on a difference, the listing to
+    /// paste into `expected.in` is printed.
+    #[test]
+    fn a_new_store_lists_exactly_the_expected_objects() {
+        let url = Cluster::shared().unwrap().fresh_database("catalog").unwrap();
+        drop(PgStore::connect(&url, Waits::default()).unwrap());
+        let config = session::config(&url).unwrap();
+        let mut conn = session::open(&config, &Waits::default()).unwrap();
+        let listed = catalog(&mut conn.db()).unwrap();
+        if listed != EXPECTED {
+            println!("[");
+            for line in &listed {
+                println!("    {line:?},");
+            }
+            println!("]");
+        }
+        assert_eq!(listed, EXPECTED);
+    }
+}

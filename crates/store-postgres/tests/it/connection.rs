@@ -1,0 +1,162 @@
+//! Connections lost under the store, and the pool.
+
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+use toolledger_store::{LedgerStore, Reservation, StoreError, Waits};
+use toolledger_store_postgres::{Clock, PgPool};
+
+use crate::{assert_audit_passes, at, count, fresh, intent, raw, store};
+
+/// Terminates the server process `pid` and waits until it is gone.
+fn terminate(client: &mut Client, pid: i32) {
+    let done: bool = client.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap().get(0);
+    assert!(done);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(client, &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")) > 0 {
+        assert!(Instant::now() < deadline, "the backend did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `err` is the fixed answer for a lost connection, with nothing of the
+/// server's text in its message.
+fn is_clean_loss(err: &StoreError) -> bool {
+    matches!(err, StoreError::Backend { backend: "postgres", what, .. }
+        if *what == "the connection to the server was lost")
+        && err.to_string() == "postgres failed: the connection to the server was lost"
+}
+
+#[test]
+fn a_connection_terminated_between_calls_is_made_again() {
+    let url = fresh("terminated");
+    let mut store = store(&url);
+    let mut admin = raw(&url);
+    let (first, call) = intent("k-1");
+    store.reserve(&first, &call, at(0)).unwrap();
+
+    // Terminated while idle: the next write finds it lost before its transaction
+    // begins, reconnects, and runs.
+    let pid = store.backend_pid().unwrap();
+    terminate(&mut admin, pid);
+    let (second, second_call) = intent("k-2");
+    match store.reserve(&second, &second_call, at(1)) {
+        Ok(reservation) => assert!(matches!(reservation, Reservation::Reserved(_))),
+        Err(err) => {
+            assert!(is_clean_loss(&err), "{err:?}");
+            // Unknown whether it committed: asking again says.
+            let again = store.reserve(&second, &second_call, at(1)).unwrap();
+            assert!(matches!(again, Reservation::Reserved(_) | Reservation::Exists(_)));
+        }
+    }
+    assert_ne!(store.backend_pid().unwrap(), pid);
+
+    // Terminated again: a read reconnects too.
+    let pid = store.backend_pid().unwrap();
+    terminate(&mut admin, pid);
+    match store.operation_by_status_ref(&first.status_ref) {
+        Ok(found) => assert!(found.is_some()),
+        Err(err) => assert!(is_clean_loss(&err), "{err:?}"),
+    }
+    assert!(store.operation_by_status_ref(&first.status_ref).unwrap().is_some());
+
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM operations"), 2);
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox"), 2);
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM call_identities"), 2);
+    assert_audit_passes(&mut store);
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_is_a_clean_error() {
+    // Nothing listens on port 1.
+    let err = toolledger_store_postgres::PgStore::connect(
+        "postgres://postgres@127.0.0.1:1/none?connect_timeout=2",
+        Waits::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "postgres failed: could not connect to the server");
+    assert_eq!(err.code(), toolledger_contract::ErrorCode::StoreError);
+}
+
+#[test]
+fn the_pool_lends_at_most_its_size_and_takes_connections_back() {
+    let url = fresh("pool");
+    let waits = Waits { busy_timeout: Duration::from_millis(300), deadline: None };
+    let pool = PgPool::new(&url, 2, waits).unwrap().with_clock(Clock::Caller);
+    assert_eq!(pool.open(), (1, 1));
+    let mut first = pool.store().unwrap();
+    let second = pool.store().unwrap();
+    assert_eq!(pool.open(), (2, 0));
+    let started = Instant::now();
+    assert_eq!(pool.store().unwrap_err(), StoreError::Busy);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    let (new, call) = intent("k-1");
+    assert!(matches!(first.reserve(&new, &call, at(0)).unwrap(), Reservation::Reserved(_)));
+    drop(first);
+    assert_eq!(pool.open(), (2, 1));
+
+    // Stores on several threads, each lent and given back.
+    let threads: Vec<_> = (0..6)
+        .map(|index| {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let mut store = loop {
+                    match pool.store() {
+                        Ok(store) => break store,
+                        Err(StoreError::Busy) => continue,
+                        Err(err) => panic!("{err:?}"),
+                    }
+                };
+                let (new, call) = intent(&format!("k-thread-{index}"));
+                store.reserve(&new, &call, at(1)).unwrap()
+            })
+        })
+        .collect();
+    drop(second);
+    for thread in threads {
+        assert!(matches!(thread.join().unwrap(), Reservation::Reserved(_)));
+    }
+    assert_eq!(pool.open(), (2, 2));
+
+    // A lent connection that is lost is not given back; the pool makes another.
+    let mut lent = pool.store().unwrap();
+    let pid = lent.backend_pid().unwrap();
+    terminate(&mut raw(&url), pid);
+    match lent.operation_by_scope(&new.scope) {
+        Ok(found) => assert!(found.is_some()),
+        Err(err) => assert!(is_clean_loss(&err), "{err:?}"),
+    }
+    drop(lent);
+    assert_audit_passes(&mut pool.store().unwrap());
+    assert_audit_passes(&mut store(&url));
+}
+
+#[test]
+fn stores_and_pools_cross_threads() {
+    fn send<T: Send>() {}
+    fn shared<T: Send + Sync + Clone>() {}
+    send::<toolledger_store_postgres::PgStore>();
+    shared::<PgPool>();
+}
+
+#[test]
+fn a_refused_write_is_answered_in_fixed_words_with_the_cause_kept() {
+    let url = fresh("refused");
+    let mut store = store(&url);
+    let (new, _) = intent("k-1");
+    let (mut downstream, _) = crate::receipts(&new);
+    // A receipt ref the table's CHECK refuses.
+    downstream.receipt_ref = "rc_short".to_owned();
+    let err = toolledger_store::StandInReceipts::record_downstream_receipt(
+        &mut store,
+        &downstream,
+        at(0),
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "postgres failed: a constraint or trigger refused the write");
+    let cause = std::error::Error::source(&err).unwrap().to_string();
+    assert!(!err.to_string().contains(&cause));
+    assert_eq!(count(&mut raw(&url), "SELECT count(*) FROM downstream_receipts"), 0);
+    // The store goes on.
+    assert_audit_passes(&mut store);
+}

@@ -1,0 +1,160 @@
+//! Creating, reopening and refusing databases.
+
+use std::sync::{Arc, Barrier};
+
+use toolledger_store::{LedgerStore, StoreError, Waits};
+use toolledger_store_postgres::{CHECKS, PgStore, SCHEMA_ID};
+
+use crate::{assert_audit_passes, count, fresh, raw};
+
+#[test]
+fn a_store_is_created_once_and_reopened() {
+    let url = fresh("created_once");
+    let mut first = PgStore::connect(&url, Waits::default()).unwrap();
+    assert_audit_passes(&mut first);
+    drop(first);
+    let mut again = PgStore::connect(&url, Waits::default()).unwrap();
+    assert_audit_passes(&mut again);
+    let mut existing = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    let report = existing.audit().unwrap();
+    assert_eq!(report.checks.iter().map(|(check, _)| *check).collect::<Vec<_>>(), CHECKS);
+    assert!(report.passed());
+
+    let mut client = raw(&url);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM meta"), 1);
+    let id: String =
+        client.query_one("SELECT value FROM meta WHERE key = 'schema_id'", &[]).unwrap().get(0);
+    assert_eq!(id, SCHEMA_ID);
+    // The creation is recorded once, as the step to version 3.
+    let row = client
+        .query_one("SELECT version, from_schema, to_schema, started_at FROM migrations", &[])
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 3);
+    assert_eq!(row.get::<_, String>(1), "none");
+    assert_eq!(row.get::<_, String>(2), SCHEMA_ID);
+    assert!(row.get::<_, i64>(3) > 1_700_000_000);
+}
+
+#[test]
+fn creators_racing_on_one_database_all_open_one_store() {
+    let url = fresh("racing_creators");
+    let barrier = Arc::new(Barrier::new(6));
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                PgStore::connect(&url, Waits::default()).map(drop)
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap().unwrap();
+    }
+    let mut client = raw(&url);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM meta"), 1);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM migrations"), 1);
+}
+
+#[test]
+fn an_empty_database_is_missing_to_a_reader_and_stays_empty() {
+    let url = fresh("missing");
+    assert_eq!(PgStore::connect_existing(&url, Waits::default()).unwrap_err(), StoreError::Missing);
+    let mut client = raw(&url);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), 0);
+    // A database that does not exist: no store there to a reader, an error to a writer
+    // (a store creates its tables, never a database).
+    let absent = format!("{url}_absent");
+    assert_eq!(
+        PgStore::connect_existing(&absent, Waits::default()).unwrap_err(),
+        StoreError::Missing
+    );
+    assert_eq!(
+        PgStore::connect(&absent, Waits::default()).unwrap_err().to_string(),
+        "postgres failed: the database does not exist"
+    );
+}
+
+#[test]
+fn a_foreign_schema_is_refused_and_left_untouched() {
+    // Another application's `meta`, and its own `operations`: not a toolledger store.
+    let url = fresh("foreign");
+    let mut client = raw(&url);
+    client
+        .batch_execute(
+            "CREATE TABLE meta (name TEXT, setting TEXT); INSERT INTO meta VALUES ('a', 'b');",
+        )
+        .unwrap();
+    for open in [PgStore::connect, PgStore::connect_existing] {
+        assert_eq!(open(&url, Waits::default()).unwrap_err(), StoreError::SchemaUnsupported);
+    }
+    assert_eq!(count(&mut client, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), 1);
+
+    // A toolledger-looking store of another schema id.
+    let url = fresh("other_id");
+    let mut client = raw(&url);
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    client.batch_execute("UPDATE meta SET value = 'toolledger-store-v9'").unwrap();
+    assert_eq!(
+        PgStore::connect(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+    let id: String = client.query_one("SELECT value FROM meta", &[]).unwrap().get(0);
+    assert_eq!(id, "toolledger-store-v9");
+
+    // Some of toolledger's tables but no `meta` at all.
+    let url = fresh("no_meta");
+    raw(&url).batch_execute("CREATE TABLE operations (id BIGINT)").unwrap();
+    assert_eq!(
+        PgStore::connect(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+}
+
+#[test]
+fn other_tables_beside_none_of_ours_get_a_store_created() {
+    let url = fresh("beside");
+    raw(&url).batch_execute("CREATE TABLE invoices (id BIGINT PRIMARY KEY)").unwrap();
+    let mut store = PgStore::connect(&url, Waits::default()).unwrap();
+    assert_audit_passes(&mut store);
+}
+
+#[test]
+fn a_damaged_store_is_refused_but_audited() {
+    let url = fresh("damaged");
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    let mut client = raw(&url);
+    // A CHECK dropped by hand, and the append-only trigger disabled.
+    client
+        .batch_execute(
+            "ALTER TABLE outbox DROP CONSTRAINT outbox_attempt_count_check; \
+             ALTER TABLE operator_log DISABLE TRIGGER operator_log_no_update;",
+        )
+        .unwrap();
+    assert_eq!(
+        PgStore::connect(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    let report = store.audit().unwrap();
+    assert!(!report.passed());
+    let failed: Vec<_> =
+        report.checks.iter().filter(|(_, passed)| !passed).map(|(check, _)| *check).collect();
+    assert_eq!(failed, ["schema_matches"]);
+}
+
+#[test]
+fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
+    let url = fresh("dropped");
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    raw(&url).batch_execute("DROP TABLE tombstones").unwrap();
+    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    let report = store.audit().unwrap();
+    let failed: Vec<_> =
+        report.checks.iter().filter(|(_, passed)| !passed).map(|(check, _)| *check).collect();
+    assert_eq!(failed, ["schema_matches", "tombstones_retired"]);
+    let tombstones = report.counts.iter().find(|(table, _)| *table == "tombstones").unwrap();
+    assert_eq!(tombstones.1, None);
+    let operations = report.counts.iter().find(|(table, _)| *table == "operations").unwrap();
+    assert_eq!(operations.1, Some(0));
+}
