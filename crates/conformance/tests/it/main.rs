@@ -1,30 +1,23 @@
-//! The one integration-test binary of `toolledger-engine`: the seed's test matrix, row
-//! by row, on real SQLite files in temporary directories.
+//! The one integration-test binary of the engine with its stores: the seed's test
+//! matrix, row by row. The conformance suite (`suite!` below) runs on every backend; the
+//! other modules prove the flows and the embedded store on real SQLite files.
 
 mod audit;
-mod concurrency;
-mod crash;
 mod faults;
 mod groupcommit;
 mod idempotency;
 mod properties;
 mod rechecks;
 mod schema;
+mod suite;
 mod tampering;
 mod v2;
 
-use std::{
-    path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
-};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use toolledger_contract::{
-    Case, Clock, Identifier, PrincipalResolver, Registry, ResolverError, StatusRef, UnixSeconds,
-    load_case,
+    Case, Clock, Identifier, PrincipalResolver, Registry, StatusRef, UnixSeconds, load_case,
 };
 use toolledger_engine::{
     Answer, Downstream, Engine, EngineError, StandIn,
@@ -67,7 +60,11 @@ impl Audited {
 /// The audit of the file at `path`: `code()` OK or AUDIT_FAILED, and a package of its
 /// checks, counts and findings.
 pub fn audit_sqlite(path: &Path) -> Result<Audited, EngineError> {
-    let report = SqliteStore::audit_path(path, toolledger_store::Waits::default())?;
+    Ok(audited(&SqliteStore::audit_path(path, toolledger_store::Waits::default())?))
+}
+
+/// An audit report as a verdict and a package of its checks, counts and findings.
+pub fn audited(report: &toolledger_store::AuditReport) -> Audited {
     let checks: serde_json::Map<String, Value> = report
         .checks
         .iter()
@@ -84,7 +81,7 @@ pub fn audit_sqlite(path: &Path) -> Result<Audited, EngineError> {
         .map(|finding| serde_json::json!({"check": finding.check, "ref": finding.reference}))
         .collect();
     let package = serde_json::json!({"checks": checks, "counts": counts, "findings": findings});
-    Ok(Audited { passed: report.passed(), package })
+    Audited { passed: report.passed(), package }
 }
 
 /// Where a test stops a flow, as a crash would.
@@ -189,6 +186,11 @@ pub fn stand_in_identity() -> toolledger_contract::DownstreamIdentity {
 #[allow(dead_code, reason = "keeps the Downstream trait in scope for tests that name it")]
 fn _downstream_in_scope<D: Downstream>(_: &D) {}
 
+pub use toolledger_conformance::{Backend, Roles};
+
+/// A SQLite ledger in its own temporary directory.
+pub type Db = toolledger_conformance::Sqlite;
+
 /// A directory removed when dropped.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
@@ -201,18 +203,7 @@ impl Default for TempDir {
 
 impl TempDir {
     pub fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "toolledger-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
+        TempDir(toolledger_conformance::temp_dir("toolledger-test"))
     }
 
     pub fn path(&self) -> &Path {
@@ -223,101 +214,6 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Roles a test can change between calls: a resolver that is asked every time.
-#[derive(Debug, Clone, Default)]
-pub struct Roles(Arc<Mutex<Vec<Grant>>>);
-
-/// `(tenant, subject, roles)`.
-type Grant = (String, String, Vec<String>);
-
-impl Roles {
-    pub fn grant(&self, tenant: &str, subject: &str, role: &str) {
-        self.0.lock().unwrap().push((tenant.to_owned(), subject.to_owned(), vec![role.to_owned()]));
-    }
-
-    pub fn revoke_all(&self) {
-        self.0.lock().unwrap().clear();
-    }
-}
-
-impl PrincipalResolver for Roles {
-    fn current_roles(
-        &self,
-        tenant: &Identifier,
-        subject: &Identifier,
-    ) -> Result<Vec<String>, ResolverError> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(t, s, _)| t == tenant.as_str() && s == subject.as_str())
-            .flat_map(|(_, _, roles)| roles.clone())
-            .collect())
-    }
-}
-
-/// A store file in its own temporary directory.
-#[derive(Debug)]
-pub struct Db {
-    _dir: TempDir,
-    pub path: PathBuf,
-}
-
-impl Default for Db {
-    fn default() -> Db {
-        Db::new()
-    }
-}
-
-impl Db {
-    pub fn new() -> Db {
-        let dir = TempDir::new();
-        let path = dir.path().join("ledger.sqlite3");
-        Db { _dir: dir, path }
-    }
-
-    pub fn engine(&self) -> SqliteEngine<Roles> {
-        self.engine_with(Roles::default(), Registry::builtin())
-    }
-
-    pub fn engine_with(&self, roles: Roles, registry: Registry) -> SqliteEngine<Roles> {
-        open_sqlite(&self.path, roles, registry).unwrap()
-    }
-
-    /// A raw connection, for looking at rows and tampering with them.
-    pub fn raw(&self) -> rusqlite::Connection {
-        let conn = rusqlite::Connection::open(&self.path).unwrap();
-        conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-        conn
-    }
-
-    pub fn count(&self, table: &str) -> i64 {
-        self.raw()
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| row.get(0))
-            .unwrap()
-    }
-
-    pub fn text(&self, sql: &str) -> String {
-        self.raw().query_row(sql, [], |row| row.get(0)).unwrap()
-    }
-
-    pub fn int(&self, sql: &str) -> i64 {
-        self.raw().query_row(sql, [], |row| row.get(0)).unwrap()
-    }
-
-    /// `(operation status, outbox state, attempts, downstream receipts, local receipts)`.
-    pub fn state(&self) -> (String, String, i64, i64, i64) {
-        (
-            self.text("SELECT status FROM operations"),
-            self.text("SELECT state FROM outbox"),
-            self.int("SELECT attempt_count FROM outbox"),
-            self.count("downstream_receipts"),
-            self.count("local_receipts"),
-        )
     }
 }
 
@@ -360,11 +256,7 @@ pub fn at(seconds: i64) -> UnixSeconds {
     UnixSeconds::new(seconds).unwrap()
 }
 
-pub fn dispatch(
-    engine: &mut SqliteEngine<Roles>,
-    case: &Case,
-    failure: Option<FailurePoint>,
-) -> Answer {
+pub fn dispatch(engine: &mut impl Flows, case: &Case, failure: Option<FailurePoint>) -> Answer {
     engine.dispatch_at(case, &id("worker-dispatch"), failure).unwrap()
 }
 

@@ -2,6 +2,7 @@
 //! refundable, tampered approval or provider columns. Each fails closed with no
 //! downstream receipt and leaves the operation recoverable.
 
+use crate::Backend;
 use crate::FailurePoint;
 use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, Registry};
@@ -41,7 +42,7 @@ fn contract_drift_fails_closed_and_the_operation_recovers_under_its_contract() {
         Registry::new(vec![], Registry::builtin().profiles().to_vec()),
     ];
     for registry in registries {
-        let db = Db::new();
+        let db = Db::fresh();
         let status_ref = accepted(&db, Roles::default(), &case());
         let mut engine = db.engine_with(Roles::default(), registry.clone());
         let answer = engine
@@ -70,7 +71,7 @@ fn contract_drift_fails_closed_and_the_operation_recovers_under_its_contract() {
 
 #[test]
 fn a_role_revoked_after_acceptance_denies_the_worker_without_a_receipt() {
-    let db = Db::new();
+    let db = Db::fresh();
     let roles = Roles::default();
     roles.grant("tenant-a", "agent-7", "support_admin");
     let admin_case = case_with(|case| case.principal.subject_id = id("agent-7"));
@@ -103,7 +104,7 @@ fn an_order_no_longer_refundable_stops_the_worker_without_a_receipt() {
         ("moved tenant", |order| order["tenant_id"] = "tenant-b".into()),
     ];
     for (what, change) in changes {
-        let db = Db::new();
+        let db = Db::fresh();
         let status_ref = accepted(&db, Roles::default(), &case());
         let mut state = case().business_state;
         change(&mut state["orders"][0]);
@@ -136,7 +137,7 @@ fn tampered_approval_or_provider_columns_fail_closed_before_the_side_effect() {
         ("operation_id", "'op-999'"),
     ];
     for (column, value) in tampers {
-        let db = Db::new();
+        let db = Db::fresh();
         let status_ref = accepted(&db, Roles::default(), &case());
         let original: String = db
             .raw()

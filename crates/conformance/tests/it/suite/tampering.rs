@@ -1,22 +1,21 @@
 //! Tampering row: non-canonical or duplicate-key JSON in a row, a changed digest, a
 //! receipt whose output or input binding is wrong: refused, never returned.
 
-use crate::FailurePoint;
 use toolledger_contract::{Clock, LeaseSeconds};
 
-use crate::{Db, Flows, at, case, dispatch, id, status_ref_of};
+use crate::{Backend, FailurePoint, Flows, at, audited, case, dispatch, id, status_ref_of};
 
 const NOW: i64 = 1_767_225_600;
 
 /// Dispatch fresh, tamper with `sql`, then expect every flow that reads the row to
 /// refuse with STORE_CONTRACT_VIOLATION.
-fn refused_after(sql: &str) {
-    let db = Db::new();
+pub(crate) fn refused_after<B: Backend>(sql: &str) {
+    let db = B::fresh();
     let mut engine = db.engine();
     let fresh = dispatch(&mut engine, &case(), None);
     let status_ref = status_ref_of(&fresh);
-    db.raw().execute_batch(sql).unwrap();
-    let before = dump(&db);
+    db.execute(sql);
+    let before = db.dump();
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
     let replay = engine.dispatch_at(&case(), &id("w"), None).unwrap_err();
     assert_eq!(replay.code(), "STORE_CONTRACT_VIOLATION", "dispatch after {sql}");
@@ -25,8 +24,8 @@ fn refused_after(sql: &str) {
     let process =
         engine.process_at(&status_ref, &clock, &case().business_state, &id("w"), None).unwrap_err();
     assert_eq!(process.code(), "STORE_CONTRACT_VIOLATION", "process after {sql}");
-    assert_eq!(dump(&db), before, "a refusing command wrote after {sql}");
-    let audit = crate::audit_sqlite(&db.path).unwrap();
+    assert_eq!(db.dump(), before, "a refusing command wrote after {sql}");
+    let audit = audited(&db.audit());
     assert_eq!(audit.code(), "AUDIT_FAILED", "audit after {sql}");
     // Findings name rows by opaque ref only, and at least one names this row.
     let findings = audit.package()["findings"].as_array().unwrap();
@@ -38,85 +37,52 @@ fn refused_after(sql: &str) {
     }
 }
 
-/// Every row of every table, as text: what "writes nothing" compares.
-fn dump(db: &Db) -> Vec<String> {
-    let conn = db.raw();
-    let mut rows = Vec::new();
-    for table in toolledger_store::audit::TABLES {
-        let mut statement = conn.prepare(&format!("SELECT * FROM {table}")).unwrap();
-        let columns = statement.column_count();
-        let mut query = statement.query([]).unwrap();
-        while let Some(row) = query.next().unwrap() {
-            let values: Vec<String> =
-                (0..columns).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect();
-            rows.push(format!("{table}: {}", values.join(", ")));
-        }
-    }
-    rows
-}
-
 /// Invariant 2 broken by hand, each way: every command refuses, none writes.
-#[test]
-fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused() {
-    refused_after("UPDATE operations SET status = 'pending'");
-    refused_after("UPDATE operations SET status = 'processing'");
-    refused_after(
+pub(crate) fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused<B: Backend>() {
+    refused_after::<B>("UPDATE operations SET status = 'pending'");
+    refused_after::<B>("UPDATE operations SET status = 'processing'");
+    refused_after::<B>(
         "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, attempt_count = 0",
     );
-    refused_after("UPDATE outbox SET state = 'processing'");
-    refused_after("PRAGMA foreign_keys = OFF; DELETE FROM local_receipts");
-}
-
-/// Values a CHECK would refuse, written with the checks switched off, and text that is
-/// not UTF-8: a contract violation, not an opaque SQLite error or a lease answer.
-#[test]
-fn out_of_domain_and_non_utf8_values_are_refused() {
-    refused_after("PRAGMA ignore_check_constraints = ON; UPDATE outbox SET state = 'parked'");
-    refused_after("PRAGMA ignore_check_constraints = ON; UPDATE outbox SET attempt_count = -1");
-    refused_after("UPDATE operations SET provider = CAST(x'ff6f70656e6169' AS TEXT)");
-    refused_after(
-        "PRAGMA ignore_check_constraints = ON; UPDATE local_receipts SET finalized_by = CAST(x'ff' AS TEXT)",
-    );
+    refused_after::<B>("UPDATE outbox SET state = 'processing'");
+    refused_after::<B>("DELETE FROM local_receipts");
 }
 
 /// A changed tenant: the row no longer recomputes its refs, so every reader refuses it,
 /// dispatch included (its reservation meets the row's refs under another scope).
-#[test]
-fn a_changed_tenant_is_refused_by_every_command() {
-    refused_after("UPDATE operations SET tenant_id = 'tenant-z'");
-    refused_after("UPDATE operations SET subject_id = 'user-9'");
+pub(crate) fn a_changed_tenant_is_refused_by_every_command<B: Backend>() {
+    refused_after::<B>("UPDATE operations SET tenant_id = 'tenant-z'");
+    refused_after::<B>("UPDATE operations SET subject_id = 'user-9'");
 }
 
 /// The local receipt's own copy of the downstream request ref must be its operation's.
-#[test]
-fn a_local_receipt_naming_another_downstream_request_is_refused() {
-    refused_after(
+pub(crate) fn a_local_receipt_naming_another_downstream_request_is_refused<B: Backend>() {
+    refused_after::<B>(
         "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
     );
 }
 
-#[test]
-fn non_canonical_arguments_are_refused() {
-    refused_after(
+pub(crate) fn non_canonical_arguments_are_refused<B: Backend>() {
+    refused_after::<B>(
         r#"UPDATE operations SET arguments_json = '{"amount_minor": 2599,"currency":"USD","order_id":"ord-1001","reason":"damaged"}'"#,
     );
-    refused_after(
+    refused_after::<B>(
         r#"UPDATE operations SET arguments_json = '{"reason":"damaged","amount_minor":2599,"currency":"USD","order_id":"ord-1001"}'"#,
     );
 }
 
-#[test]
-fn duplicate_key_arguments_are_refused() {
-    refused_after(
+pub(crate) fn duplicate_key_arguments_are_refused<B: Backend>() {
+    refused_after::<B>(
         r#"UPDATE operations SET arguments_json = '{"amount_minor":2599,"currency":"USD","order_id":"ord-1001","reason":"damaged","reason":"damaged"}'"#,
     );
 }
 
-#[test]
-fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest() {
+pub(crate) fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest<
+    B: Backend,
+>() {
     // Rewrite the arguments *and* every digest derived from them, so the row agrees
     // with itself but not with the input schema.
-    let db = Db::new();
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));
     let mut changed = case();
@@ -133,17 +99,13 @@ fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest() 
     };
     let dr_ref =
         toolledger_contract::digest::downstream_request_ref(&scope, &binding.request_sha256);
-    db.raw()
-        .execute(
-            "UPDATE operations SET arguments_json = ?1, request_sha256 = ?2, approval_sha256 = ?3, downstream_request_ref = ?4",
-            rusqlite::params![
-                toolledger_json::canonicalize(&changed.proposal.arguments),
-                binding.request_sha256.as_str(),
-                changed.approval.as_ref().unwrap().approval_sha256.as_str(),
-                dr_ref
-            ],
-        )
-        .unwrap();
+    db.execute(&format!(
+        "UPDATE operations SET arguments_json = '{}', request_sha256 = '{}', approval_sha256 = '{}', \
+         downstream_request_ref = '{dr_ref}'",
+        toolledger_json::canonicalize(&changed.proposal.arguments),
+        binding.request_sha256.as_str(),
+        changed.approval.as_ref().unwrap().approval_sha256.as_str(),
+    ));
     let clock = Clock { now: at(NOW), lease_seconds: LeaseSeconds::new(30).unwrap() };
     let err = engine
         .process_at(&status_ref_of(&unknown), &clock, &case().business_state, &id("w"), None)
@@ -152,23 +114,21 @@ fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest() 
     assert_eq!(db.count("downstream_receipts"), 0);
 }
 
-#[test]
-fn a_changed_stored_digest_is_refused() {
-    refused_after(
+pub(crate) fn a_changed_stored_digest_is_refused<B: Backend>() {
+    refused_after::<B>(
         "UPDATE operations SET request_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
     );
-    refused_after(
+    refused_after::<B>(
         "UPDATE local_receipts SET result_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
     );
 }
 
-#[test]
-fn a_changed_status_ref_is_refused_wherever_the_row_is_read() {
-    let db = Db::new();
+pub(crate) fn a_changed_status_ref_is_refused_wherever_the_row_is_read<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
     let forged = "sr_11111111111111111111111111111111";
-    db.raw().execute("UPDATE operations SET status_ref = ?1", [forged]).unwrap();
+    db.execute(&format!("UPDATE operations SET status_ref = '{forged}'"));
     assert_eq!(
         engine.dispatch_at(&case(), &id("w"), None).unwrap_err().code(),
         "STORE_CONTRACT_VIOLATION"
@@ -178,17 +138,16 @@ fn a_changed_status_ref_is_refused_wherever_the_row_is_read() {
     let process =
         engine.process_at(forged, &clock, &case().business_state, &id("w"), None).unwrap_err();
     assert_eq!(process.code(), "STORE_CONTRACT_VIOLATION");
-    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "AUDIT_FAILED");
+    assert!(!db.audit().passed());
 }
 
-#[test]
-fn a_receipt_with_a_wrong_output_or_input_binding_is_refused() {
+pub(crate) fn a_receipt_with_a_wrong_output_or_input_binding_is_refused<B: Backend>() {
     // The local receipt's output no longer matches its receipt.
-    refused_after(
+    refused_after::<B>(
         r#"UPDATE local_receipts SET output_json = '{"amount_minor":9999,"currency":"USD","order_id":"ord-1001","refund_id":"rf_00000000000000000000000000000000","status":"refunded"}'"#,
     );
     // The receipt JSON itself swapped for a non-canonical copy.
-    refused_after("UPDATE local_receipts SET receipt_json = ' ' || receipt_json");
+    refused_after::<B>("UPDATE local_receipts SET receipt_json = ' ' || receipt_json");
 }
 
 /// A downstream receipt that is self-consistent but whose output breaks the input
@@ -196,21 +155,18 @@ fn a_receipt_with_a_wrong_output_or_input_binding_is_refused() {
 /// contract, so the status query quarantines the operation (receipt kept, reason
 /// recorded) instead of finalizing it, every later read answers RECEIPT_QUARANTINED, and
 /// the audit lists it as needing attention.
-#[test]
-fn a_downstream_receipt_breaking_the_input_binding_is_quarantined() {
-    let db = Db::new();
+pub(crate) fn a_downstream_receipt_breaking_the_input_binding_is_quarantined<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let receipt: String = db.text("SELECT receipt_json FROM downstream_receipts");
     let mut value: serde_json::Value = serde_json::from_str(&receipt).unwrap();
     value["output"]["amount_minor"] = serde_json::json!(100);
     let receipt_ref = toolledger_contract::digest::downstream_receipt_ref(&value);
-    db.raw()
-        .execute(
-            "UPDATE downstream_receipts SET receipt_json = ?1, receipt_ref = ?2",
-            rusqlite::params![toolledger_json::canonicalize(&value), receipt_ref],
-        )
-        .unwrap();
+    db.execute(&format!(
+        "UPDATE downstream_receipts SET receipt_json = '{}', receipt_ref = '{receipt_ref}'",
+        toolledger_json::canonicalize(&value)
+    ));
     let status_ref = status_ref_of(&unknown);
     let answer = engine.status_of(&case(), &status_ref).unwrap();
     assert_eq!(answer.code(), "RECEIPT_QUARANTINED");
@@ -237,7 +193,7 @@ fn a_downstream_receipt_breaking_the_input_binding_is_quarantined() {
     ] {
         assert_eq!(again.code(), "RECEIPT_QUARANTINED");
     }
-    let audit = crate::audit_sqlite(&db.path).unwrap();
+    let audit = audited(&db.audit());
     assert_eq!(audit.code(), "AUDIT_FAILED");
     assert_eq!(
         audit.package()["findings"],

@@ -4,6 +4,7 @@
 //! public recovery path (status, then a worker past the lease) ends with exactly one
 //! downstream receipt.
 
+use crate::Backend;
 use toolledger_contract::{
     Clock, Identifier, LeaseSeconds, PrincipalResolver, Registry, ResolverError, Scope, StatusRef,
 };
@@ -282,7 +283,7 @@ fn unknown_then_settled(db: &Db, answer: &Answer) {
     assert_eq!(settled.code(), "OK");
     assert_eq!(db.count("downstream_receipts"), 1);
     assert_eq!(db.count("local_receipts"), 1);
-    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert_eq!(crate::audit_sqlite(db.path()).unwrap().code(), "OK");
 }
 
 #[test]
@@ -292,10 +293,10 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
     for (ledger, downstream) in
         [(None, Some("record_downstream_receipt")), (Some("finalize"), None)]
     {
-        let db = Db::new();
-        let ledger_store = Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger };
+        let db = Db::fresh();
+        let ledger_store = Failing { inner: SqliteStore::open(db.path()).unwrap(), method: ledger };
         let downstream_store =
-            Failing { inner: SqliteStore::open(&db.path).unwrap(), method: downstream };
+            Failing { inner: SqliteStore::open(db.path()).unwrap(), method: downstream };
         let mut engine = Engine::new(
             ledger_store,
             Interrupt::new(StandIn::new(downstream_store), Switch::default()),
@@ -313,8 +314,8 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
 /// goes through as new.
 #[test]
 fn a_failed_commit_a_with_its_claim_is_an_error_and_writes_nothing() {
-    let db = Db::new();
-    let failing = |method| Failing { inner: SqliteStore::open(&db.path).unwrap(), method };
+    let db = Db::fresh();
+    let failing = |method| Failing { inner: SqliteStore::open(db.path()).unwrap(), method };
     let mut engine = Engine::new(
         failing(Some("reserve_claimed")),
         Interrupt::new(StandIn::new(failing(None)), Switch::default()),
@@ -333,11 +334,11 @@ fn a_failed_commit_a_with_its_claim_is_an_error_and_writes_nothing() {
 #[test]
 fn a_resolver_failure_after_commit_a_is_outcome_unknown_in_dispatch() {
     // Dispatch asks for roles twice before commit A and once more as the worker.
-    let db = Db::new();
+    let db = Db::fresh();
     let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from: 3 };
     let mut engine = Engine::new(
-        SqliteStore::open(&db.path).unwrap(),
-        Interrupt::new(StandIn::new(SqliteStore::open(&db.path).unwrap()), Switch::default()),
+        SqliteStore::open(db.path()).unwrap(),
+        Interrupt::new(StandIn::new(SqliteStore::open(db.path()).unwrap()), Switch::default()),
         resolver,
         Registry::builtin(),
     );
@@ -352,7 +353,7 @@ fn a_failure_after_the_claim_is_outcome_unknown_in_process() {
         (Some("finalize"), None, usize::MAX),
         (None, None, 1),
     ] {
-        let db = Db::new();
+        let db = Db::fresh();
         let accepted = db
             .engine_with(roles(), Registry::builtin())
             .dispatch_at(&case(), &id("w0"), Some(FailurePoint::AfterIntentCommit))
@@ -360,10 +361,10 @@ fn a_failure_after_the_claim_is_outcome_unknown_in_process() {
         let status_ref = accepted.package()["status_ref"].as_str().unwrap().to_owned();
         let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from };
         let mut engine = Engine::new(
-            Failing { inner: SqliteStore::open(&db.path).unwrap(), method: ledger },
+            Failing { inner: SqliteStore::open(db.path()).unwrap(), method: ledger },
             Interrupt::new(
                 StandIn::new(Failing {
-                    inner: SqliteStore::open(&db.path).unwrap(),
+                    inner: SqliteStore::open(db.path()).unwrap(),
                     method: downstream,
                 }),
                 Switch::default(),

@@ -2,6 +2,7 @@
 //! refused untouched; time checks before any reservation; injected failures inside
 //! commits A and C roll back whole; an orphan downstream receipt is an audit finding.
 
+use crate::Backend;
 use serde_json::json;
 use toolledger_contract::{Registry, Sha256Hex, load_case};
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
@@ -27,7 +28,7 @@ const TABLES: [&str; 11] = [
 
 #[test]
 fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
     let raw = db.raw();
@@ -57,7 +58,7 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
         assert_eq!(references, parent);
     }
     // The audit reads synchronous through the store's own opener.
-    let audit = audit_sqlite(&db.path).unwrap();
+    let audit = audit_sqlite(db.path()).unwrap();
     assert_eq!(audit.code(), "OK", "{}", audit.package());
     assert_eq!(audit.package()["checks"]["synchronous_full"], json!(true));
     assert_eq!(audit.package()["checks"]["journal_mode_wal"], json!(true));
@@ -150,7 +151,7 @@ fn an_empty_file_is_initialised_and_audit_creates_nothing() {
 
 #[test]
 fn out_of_range_time_and_lease_overflow_are_refused_before_any_reservation() {
-    let db = Db::new();
+    let db = Db::fresh();
     let bytes = std::fs::read(workspace("fixtures/persistence-case.json")).unwrap();
     for now in [-1, 253_402_300_799, 253_402_300_780] {
         let err = load_case(&bytes, &Registry::builtin(), Some(now)).unwrap_err();
@@ -171,12 +172,12 @@ fn out_of_range_time_and_lease_overflow_are_refused_before_any_reservation() {
         );
     }
     // A case is the engine's only way in, so nothing was opened, let alone reserved.
-    assert!(!db.path.exists());
+    assert!(!db.path().exists());
 }
 
 #[test]
 fn a_trigger_aborting_the_outbox_insert_rolls_back_the_whole_reservation() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     db.raw()
         .execute_batch("CREATE TRIGGER fail_outbox BEFORE INSERT ON outbox BEGIN SELECT RAISE(ABORT, 'injected'); END;")
@@ -196,7 +197,7 @@ fn a_trigger_aborting_the_outbox_insert_rolls_back_the_whole_reservation() {
 
 #[test]
 fn a_trigger_aborting_the_delivered_update_rolls_back_finalize() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     db.raw()
         .execute_batch(
@@ -221,10 +222,10 @@ fn a_trigger_aborting_the_delivered_update_rolls_back_finalize() {
 
 #[test]
 fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
-    let mut stand_in = StandIn::new(SqliteStore::open(&db.path).unwrap());
+    let mut stand_in = StandIn::new(SqliteStore::open(db.path()).unwrap());
     let orphan = stand_in
         .execute(
             &DownstreamRequest {
@@ -237,7 +238,7 @@ fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
             at(1_767_225_600),
         )
         .unwrap();
-    let audit = audit_sqlite(&db.path).unwrap();
+    let audit = audit_sqlite(db.path()).unwrap();
     assert_eq!(audit.code(), "AUDIT_FAILED");
     let package = audit.package();
     assert_eq!(package["checks"]["downstream_receipts_have_operation"], json!(false));
@@ -246,7 +247,7 @@ fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
         json!([{"check": "downstream_receipts_have_operation", "ref": orphan.receipt_ref}])
     );
     let text = package.to_string();
-    for secret in ["ord-secret-77", "ord-1001", "tenant-a", "user-1", db.path.to_str().unwrap()] {
+    for secret in ["ord-secret-77", "ord-1001", "tenant-a", "user-1", db.path().to_str().unwrap()] {
         assert!(!text.contains(secret), "the audit names {secret}");
     }
 }

@@ -1,5 +1,5 @@
-//! Multi-connection row: 8 threads with 8 connections race on one file. Exactly one
-//! operation, one outbox event, one downstream receipt; no SQLITE_BUSY surfaces.
+//! Multi-connection row: 8 threads with 8 connections race on one ledger. Exactly one
+//! operation, one outbox event, one downstream receipt; no lock error surfaces.
 
 use std::{
     collections::BTreeMap,
@@ -11,11 +11,11 @@ use serde_json::json;
 use toolledger_contract::{Case, Clock, LeaseSeconds, Registry, StatusRef};
 use toolledger_engine::Answer;
 
-use crate::{FailurePoint, Flows, open_sqlite};
 use toolledger_store::{Claim, LedgerStore};
 
-use crate::{Db, Roles, at, case, case_with, dispatch, id, status_ref_of};
-use toolledger_store_sqlite::SqliteStore;
+use crate::{
+    Backend, FailurePoint, Flows, Roles, at, case, case_with, dispatch, id, status_ref_of,
+};
 
 const THREADS: usize = 8;
 
@@ -46,13 +46,13 @@ where
 
 /// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
 /// released at once. Every thread opens the store itself, so creation races too.
-fn race(db: &Db, cases: Vec<Case>) -> Vec<Answer> {
+fn race<B: Backend>(db: &Arc<B>, cases: Vec<Case>) -> Vec<Answer> {
     assert_eq!(cases.len(), THREADS);
-    let path = db.path.clone();
+    let db = Arc::clone(db);
     released_together(
         move |index| cases[index].clone(),
         move |index, case| {
-            let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
+            let mut engine = db.engine_with(Roles::default(), Registry::builtin());
             engine.dispatch_at(&case, &id(&format!("worker-{index}")), None).unwrap()
         },
     )
@@ -70,9 +70,10 @@ fn tally(answers: &[Answer]) -> BTreeMap<String, usize> {
     counts
 }
 
-#[test]
-fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect() {
-    let db = Db::new();
+pub(crate) fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect<
+    B: Backend,
+>() {
+    let db = Arc::new(B::fresh());
     let answers = race(&db, vec![case(); THREADS]);
     let counts = tally(&answers);
     assert_eq!(counts.get("fresh"), Some(&1), "{counts:?}");
@@ -91,12 +92,11 @@ fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect
         ),
         (1, 1, 1, 1)
     );
-    assert_eq!(crate::audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert!(db.audit().passed(), "{:?}", db.audit());
 }
 
-#[test]
-fn eight_different_intents_under_one_key_one_wins_the_rest_conflict() {
-    let db = Db::new();
+pub(crate) fn eight_different_intents_under_one_key_one_wins_the_rest_conflict<B: Backend>() {
+    let db = Arc::new(B::fresh());
     let cases = (0..THREADS as i64)
         .map(|index| {
             case_with(|case| case.proposal.arguments["amount_minor"] = json!(2590 + index))
@@ -109,15 +109,14 @@ fn eight_different_intents_under_one_key_one_wins_the_rest_conflict() {
     assert_eq!((db.count("operations"), db.count("downstream_receipts")), (1, 1));
 }
 
-#[test]
-fn eight_workers_claiming_one_event_get_exactly_one_owner() {
-    let db = Db::new();
+pub(crate) fn eight_workers_claiming_one_event_get_exactly_one_owner<B: Backend>() {
+    let db = Arc::new(B::fresh());
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
     let status_ref = StatusRef::new(&status_ref).unwrap();
-    let path = db.path.clone();
+    let opener = Arc::clone(&db);
     let claims: Vec<Claim> = released_together(
-        move |_| SqliteStore::open(&path).unwrap(),
+        move |_| opener.store(),
         move |index, mut store| {
             let owner = id(&format!("w{index}"));
             store
@@ -134,14 +133,13 @@ fn eight_workers_claiming_one_event_get_exactly_one_owner() {
     assert_eq!(db.int("SELECT attempt_count FROM outbox"), 1);
 }
 
-#[test]
-fn eight_processes_of_one_event_make_one_side_effect() {
-    let db = Db::new();
+pub(crate) fn eight_processes_of_one_event_make_one_side_effect<B: Backend>() {
+    let db = Arc::new(B::fresh());
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
-    let path = db.path.clone();
+    let opener = Arc::clone(&db);
     let answers: Vec<Answer> = released_together(
-        move |_| open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap(),
+        move |_| opener.engine(),
         move |index, mut engine| {
             let clock =
                 Clock { now: at(1_767_225_600), lease_seconds: LeaseSeconds::new(30).unwrap() };
@@ -159,9 +157,8 @@ fn eight_processes_of_one_event_make_one_side_effect() {
     assert_eq!((db.count("downstream_receipts"), db.count("local_receipts")), (1, 1));
 }
 
-#[test]
-fn a_replay_on_another_connection_sees_the_first_ones_receipt() {
-    let db = Db::new();
+pub(crate) fn a_replay_on_another_connection_sees_the_first_ones_receipt<B: Backend>() {
+    let db = Arc::new(B::fresh());
     let mut first = db.engine();
     let mut second = db.engine();
     let fresh = dispatch(&mut first, &case(), None);

@@ -2,6 +2,7 @@
 //! downstream evidence enter the call binding; packages verify; the approval context is
 //! persisted and recomputed; a status-query identity can never dispatch.
 
+use crate::Backend;
 use serde_json::json;
 use toolledger_contract::{
     IdempotencyKey, Registry, approval_sha256, digest::request_sha256, verify_package,
@@ -12,7 +13,7 @@ use crate::{Db, Flows, case, case_with, dispatch, field, id, status_ref_of};
 
 #[test]
 fn the_package_request_digest_is_the_contract_crates() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let case = case();
     let answer = dispatch(&mut engine, &case, None);
@@ -32,7 +33,7 @@ fn the_package_request_digest_is_the_contract_crates() {
 
 #[test]
 fn the_key_and_the_downstream_evidence_change_the_call_binding_but_not_the_request_digest() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let first = dispatch(&mut engine, &case(), None);
     let other_key = case_with(|case| {
@@ -72,7 +73,7 @@ fn the_key_and_the_downstream_evidence_change_the_call_binding_but_not_the_reque
 
 #[test]
 fn every_delivery_verifies_and_answers_the_right_call() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let status_ref = status_ref_of(&unknown);
@@ -103,7 +104,7 @@ fn every_delivery_verifies_and_answers_the_right_call() {
 
 #[test]
 fn approver_identity_and_provider_context_are_persisted_and_recompute() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let case = case();
     dispatch(&mut engine, &case, None);
@@ -145,7 +146,7 @@ fn approver_identity_and_provider_context_are_persisted_and_recompute() {
 
 #[test]
 fn a_status_query_identity_cannot_dispatch_and_a_dispatch_identity_cannot_query() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let reconciled = engine.status_of(&case(), &status_ref_of(&unknown)).unwrap();
@@ -168,7 +169,7 @@ fn a_status_query_identity_cannot_dispatch_and_a_dispatch_identity_cannot_query(
     // The other way: an identity first recorded by a dispatch is refused as a status
     // query's. Dispatch a second operation under the identity the next status query of
     // a fresh operation will derive, then query.
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let status_ref = toolledger_contract::StatusRef::new(&status_ref_of(&unknown)).unwrap();

@@ -2,6 +2,7 @@
 //! provider/API/adapter replay and different intent conflict; replay after reopening;
 //! replay after revocation is NOT_FOUND.
 
+use crate::Backend;
 use serde_json::json;
 use toolledger_contract::{IdempotencyKey, Registry};
 
@@ -9,7 +10,7 @@ use crate::{Db, Flows, Roles, case, case_with, dispatch, field, id};
 
 #[test]
 fn fresh_then_same_intent_replays_without_a_second_side_effect() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let fresh = dispatch(&mut engine, &case(), None);
     assert_eq!((fresh.code(), fresh.delivery().unwrap().as_str()), ("OK", "fresh"));
@@ -29,7 +30,7 @@ fn fresh_then_same_intent_replays_without_a_second_side_effect() {
 
 #[test]
 fn a_replay_from_a_new_call_answers_that_call_with_the_ledgers_operation() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
     let retry = case_with(|case| {
@@ -48,7 +49,7 @@ fn a_replay_from_a_new_call_answers_that_call_with_the_ledgers_operation() {
 
 #[test]
 fn a_replay_through_another_provider_api_or_adapter_conflicts() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let fresh = dispatch(&mut engine, &case(), None);
     let profiles = [
@@ -70,7 +71,7 @@ fn a_replay_through_another_provider_api_or_adapter_conflicts() {
 
 #[test]
 fn a_different_intent_under_the_same_key_conflicts_and_changes_nothing() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
     let changes: [fn(&mut toolledger_contract::Case); 3] = [
@@ -102,7 +103,7 @@ fn a_different_intent_under_the_same_key_conflicts_and_changes_nothing() {
 
 #[test]
 fn a_replay_after_reopening_the_store_is_a_local_replay() {
-    let db = Db::new();
+    let db = Db::fresh();
     let fresh = dispatch(&mut db.engine(), &case(), None);
     let replay = dispatch(&mut db.engine(), &case(), None);
     assert_eq!(replay.delivery().unwrap().as_str(), "local_replay");
@@ -111,7 +112,7 @@ fn a_replay_after_reopening_the_store_is_a_local_replay() {
 
 #[test]
 fn a_replay_after_revocation_looks_like_a_missing_order() {
-    let db = Db::new();
+    let db = Db::fresh();
     let roles = Roles::default();
     roles.grant("tenant-a", "agent-7", "support_admin");
     let mut engine = db.engine_with(roles.clone(), Registry::builtin());
@@ -142,7 +143,7 @@ fn a_replay_after_revocation_looks_like_a_missing_order() {
 /// nothing is written.
 #[test]
 fn a_recorded_call_under_a_new_key_is_refused_as_reused() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     let first = dispatch(&mut engine, &case(), None);
     let first_ref = first.package()["status_ref"].clone();
@@ -176,7 +177,7 @@ fn a_recorded_call_under_a_new_key_is_refused_as_reused() {
 /// dispatch is CALL_REUSED too, and records nothing.
 #[test]
 fn a_status_query_under_another_operations_call_is_refused_as_reused() {
-    let db = Db::new();
+    let db = Db::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
     let second = case_with(|case| {

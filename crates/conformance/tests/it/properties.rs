@@ -3,6 +3,7 @@
 //! receipts for one scope, a succeeded operation without a local receipt, or a finalize
 //! by a stale lease holder; and the audit passes after every step.
 
+use crate::Backend;
 use std::collections::BTreeMap;
 
 use crate::{FailurePoint, Flows, audit_sqlite};
@@ -95,7 +96,7 @@ proptest! {
 
     #[test]
     fn no_interleaving_breaks_the_ledger(steps in proptest::collection::vec(step(), 1..24)) {
-        let db = Db::new();
+        let db = Db::fresh();
         let mut engine = db.engine_with(Roles::default(), Registry::builtin());
         let mut now = NOW;
         let mut fresh_per_key: BTreeMap<usize, usize> = BTreeMap::new();
@@ -150,7 +151,7 @@ proptest! {
                     engine.status_of(&case, status_ref(&scope).as_str()).unwrap();
                 }
             }
-            if !db.path.exists() {
+            if !db.path().exists() {
                 continue;
             }
             // One downstream receipt per scope at most, each belonging to an operation.
@@ -162,7 +163,7 @@ proptest! {
             prop_assert_eq!(db.int(
                 "SELECT count(*) FROM operations o LEFT JOIN local_receipts l ON l.op_id = o.id \
                  WHERE o.status = 'succeeded' AND l.op_id IS NULL"), 0);
-            let audit = audit_sqlite(&db.path).unwrap();
+            let audit = audit_sqlite(db.path()).unwrap();
             prop_assert_eq!(audit.code(), "OK", "{}", audit.package());
         }
         // A key is finalized freshly at most once, whoever does it.

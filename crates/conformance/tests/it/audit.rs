@@ -3,57 +3,33 @@
 //! spots are closed: refs that no longer recompute, call identities, a succeeded
 //! operation whose downstream receipt is gone, the schema itself.
 
-use crate::{Audited, audit_sqlite, open_sqlite};
+use crate::{
+    Audited, audit_sqlite, open_sqlite,
+    suite::audit::{failed, has, store_after},
+};
 use serde_json::{Value, json};
 use toolledger_contract::Registry;
 
-use crate::{Db, Roles, TempDir, case, dispatch};
-
-/// A store with one succeeded operation, changed by `sql` through a raw connection.
-fn store_after(sql: &str) -> Db {
-    let db = Db::new();
-    let mut engine = db.engine();
-    assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
-    drop(engine);
-    db.raw().execute_batch(sql).unwrap();
-    db
-}
+use crate::{Backend, Db, Roles, TempDir, case, dispatch};
 
 fn audited(db: &Db) -> Audited {
-    let answer = audit_sqlite(&db.path).unwrap();
-    assert_eq!(answer.code(), "AUDIT_FAILED", "{}", answer.package());
-    answer
-}
-
-/// The check names of the findings.
-fn checks(answer: &Audited) -> Vec<String> {
-    answer.package()["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|finding| finding["check"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn has(answer: &Audited, check: &str) {
-    assert!(checks(answer).iter().any(|name| name == check), "{check}: {}", answer.package());
-    assert_eq!(answer.package()["checks"][check], json!(false), "{check}");
+    failed(db)
 }
 
 #[test]
 fn a_missing_table_is_a_finding_and_other_commands_refuse_the_schema() {
-    let db = store_after("DROP TABLE call_identities");
+    let db = store_after::<Db>("DROP TABLE call_identities");
     let answer = audited(&db);
     has(&answer, "schema_matches");
     // What can still be read is still counted.
     assert_eq!(answer.package()["counts"]["operations"], json!(1));
-    let err = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap_err();
+    let err = open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap_err();
     assert_eq!(err.code(), "SCHEMA_UNSUPPORTED");
 }
 
 #[test]
 fn an_undecodable_row_is_a_finding_named_by_its_ref() {
-    let db = store_after("UPDATE operations SET provider = CAST(x'ff' AS TEXT)");
+    let db = store_after::<Db>("UPDATE operations SET provider = CAST(x'ff' AS TEXT)");
     let answer = audited(&db);
     has(&answer, "rows_decode");
     let status_ref = db.text("SELECT status_ref FROM operations");
@@ -70,49 +46,18 @@ fn an_undecodable_row_is_a_finding_named_by_its_ref() {
 
 #[test]
 fn a_corrupt_page_is_an_integrity_finding_not_an_error() {
-    let db = store_after("");
+    let db = store_after::<Db>("");
     let root: i64 = db.int("SELECT rootpage FROM sqlite_schema WHERE name = 'call_identities_op'");
     let page_size = db.int("PRAGMA page_size");
     db.raw().execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
-    let mut bytes = std::fs::read(&db.path).unwrap();
+    let mut bytes = std::fs::read(db.path()).unwrap();
     let start = usize::try_from((root - 1) * page_size).unwrap();
     for byte in &mut bytes[start..start + usize::try_from(page_size).unwrap()] {
         *byte = 0xA5;
     }
-    std::fs::write(&db.path, bytes).unwrap();
+    std::fs::write(db.path(), bytes).unwrap();
     let answer = audited(&db);
     has(&answer, "integrity_check");
-}
-
-#[test]
-fn a_local_receipts_downstream_request_ref_must_recompute() {
-    let db = store_after(
-        "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
-    );
-    has(&audited(&db), "digests_recompute");
-}
-
-#[test]
-fn call_identities_must_be_bound_to_their_operation() {
-    // The dispatch identity no longer names the operation's first call.
-    let db = store_after("UPDATE call_identities SET provider_call_id = 'call-999'");
-    has(&audited(&db), "call_identities_bound");
-    // The operation lost its dispatch identity altogether.
-    let db = store_after("DELETE FROM call_identities");
-    has(&audited(&db), "call_identities_bound");
-    // A second dispatch identity for one operation.
-    let db = store_after(
-        "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
-         provider_call_id, purpose, op_id, created_at) SELECT provider, api_family, adapter_revision, \
-         'resp-9', 'call-9', 'dispatch', op_id, created_at FROM call_identities",
-    );
-    has(&audited(&db), "call_identities_bound");
-}
-
-#[test]
-fn a_succeeded_operation_needs_its_downstream_receipt() {
-    let db = store_after("DELETE FROM downstream_receipts");
-    has(&audited(&db), "local_receipts_have_downstream_receipt");
 }
 
 #[test]
@@ -124,10 +69,10 @@ fn the_schema_itself_is_compared_with_the_expected_ddl() {
          UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (attempt_count >= 0)', '') WHERE name = 'outbox'; \
          PRAGMA writable_schema = OFF;",
     ] {
-        let db = store_after(sql);
+        let db = store_after::<Db>(sql);
         let answer = audited(&db);
         has(&answer, "schema_matches");
-        let err = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap_err();
+        let err = open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap_err();
         assert_eq!(err.code(), "SCHEMA_UNSUPPORTED", "{sql}");
     }
 }
@@ -163,11 +108,11 @@ fn a_file_with_only_a_meta_table_is_never_modified() {
 fn loaded_operations_verify_replay_and_are_never_loaded_twice() {
     use toolledger_store::{CallIdentity, LedgerStore};
     use toolledger_store_sqlite::SqliteStore;
-    let source = Db::new();
+    let source = Db::fresh();
     let mut engine = source.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
     drop(engine);
-    let mut reader = SqliteStore::open(&source.path).unwrap();
+    let mut reader = SqliteStore::open(source.path()).unwrap();
     let status_ref =
         toolledger_contract::StatusRef::new(&source.text("SELECT status_ref FROM operations"))
             .unwrap();
@@ -179,18 +124,18 @@ fn loaded_operations_verify_replay_and_are_never_loaded_twice() {
     };
     let finished = vec![(operation.intent.clone(), call, operation.receipt.clone().unwrap())];
 
-    let loaded = Db::new();
-    let mut store = SqliteStore::open(&loaded.path).unwrap();
+    let loaded = Db::fresh();
+    let mut store = SqliteStore::open(loaded.path()).unwrap();
     let now = toolledger_contract::UnixSeconds::new(operation.created_at).unwrap();
     assert_eq!(store.load_finished(&finished, now).unwrap(), 1);
-    assert_eq!(audit_sqlite(&loaded.path).unwrap().code(), "OK");
+    assert_eq!(audit_sqlite(loaded.path()).unwrap().code(), "OK");
     let replay = dispatch(&mut loaded.engine(), &case(), None);
     assert_eq!(replay.delivery().unwrap().as_str(), "local_replay", "{}", replay.package());
     assert_eq!(replay.package()["status_ref"], status_ref.as_str());
 
     let twice = [finished.clone(), finished].concat();
-    let refused = Db::new();
-    let mut store = SqliteStore::open(&refused.path).unwrap();
+    let refused = Db::fresh();
+    let mut store = SqliteStore::open(refused.path()).unwrap();
     assert_eq!(
         store.load_finished(&twice, now).unwrap_err().code().as_str(),
         "STORE_CONTRACT_VIOLATION"

@@ -7,29 +7,20 @@ use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, StatusRef, digest::downstream_request_ref};
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
 
-use crate::{FailurePoint, Flows};
 use toolledger_store::{Claim, Finalize, Finalizer, LedgerStore, LocalReceipt};
 
-use crate::{Db, at, case, dispatch, id, status_ref_of};
-use toolledger_store_sqlite::SqliteStore;
+use crate::{Backend, FailurePoint, Flows, at, case, dispatch, id, status_ref_of};
 
 const NOW: i64 = 1_767_225_600;
 
-/// Every row of every table, as text: to prove a call touched nothing.
-fn snapshot(db: &Db) -> Vec<String> {
-    let raw = db.raw();
+/// Every row of the ledger's tables, as text: to prove a call touched nothing.
+fn snapshot<B: Backend>(db: &B) -> Vec<String> {
     let mut rows = Vec::new();
     for table in
         ["operations", "outbox", "downstream_receipts", "local_receipts", "call_identities"]
     {
-        let mut statement = raw.prepare(&format!("SELECT * FROM {table}")).unwrap();
-        let columns = statement.column_count();
-        let mut query = statement.query([]).unwrap();
-        while let Some(row) = query.next().unwrap() {
-            let values: Vec<String> = (0..columns)
-                .map(|index| format!("{:?}", row.get::<_, rusqlite::types::Value>(index).unwrap()))
-                .collect();
-            rows.push(format!("{table}: {}", values.join(" | ")));
+        for row in db.rows(&format!("SELECT * FROM {table} ORDER BY 1")) {
+            rows.push(format!("{table}: {row:?}"));
         }
     }
     rows
@@ -39,15 +30,16 @@ fn clock(now: i64) -> Clock {
     Clock { now: at(now), lease_seconds: LeaseSeconds::new(30).unwrap() }
 }
 
-#[test]
-fn each_failure_point_leaves_the_crash_table_state_and_redispatch_touches_nothing() {
+pub(crate) fn each_failure_point_leaves_the_crash_table_state_and_redispatch_touches_nothing<
+    B: Backend,
+>() {
     let expected = [
         (FailurePoint::AfterIntentCommit, ("pending", "pending", 0, 0, 0), "pending"),
         (FailurePoint::AfterClaim, ("processing", "processing", 1, 0, 0), "processing"),
         (FailurePoint::AfterDownstreamCommit, ("processing", "processing", 1, 1, 0), "processing"),
     ];
     for (point, (status, state, attempts, downstream, local), answered) in expected {
-        let db = Db::new();
+        let db = B::fresh();
         let mut engine = db.engine();
         let answer = dispatch(&mut engine, &case(), Some(point));
         assert_eq!(answer.code(), "OUTCOME_UNKNOWN", "{point:?}");
@@ -79,9 +71,8 @@ fn case_at(now: i64) -> toolledger_contract::Case {
     case
 }
 
-#[test]
-fn a_live_lease_is_held_and_an_expired_one_is_reclaimed() {
-    let db = Db::new();
+pub(crate) fn a_live_lease_is_held_and_an_expired_one_is_reclaimed<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterClaim));
     let status_ref = status_ref_of(&unknown);
@@ -108,9 +99,8 @@ fn a_live_lease_is_held_and_an_expired_one_is_reclaimed() {
     assert_eq!(replay.package()["result"]["host_view"]["purpose"], json!("dispatch"));
 }
 
-#[test]
-fn an_accepted_intent_is_worked_later_by_process() {
-    let db = Db::new();
+pub(crate) fn an_accepted_intent_is_worked_later_by_process<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));
     let fresh = engine
@@ -126,9 +116,8 @@ fn an_accepted_intent_is_worked_later_by_process() {
     assert_eq!(fresh.delivery().unwrap().as_str(), "fresh");
 }
 
-#[test]
-fn a_reclaimed_downstream_request_is_not_executed_twice() {
-    let db = Db::new();
+pub(crate) fn a_reclaimed_downstream_request_is_not_executed_twice<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let first_receipt = db.text("SELECT receipt_ref FROM downstream_receipts");
@@ -149,9 +138,8 @@ fn a_reclaimed_downstream_request_is_not_executed_twice() {
     );
 }
 
-#[test]
-fn a_status_query_reconciles_after_the_downstream_commit() {
-    let db = Db::new();
+pub(crate) fn a_status_query_reconciles_after_the_downstream_commit<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
     let status_ref = status_ref_of(&unknown);
@@ -180,9 +168,8 @@ fn a_status_query_reconciles_after_the_downstream_commit() {
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 1, 1, 1));
 }
 
-#[test]
-fn a_status_query_before_any_downstream_commit_stays_unknown() {
-    let db = Db::new();
+pub(crate) fn a_status_query_before_any_downstream_commit_stays_unknown<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     for point in [FailurePoint::AfterIntentCommit, FailurePoint::AfterClaim] {
         let key = format!("k-{}", point.as_str());
@@ -200,14 +187,13 @@ fn a_status_query_before_any_downstream_commit_stays_unknown() {
 
 /// Store level: a worker whose lease was reclaimed must not write commit C, and C never
 /// runs twice.
-#[test]
-fn a_stale_lease_holder_cannot_finalize() {
-    let db = Db::new();
+pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
+    let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));
     let status_ref = StatusRef::new(&status_ref_of(&unknown)).unwrap();
     let lease = LeaseSeconds::new(30).unwrap();
-    let mut store = SqliteStore::open(&db.path).unwrap();
+    let mut store = db.store();
     let first = store.claim(&status_ref, &id("a"), at(NOW), lease).unwrap();
     let Claim::Claimed { attempt: 1, operation, .. } = first else { panic!("{first:?}") };
     // The claim hands back the operation as it wrote it.
@@ -221,7 +207,7 @@ fn a_stale_lease_holder_cannot_finalize() {
 
     let operation = store.operation_by_status_ref(&status_ref).unwrap().unwrap();
     let intent = &operation.intent;
-    let mut stand_in = StandIn::new(SqliteStore::open(&db.path).unwrap());
+    let mut stand_in = StandIn::new(db.store());
     let receipt = stand_in
         .execute(
             &DownstreamRequest {

@@ -4,6 +4,7 @@
 //! caller then waits in `BEGIN IMMEDIATE` holding the gate, and takes everyone queued
 //! behind it once the lock is free.
 
+use crate::Backend;
 use std::{
     collections::BTreeMap,
     sync::{
@@ -72,12 +73,12 @@ fn keyed(key: &str, now: i64) -> Case {
 /// alone; the other six commit and go on to their effects.
 #[test]
 fn a_batch_commits_every_operation_but_the_one_refused() {
-    let db = Db::new();
+    let db = Db::fresh();
     // Opened before the trigger exists: a store refuses to open a schema it did not make.
     let engines: Vec<_> = (0..8)
-        .map(|_| open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap())
+        .map(|_| open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap())
         .collect();
-    let observer = SqliteStore::open(&db.path).unwrap();
+    let observer = SqliteStore::open(db.path()).unwrap();
     // A refusal inside commit A of one operation only, after its operation row is in:
     // a trigger on its outbox event, as a constraint would refuse it.
     db.raw()
@@ -132,7 +133,7 @@ fn a_batch_commits_every_operation_but_the_one_refused() {
         (6, 6, 6)
     );
     db.raw().execute_batch("DROP TRIGGER doomed").unwrap();
-    assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert_eq!(audit_sqlite(db.path()).unwrap().code(), "OK");
 }
 
 /// One caller's step in the property test below.
@@ -224,8 +225,8 @@ proptest! {
     /// passes after every step.
     #[test]
     fn batched_and_lone_callers_never_break_the_ledger(steps in proptest::collection::vec(step(), 1..10)) {
-        let db = Db::new();
-        let observer = SqliteStore::open(&db.path).unwrap();
+        let db = Db::fresh();
+        let observer = SqliteStore::open(db.path()).unwrap();
         let mut now = NOW;
         let mut fresh: BTreeMap<usize, usize> = BTreeMap::new();
         let key_of = |call: &Call| match *call {
@@ -235,7 +236,7 @@ proptest! {
             match step {
                 Step::Advance(seconds) => now += seconds,
                 Step::Alone(call) => {
-                    if run(&db.path, call, now) {
+                    if run(db.path(), call, now) {
                         *fresh.entry(key_of(call)).or_default() += 1;
                     }
                 }
@@ -243,7 +244,7 @@ proptest! {
                     let jobs: Vec<Box<dyn FnOnce() -> bool + Send>> = calls
                         .iter()
                         .map(|call| {
-                            let (path, call) = (db.path.clone(), call.clone());
+                            let (path, call) = (db.path().to_path_buf(), call.clone());
                             Box::new(move || run(&path, &call, now)) as Box<dyn FnOnce() -> bool + Send>
                         })
                         .collect();
@@ -254,7 +255,7 @@ proptest! {
                     }
                 }
             }
-            let audit = audit_sqlite(&db.path).unwrap();
+            let audit = audit_sqlite(db.path()).unwrap();
             prop_assert_eq!(audit.code(), "OK", "{:?}", audit.package());
             for count in fresh.values() {
                 prop_assert!(*count <= 1, "{fresh:?}");
@@ -286,8 +287,9 @@ const CHILD_PREFIX: &str = "TOOLLEDGER_TEST_GROUP_COMMIT_PREFIX";
 /// audit; as a child it runs on the parent's store until it is killed (still bounded).
 #[test]
 fn eight_threads_dispatching_answer_only_what_is_committed() {
-    let own = Db::new();
-    let path = std::env::var_os(CHILD_STORE).map_or(own.path.clone(), std::path::PathBuf::from);
+    let own = Db::fresh();
+    let path =
+        std::env::var_os(CHILD_STORE).map_or(own.path().to_path_buf(), std::path::PathBuf::from);
     let prefix = std::env::var(CHILD_PREFIX).unwrap_or_else(|_| "alone".to_owned());
     let per_thread = 40;
     let handles: Vec<_> = (0..8)
@@ -311,7 +313,7 @@ fn eight_threads_dispatching_answer_only_what_is_committed() {
     for handle in handles {
         handle.join().unwrap();
     }
-    assert_eq!(own.count("local_receipts"), if path == own.path { 8 * per_thread } else { 0 });
+    assert_eq!(own.count("local_receipts"), if path == own.path() { 8 * per_thread } else { 0 });
     assert_eq!(audit_sqlite(&path).unwrap().code(), "OK");
 }
 
@@ -322,15 +324,15 @@ fn eight_threads_dispatching_answer_only_what_is_committed() {
 /// side effect.
 #[test]
 fn sigkill_during_group_commits_loses_and_invents_nothing() {
-    let db = Db::new();
-    drop(open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap());
-    let observer = SqliteStore::open(&db.path).unwrap();
+    let db = Db::fresh();
+    drop(open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap());
+    let observer = SqliteStore::open(db.path()).unwrap();
     let mut acknowledged = 0;
     for round in 0..6u64 {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["groupcommit::eight_threads_dispatching_answer_only_what_is_committed"])
             .args(["--exact", "--nocapture", "--test-threads", "1"])
-            .env(CHILD_STORE, &db.path)
+            .env(CHILD_STORE, db.path())
             .env(CHILD_PREFIX, format!("round{round}"))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -358,11 +360,11 @@ fn sigkill_during_group_commits_loses_and_invents_nothing() {
             assert_eq!(status, "succeeded/1", "round {round}: {key} was acknowledged");
             acknowledged += 1;
         }
-        assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK", "round {round}");
+        assert_eq!(audit_sqlite(db.path()).unwrap().code(), "OK", "round {round}");
     }
     assert!(acknowledged > 0, "no child got as far as an answer");
     // Recovery: every accepted intent is driven to its end past any lease.
-    let mut engine = open_sqlite(&db.path, Roles::default(), Registry::builtin()).unwrap();
+    let mut engine = open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap();
     let refs: Vec<(String, String)> = {
         let raw = db.raw();
         let mut statement = raw
@@ -388,7 +390,7 @@ fn sigkill_during_group_commits_loses_and_invents_nothing() {
         (db.count("downstream_receipts"), db.count("local_receipts")),
         (operations, operations)
     );
-    assert_eq!(audit_sqlite(&db.path).unwrap().code(), "OK");
+    assert_eq!(audit_sqlite(db.path()).unwrap().code(), "OK");
     let (batches, batched) = observer.group_commits();
     println!(
         "{operations} operations, {acknowledged} acknowledged before the kills, {batches}/{batched} in this process"
