@@ -97,6 +97,19 @@ fn cargo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, Str
     if status.success() { Ok(String::new()) } else { Err(format!("cargo exited with {status}")) }
 }
 
+/// The command line's test modules that run a second time with PostgreSQL ledgers.
+const CLI_ON_POSTGRES: [&str; 9] = [
+    "flows::",
+    "blocks::",
+    "concurrency::",
+    "kill::",
+    "liveness::",
+    "operators::",
+    "relay::",
+    "http::",
+    "library::the_simulation_refuses_an_operation_of_another_downstream",
+];
+
 fn ci(root: &Path) -> ExitCode {
     let mut outcomes = vec![
         step("fmt", || cargo(root, &["fmt", "--all", "--check"], &[])),
@@ -134,6 +147,22 @@ fn ci(root: &Path) -> ExitCode {
             cargo(root, &args, &[("RUSTFLAGS", rustflags)])
         }));
     }
+    // The command line's end-to-end modules again, each test's ledger a fresh PostgreSQL
+    // database on the cluster the tests start (errors, honesty and migrate test SQLite
+    // files themselves and ran above).
+    outcomes.push(step("test cli end-to-end on postgres", || {
+        let mut args = vec![
+            "test",
+            "--locked",
+            "-p",
+            "toolledger-cli",
+            "--target-dir",
+            "target/ci/test-debug",
+            "--",
+        ];
+        args.extend_from_slice(&CLI_ON_POSTGRES);
+        cargo(root, &args, &[("RUSTFLAGS", ""), ("TOOLLEDGER_TEST_STORE", "postgres")])
+    }));
     // The library's runnable hosts, built in the debug test mode's target dir.
     for example in ["host", "tokio_host"] {
         outcomes.push(step(&format!("example {example}"), || {

@@ -21,10 +21,7 @@ use std::{
 
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
-use toolledger::{
-    Simulated,
-    drill::{FailurePoint, Interrupt, Switch},
-};
+use toolledger::drill::{FailurePoint, Interrupt, Switch};
 use toolledger_contract::{
     Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef,
     digest::{downstream_request_ref, status_ref},
@@ -33,7 +30,7 @@ use toolledger_contract::{
 use toolledger_engine::{Engine, StandIn};
 
 /// The engine of the bench: the ledger, and the stand-in downstream on its own connection.
-type SqliteEngine<R> = Engine<SqliteStore, Simulated, R>;
+type SqliteEngine<R> = Engine<SqliteStore, Interrupt<StandIn<SqliteStore>>, R>;
 use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
 use toolledger_json::{Limits, canonicalize, parse_strict};
 use toolledger_store::{CallIdentity, LedgerStore, LocalReceipt, NewOperation};

@@ -36,10 +36,17 @@ nothing printed: query the status, never retry under a new key.";
 #[derive(Debug, Parser)]
 #[command(name = "toolledger", version, after_help = EXIT_CODES, disable_help_subcommand = true)]
 pub(crate) struct Cli {
-    /// The SQLite ledger file [default: toolledger.sqlite3]. Created when missing
-    /// (except by `audit`)
-    #[arg(long, global = true, value_name = "PATH")]
-    pub(crate) db: Option<PathBuf>,
+    /// The ledger: a SQLite file's path (or sqlite:PATH) [default: toolledger.sqlite3],
+    /// or a PostgreSQL database's URL (postgres://USER@HOST:PORT/DB). Created when
+    /// missing (except by `audit` and the operator commands)
+    #[arg(long, global = true, value_name = "PATH|URL")]
+    pub(crate) db: Option<String>,
+
+    /// Whose clock a PostgreSQL ledger judges leases and due times by: the database
+    /// server's (relays on several hosts need no trusted clock), or the instant each
+    /// command is handed (the case file's clock, --now), as a SQLite ledger always does
+    #[arg(long, global = true, value_enum, value_name = "CLOCK")]
+    pub(crate) store_clock: Option<StoreClockArg>,
 
     /// The longest the whole command waits for locks other connections hold, in
     /// milliseconds [default: 5000]. Past it: STORE_BUSY (or OUTCOME_UNKNOWN once an
@@ -62,6 +69,15 @@ pub(crate) struct Cli {
 
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// `--store-clock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StoreClockArg {
+    /// The database server's clock [default]
+    Database,
+    /// The instant the command is handed
+    Caller,
 }
 
 /// Which downstream a command that works operations calls.

@@ -4,7 +4,6 @@
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
-    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -13,7 +12,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use toolledger::{Drained, Relay, RelayEvent, Until};
+use toolledger::{Drained, Location, Relay, RelayEvent, Until};
 
 use crate::{
     args::LogFormat,
@@ -81,7 +80,7 @@ pub(crate) struct Options {
 
 pub(crate) fn run(
     relay: &Relay,
-    db: &Path,
+    db: &Location,
     claims: Claims,
     context: &Value,
     options: &Options,
@@ -119,7 +118,7 @@ pub(crate) fn run(
 /// `stop`. Any other request is 404; a request is read at most 8 KiB and 2 s.
 fn serve_metrics(
     addr: SocketAddr,
-    db: &Path,
+    db: &Location,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>, Failure> {
     let refused = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
@@ -132,7 +131,7 @@ fn serve_metrics(
     if let Ok(bound) = listener.local_addr() {
         let _ = writeln!(std::io::stderr(), "relay metrics listening on {bound}");
     }
-    let db = db.to_path_buf();
+    let db = db.clone();
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
             match listener.accept() {
@@ -143,7 +142,7 @@ fn serve_metrics(
     }))
 }
 
-fn answer(mut stream: TcpStream, db: &Path) {
+fn answer(mut stream: TcpStream, db: &Location) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let mut request = Vec::new();

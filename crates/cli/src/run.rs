@@ -2,11 +2,7 @@
 //!
 //! Nothing here prints or exits, so the demo can run commands and read their answers.
 
-use std::{
-    ffi::OsString,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{ffi::OsString, path::Path, time::Duration};
 
 use clap::{
     Parser,
@@ -14,13 +10,13 @@ use clap::{
 };
 use serde_json::{Value, json};
 use toolledger::{
-    Answer, Case, ContractError, EngineError, Identifier, Ledger, Migrated, RefundOrder, Registry,
-    StatusRef, Waits, drill::FailurePoint, load_case,
+    Answer, Case, ContractError, EngineError, Identifier, Ledger, Location, Migrated, RefundOrder,
+    Registry, StatusRef, StoreClock, Waits, drill::FailurePoint, load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
 use crate::{
-    args::{Cli, Command, DispatchFailure, DownstreamArgs, ProcessFailure},
+    args::{Cli, Command, DispatchFailure, DownstreamArgs, ProcessFailure, StoreClockArg},
     claims::Claims,
     files::read_bounded,
     wire::{Chosen, Wire},
@@ -223,7 +219,11 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
     let waits = Waits::total(Duration::from_millis(
         cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
     ));
-    let db = cli.db.clone().unwrap_or_else(|| PathBuf::from("toolledger.sqlite3"));
+    let db = Location::parse(cli.db.as_deref().unwrap_or("toolledger.sqlite3"));
+    let clock = match cli.store_clock {
+        Some(StoreClockArg::Caller) => StoreClock::Caller,
+        Some(StoreClockArg::Database) | None => StoreClock::Database,
+    };
     match &cli.command {
         Command::Audit => {
             let audit = toolledger::audit_with(&db, waits)?;
@@ -299,6 +299,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                 cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
             );
             let mut relay = toolledger::Relay::new(&db)
+                .store_clock(clock)
                 .tool(RefundOrder::default().tool().with_max_attempts(*max_attempts))
                 .concurrency(usize::try_from(*concurrency).unwrap_or(1))
                 .batch(usize::try_from(*batch).unwrap_or(32))
@@ -327,7 +328,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
         Command::Dispatch { now, failure, downstream } => {
             let (case, claims) = inputs(cli, *now)?;
             let worker = default_worker();
-            let mut ledger = open(&db, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream)?;
             let engine = ledger.engine();
             let answer = match failure {
                 Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?,
@@ -353,7 +354,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream)?;
             let engine = ledger.engine();
             match failure {
                 Some(ProcessFailure::Claim) => {
@@ -372,7 +373,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream)?;
             Ok(Printed::Answer(ledger.engine().status(&case, &status_ref)?))
         }
     }
@@ -381,19 +382,24 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
 /// The command line's ledger: the built-in refund tool, and the simulated downstream or
 /// the one `--downstream` names.
 fn open(
-    path: &Path,
+    db: &Location,
+    clock: StoreClock,
     claims: Claims,
     waits: Waits,
     downstream: &DownstreamArgs,
 ) -> Result<Ledger<Wire, Claims>, Failure> {
-    let wire = Chosen::from_args(downstream, toolledger::Faults::default())?.open(path)?;
-    Ok(Ledger::builder(path).tool(RefundOrder::default().tool()).waits(waits).open(wire, claims)?)
+    let wire = Chosen::from_args(downstream, toolledger::Faults::default())?.open(db)?;
+    Ok(Ledger::builder(db)
+        .tool(RefundOrder::default().tool())
+        .waits(waits)
+        .store_clock(clock)
+        .open(wire, claims)?)
 }
 
 /// `migrate`: upgrades the store, naming the downstream its older operations belong to.
-fn migrate(path: &Path, downstream: &str, waits: Waits) -> Result<Printed, Failure> {
+fn migrate(db: &Location, downstream: &str, waits: Waits) -> Result<Printed, Failure> {
     let identity = crate::wire::identity(downstream, "--downstream")?;
-    let package = match toolledger::migrate(path, &identity, waits)? {
+    let package = match toolledger::migrate(db, &identity, waits)? {
         Migrated::Current => json!({
             "gate": "PASS",
             "code": "OK",

@@ -1,11 +1,11 @@
 //! The command line's downstream: the simulation (the default), or a service over HTTP
 //! (`--downstream URL`), each behind the recovery-drill switch.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use toolledger::{
     Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Faults,
-    Lookup, Simulated, UnixSeconds, drill,
+    Location, Lookup, Simulated, UnixSeconds, drill,
     http::{Endpoint, HttpDownstream, Timeouts},
 };
 
@@ -43,7 +43,7 @@ impl Chosen {
     }
 
     /// A downstream for the ledger at `db`.
-    pub(crate) fn open(&self, db: &Path) -> Result<Wire, toolledger::Error> {
+    pub(crate) fn open(&self, db: &Location) -> Result<Wire, toolledger::Error> {
         Ok(match self {
             Chosen::Simulated(faults) => Wire::Simulated(toolledger::simulated_with(db, *faults)?),
             Chosen::Http { base_url, identity, timeouts } => {

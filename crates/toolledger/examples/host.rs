@@ -65,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Outcome::Blocked { code: BlockCode::ReceiptQuarantined, .. } = garbled.outcome() else {
         return fail("quarantined", &garbled);
     };
-    let audit = toolledger::audit(&dir.join("host.sqlite3"))?;
+    let audit = toolledger::audit(dir.join("host.sqlite3"))?;
     assert!(!audit.passed());
     println!("6. quarantined; the audit lists it: {}", audit.package()["findings"]);
 

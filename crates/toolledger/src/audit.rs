@@ -1,13 +1,11 @@
-//! The audit of a ledger file, rendered as the package the command line prints.
-
-use std::path::Path;
+//! The audit of a ledger, rendered as the package the command line prints.
 
 use serde_json::{Map, Value, json};
 use toolledger_contract::BlockCode;
-use toolledger_store::{AuditReport, Waits};
+use toolledger_store::{AuditReport, LedgerStore, Waits};
 use toolledger_store_sqlite::SqliteStore;
 
-use crate::Error;
+use crate::{Error, Location, Store, StoreClock};
 
 /// The audit of one read snapshot: every check, the counts, what needs attention.
 ///
@@ -26,12 +24,12 @@ pub struct Audit {
     report: AuditReport,
 }
 
-/// Audits the ledger at `path` without creating or changing anything.
+/// Audits the ledger at `location` without creating or changing anything.
 ///
 /// # Errors
 ///
-/// An [`Error`] when there is no store at `path` to audit (missing, not SQLite, another
-/// schema) or a lock outlasts the default wait. A damaged store is an [`Audit`] that did
+/// An [`Error`] when there is no store at `location` to audit (missing, not a database,
+/// another schema) or a lock outlasts the default wait. A damaged store is an [`Audit`] that did
 /// not pass, never an error.
 ///
 /// ```
@@ -42,8 +40,8 @@ pub struct Audit {
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn audit(path: &Path) -> Result<Audit, Error> {
-    audit_with(path, Waits::default())
+pub fn audit(location: impl Into<Location>) -> Result<Audit, Error> {
+    audit_with(location, Waits::default())
 }
 
 /// [`audit`] with a bound on waiting for other connections' locks.
@@ -60,8 +58,13 @@ pub fn audit(path: &Path) -> Result<Audit, Error> {
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn audit_with(path: &Path, waits: Waits) -> Result<Audit, Error> {
-    Ok(Audit { report: SqliteStore::audit_path(path, waits)? })
+pub fn audit_with(location: impl Into<Location>, waits: Waits) -> Result<Audit, Error> {
+    let report = match location.into() {
+        // A damaged file is audited as far as it can be read, never refused.
+        Location::Sqlite(path) => SqliteStore::audit_path(&path, waits)?,
+        postgres => Store::open_existing(&postgres, waits, StoreClock::Database)?.audit()?,
+    };
+    Ok(Audit { report })
 }
 
 impl Audit {

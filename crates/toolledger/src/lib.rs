@@ -59,11 +59,11 @@ mod call;
 mod operate;
 mod relay;
 mod reply;
+mod store;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use toolledger_engine::Engine;
-use toolledger_store_sqlite::SqliteStore;
 
 pub use toolledger_contract::{
     ApprovalPolicy, BlockCode, BusinessRefusal, Case, Charset, Claims, Clock, ContractError,
@@ -99,6 +99,7 @@ pub use crate::{
     operate::{gc, list, listed_json, metrics, requeue, show},
     relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},
+    store::{Location, Store, StoreClock},
 };
 
 /// The simulated downstream of the command line: the stand-in refund API on its own
@@ -113,7 +114,7 @@ pub use crate::{
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub type Simulated = drill::Interrupt<StandIn<SqliteStore>>;
+pub type Simulated = drill::Interrupt<StandIn<Store>>;
 
 /// Why a call could not be answered at all. Nothing was accepted: an error never follows
 /// an accepted intent (that is [`Outcome::Unknown`]).
@@ -181,7 +182,7 @@ fn wall_clock() -> i64 {
 /// ```
 #[derive(Debug)]
 pub struct Ledger<D, R> {
-    engine: Engine<SqliteStore, D, R>,
+    engine: Engine<Store, D, R>,
     worker: Identifier,
     lease: LeaseSeconds,
 }
@@ -197,7 +198,8 @@ pub struct Ledger<D, R> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LedgerBuilder {
-    path: PathBuf,
+    location: Location,
+    clock: StoreClock,
     tools: Vec<ToolSpec>,
     profiles: Vec<ProviderProfile>,
     waits: Waits,
@@ -206,8 +208,9 @@ pub struct LedgerBuilder {
 }
 
 impl Ledger<(), ()> {
-    /// Starts describing the ledger at `path` (created when missing). The built-in
-    /// provider profiles are registered; no tool is.
+    /// Starts describing the ledger at `location` (created when missing): a SQLite file's
+    /// path, or a PostgreSQL URL (`postgres://…`). The built-in provider profiles are
+    /// registered; no tool is.
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-b-{}", std::process::id()));
@@ -219,9 +222,10 @@ impl Ledger<(), ()> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn builder(path: impl AsRef<Path>) -> LedgerBuilder {
+    pub fn builder(location: impl Into<Location>) -> LedgerBuilder {
         LedgerBuilder {
-            path: path.as_ref().to_path_buf(),
+            location: location.into(),
+            clock: StoreClock::Database,
             tools: Vec::new(),
             profiles: toolledger_contract::builtin_profiles(),
             waits: Waits::default(),
@@ -269,6 +273,19 @@ impl LedgerBuilder {
     /// ```
     pub fn waits(mut self, waits: Waits) -> LedgerBuilder {
         self.waits = waits;
+        self
+    }
+
+    /// Whose clock a PostgreSQL ledger judges leases and due times by (default: the
+    /// database's). A SQLite ledger always judges by the instants it is handed.
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3")
+    ///     .store_clock(toolledger::StoreClock::Caller);
+    /// # let _ = builder;
+    /// ```
+    pub fn store_clock(mut self, clock: StoreClock) -> LedgerBuilder {
+        self.clock = clock;
         self
     }
 
@@ -328,7 +345,7 @@ impl LedgerBuilder {
         };
         let lease = LeaseSeconds::new(self.lease_seconds)
             .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
-        let store = SqliteStore::open_with(&self.path, self.waits)?;
+        let store = Store::open(&self.location, self.waits, self.clock)?;
         let registry = toolledger_contract::Registry::new(self.tools, self.profiles);
         Ok(Ledger { engine: Engine::new(store, downstream, resolver, registry), worker, lease })
     }
@@ -354,13 +371,13 @@ impl LedgerBuilder {
         self,
         resolver: R,
     ) -> Result<Ledger<Simulated, R>, Error> {
-        let stand_in = StandIn::new(SqliteStore::open_with(&self.path, self.waits)?);
+        let stand_in = StandIn::new(Store::open(&self.location, self.waits, self.clock)?);
         self.open(drill::Interrupt::new(stand_in, drill::Switch::default()), resolver)
     }
 }
 
-/// A second connection to the ledger file at `path`: what the stand-in downstream
-/// commits its receipts on.
+/// A second connection to the ledger at `location` (a path or a [`Location`]): what the
+/// stand-in downstream commits its receipts on.
 ///
 /// # Errors
 ///
@@ -374,8 +391,8 @@ impl LedgerBuilder {
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn store_connection(path: &Path) -> Result<SqliteStore, Error> {
-    Ok(SqliteStore::open(path)?)
+pub fn store_connection(location: impl Into<Location>) -> Result<Store, Error> {
+    Store::open(&location.into(), Waits::default(), StoreClock::Database)
 }
 
 /// `worker-<pid>-<nanoseconds, hex>`: unique to this process and this moment.
@@ -502,7 +519,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// assert!(ledger.engine().registry().tool("refund_order").is_some());
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// ```
-    pub fn engine(&mut self) -> &mut Engine<SqliteStore, D, R> {
+    pub fn engine(&mut self) -> &mut Engine<Store, D, R> {
         &mut self.engine
     }
 
@@ -523,9 +540,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     }
 }
 
-/// Upgrades the store at `path` to the current schema, after an online backup to a
+/// Upgrades the store at `location` to the current schema, after an online backup to a
 /// sibling file (see [`Migrated`]). `legacy` is the downstream every existing operation
-/// belongs to (older stores did not record it).
+/// belongs to (older stores did not record it). A PostgreSQL ledger has no older
+/// version: it is checked and answered [`Migrated::Current`].
 ///
 /// # Errors
 ///
@@ -543,10 +561,21 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn migrate(path: &Path, legacy: &DownstreamIdentity, waits: Waits) -> Result<Migrated, Error> {
+pub fn migrate(
+    location: impl Into<Location>,
+    legacy: &DownstreamIdentity,
+    waits: Waits,
+) -> Result<Migrated, Error> {
+    let path = match location.into() {
+        Location::Sqlite(path) => path,
+        postgres => {
+            Store::open_existing(&postgres, waits, StoreClock::Database)?;
+            return Ok(Migrated::Current);
+        }
+    };
     let now = UnixSeconds::new(wall_clock())
         .map_err(|_| Error::invalid("the wall clock is out of range".to_owned()))?;
-    Ok(toolledger_store_sqlite::migrate(path, legacy, now, waits)?)
+    Ok(toolledger_store_sqlite::migrate(&path, legacy, now, waits)?)
 }
 
 /// For the documentation's examples: a simulated ledger with the refund tool in a fresh

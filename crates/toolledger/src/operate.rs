@@ -1,31 +1,33 @@
 //! What an operator runs against a ledger file: list, show, requeue, retire (gc), and the
 //! Prometheus text of `metrics`.
 
-use std::{fmt::Write as _, path::Path};
+use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 use toolledger_contract::{StatusRef, UnixSeconds};
 use toolledger_store::{
     Figures, ListFilter, Listed, Operation, OperatorStore, Requeued, TerminalOutcome, Waits,
 };
-use toolledger_store_sqlite::SqliteStore;
 
-use crate::{Error, wall_clock};
+use crate::{Error, Location, Store, StoreClock, wall_clock};
 
 fn instant(now: Option<i64>) -> Result<UnixSeconds, Error> {
     UnixSeconds::new(now.unwrap_or_else(wall_clock))
         .map_err(|_| Error::invalid("the instant is out of range".to_owned()))
 }
 
-fn existing(path: &Path, waits: Waits) -> Result<SqliteStore, Error> {
-    Ok(SqliteStore::open_existing_with(path, waits)?)
+/// The ledger at `location`, never created. An explicit instant is a simulated clock:
+/// a PostgreSQL ledger then judges by it instead of the database's clock.
+fn existing(location: impl Into<Location>, now: Option<i64>) -> Result<Store, Error> {
+    let clock = if now.is_some() { StoreClock::Caller } else { StoreClock::Database };
+    Store::open_existing(&location.into(), Waits::default(), clock)
 }
 
 /// Operations by state, oldest change first, judged at `now` (default: the wall clock).
 ///
 /// # Errors
 ///
-/// An [`Error`] when there is no store at `path` or it cannot be read.
+/// An [`Error`] when there is no store at `location` or it cannot be read.
 ///
 /// ```
 /// # let (mut ledger, call, dir) = toolledger::doc_fixture("list");
@@ -37,13 +39,13 @@ fn existing(path: &Path, waits: Waits) -> Result<SqliteStore, Error> {
 /// # Ok::<(), toolledger::Error>(())
 /// ```
 pub fn list(
-    path: &Path,
+    location: impl Into<Location>,
     filter: &ListFilter<'_>,
     show_arguments: bool,
     now: Option<i64>,
 ) -> Result<Vec<Listed>, Error> {
-    let now = instant(now)?;
-    Ok(existing(path, Waits::default())?.list(filter, show_arguments, now)?)
+    let (given, now) = (now, instant(now)?);
+    Ok(existing(location, given)?.list(filter, show_arguments, now)?)
 }
 
 /// One listed operation as the JSON object `list` prints.
@@ -91,12 +93,12 @@ pub fn listed_json(listed: &Listed) -> Value {
 /// # Ok::<(), toolledger::Error>(())
 /// ```
 pub fn show(
-    path: &Path,
+    location: impl Into<Location>,
     status_ref: &StatusRef,
     show_arguments: bool,
 ) -> Result<Option<Value>, Error> {
     let toolledger_store::Shown { operation, log, tombstone } =
-        existing(path, Waits::default())?.show(status_ref)?;
+        existing(location, None)?.show(status_ref)?;
     let mut shown = match (&operation, tombstone) {
         (Some(operation), _) => history(operation),
         (None, Some(tombstone)) => json!({"status": "retired", "tombstone": tombstone}),
@@ -167,13 +169,13 @@ fn history(operation: &Operation) -> Value {
 /// # Ok::<(), toolledger::Error>(())
 /// ```
 pub fn requeue(
-    path: &Path,
+    location: impl Into<Location>,
     status_ref: &StatusRef,
     reason: &str,
     now: Option<i64>,
 ) -> Result<Requeued, Error> {
-    let now = instant(now)?;
-    Ok(existing(path, Waits::default())?.requeue(status_ref, reason, now)?)
+    let (given, now) = (now, instant(now)?);
+    Ok(existing(location, given)?.requeue(status_ref, reason, now)?)
 }
 
 /// Retires every finished operation unchanged for `older_than_days` days: a tombstone
@@ -191,13 +193,17 @@ pub fn requeue(
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn gc(path: &Path, older_than_days: i64, now: Option<i64>) -> Result<usize, Error> {
-    let now = instant(now)?;
+pub fn gc(
+    location: impl Into<Location>,
+    older_than_days: i64,
+    now: Option<i64>,
+) -> Result<usize, Error> {
+    let (given, now) = (now, instant(now)?);
     let cutoff = UnixSeconds::new(
         now.get().saturating_sub(older_than_days.max(0).saturating_mul(86_400)).max(0),
     )
     .map_err(|_| Error::invalid("the cutoff is out of range".to_owned()))?;
-    let mut store = existing(path, Waits::default())?;
+    let mut store = existing(location, given)?;
     let mut total = 0;
     loop {
         let retired = store.retire(cutoff, now, 1000)?;
@@ -223,9 +229,9 @@ pub fn gc(path: &Path, older_than_days: i64, now: Option<i64>) -> Result<usize, 
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn metrics(path: &Path, now: Option<i64>) -> Result<String, Error> {
-    let now = instant(now)?;
-    Ok(exposition(&existing(path, Waits::default())?.figures(now)?))
+pub fn metrics(location: impl Into<Location>, now: Option<i64>) -> Result<String, Error> {
+    let (given, now) = (now, instant(now)?);
+    Ok(exposition(&existing(location, given)?.figures(now)?))
 }
 
 /// The outbox state each operation state goes with (invariant 2).

@@ -3,7 +3,6 @@
 //! downstream call is under way.
 
 use std::{
-    path::{Path, PathBuf},
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
@@ -15,9 +14,8 @@ use toolledger_contract::{
 };
 use toolledger_engine::{Backoff, Downstream, Drained, Engine};
 use toolledger_store::{LedgerStore, Waits};
-use toolledger_store_sqlite::SqliteStore;
 
-use crate::{Error, wall_clock};
+use crate::{Error, Location, Store, StoreClock, wall_clock};
 
 /// When a relay stops.
 ///
@@ -70,7 +68,7 @@ pub enum RelayEvent {
     },
 }
 
-/// A relay over the ledger at a path: how many workers, how big a batch, how long a
+/// A relay over a ledger: how many workers, how big a batch, how long a
 /// lease, how long to wait between empty passes, how to back off.
 ///
 /// ```
@@ -96,7 +94,7 @@ pub enum RelayEvent {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Relay {
-    path: PathBuf,
+    location: Location,
     tools: Vec<ToolSpec>,
     profiles: Vec<ProviderProfile>,
     waits: Waits,
@@ -106,19 +104,21 @@ pub struct Relay {
     poll: Duration,
     backoff: Backoff,
     now: Option<i64>,
+    clock: Option<StoreClock>,
 }
 
 impl Relay {
-    /// A relay over the ledger at `path`: one worker, batches of 32, 30 s leases, a
-    /// pass a second when idle, the default backoff, the wall clock.
+    /// A relay over the ledger at `location` (a SQLite path or a PostgreSQL URL): one
+    /// worker, batches of 32, 30 s leases, a pass a second when idle, the default backoff,
+    /// the wall clock.
     ///
     /// ```
     /// let relay = toolledger::Relay::new("ledger.sqlite3");
     /// # let _ = relay;
     /// ```
-    pub fn new(path: impl AsRef<Path>) -> Relay {
+    pub fn new(location: impl Into<Location>) -> Relay {
         Relay {
-            path: path.as_ref().to_path_buf(),
+            location: location.into(),
             tools: Vec::new(),
             profiles: toolledger_contract::builtin_profiles(),
             waits: Waits::default(),
@@ -128,6 +128,7 @@ impl Relay {
             poll: Duration::from_secs(1),
             backoff: Backoff::default(),
             now: None,
+            clock: None,
         }
     }
 
@@ -224,6 +225,18 @@ impl Relay {
         self
     }
 
+    /// Whose clock a PostgreSQL ledger judges leases and due times by (default: the
+    /// database's, or the relay's own instant when [`Relay::at`] gave one).
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("ledger.sqlite3").store_clock(toolledger::StoreClock::Caller);
+    /// # let _ = relay;
+    /// ```
+    pub fn store_clock(mut self, clock: StoreClock) -> Relay {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Runs the workers until `until`, each with its own downstream and resolver, and a
     /// heartbeat beside them; `log` hears of every pass. The totals of every pass.
     ///
@@ -271,10 +284,10 @@ impl Relay {
             .collect::<Result<_, _>>()?;
         let mut engines = Vec::new();
         for _ in 0..self.concurrency {
-            let store = SqliteStore::open_with(&self.path, self.waits)?;
+            let store = Store::open(&self.location, self.waits, self.judged_by())?;
             engines.push(Engine::new(store, downstream()?, resolver(), registry.clone()));
         }
-        let mut heart = SqliteStore::open_with(&self.path, self.waits)?;
+        let mut heart = Store::open(&self.location, self.waits, self.judged_by())?;
         // Dropped once every worker has finished: the heartbeat wakes and stops at once.
         let (finished, workers_running) = std::sync::mpsc::channel::<()>();
         let totals = std::thread::scope(|scope| {
@@ -351,6 +364,16 @@ impl Relay {
         Ok(totals)
     }
 
+    /// A relay given an instant ([`Relay::at`]) runs on a simulated clock, and a
+    /// PostgreSQL ledger judges by it; otherwise by the database's clock.
+    fn judged_by(&self) -> StoreClock {
+        match (self.clock, self.now) {
+            (Some(clock), _) => clock,
+            (None, Some(_)) => StoreClock::Caller,
+            (None, None) => StoreClock::Database,
+        }
+    }
+
     fn clock(&self, lease: LeaseSeconds) -> Result<Clock, Error> {
         let now = UnixSeconds::new(self.now.unwrap_or_else(wall_clock))
             .map_err(|_| Error::invalid("the relay's instant is out of range".to_owned()))?;
@@ -386,8 +409,8 @@ impl Relay {
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
-pub fn simulated(path: &Path) -> Result<crate::Simulated, Error> {
-    simulated_with(path, toolledger_engine::Faults::default())
+pub fn simulated(location: impl Into<Location>) -> Result<crate::Simulated, Error> {
+    simulated_with(location, toolledger_engine::Faults::default())
 }
 
 /// [`simulated`], injecting `faults` (requests not sent, delays): for drills.
@@ -406,10 +429,11 @@ pub fn simulated(path: &Path) -> Result<crate::Simulated, Error> {
 /// # Ok::<(), toolledger::Error>(())
 /// ```
 pub fn simulated_with(
-    path: &Path,
+    location: impl Into<Location>,
     faults: toolledger_engine::Faults,
 ) -> Result<crate::Simulated, Error> {
-    let stand_in = toolledger_engine::StandIn::new(SqliteStore::open(path)?).with_faults(faults);
+    let store = Store::open(&location.into(), Waits::default(), StoreClock::Database)?;
+    let stand_in = toolledger_engine::StandIn::new(store).with_faults(faults);
     Ok(toolledger_engine::drill::Interrupt::new(
         stand_in,
         toolledger_engine::drill::Switch::default(),

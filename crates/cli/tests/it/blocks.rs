@@ -68,10 +68,7 @@ fn every_block_code_is_reachable_from_the_command_line() {
     // NOT_FOUND: someone else's order.
     dir.write_case("other.json", |case| case["principal"]["subject_id"] = Value::from("user-2"));
     seen.insert(block(&dir.run(&["--fixture", "other.json", "dispatch"])));
-    assert!(
-        !dir.join("toolledger.sqlite3").exists()
-            || dir.db_int("SELECT count(*) FROM operations") == 0
-    );
+    assert!(dir.ledger_is_empty());
 
     // OUTCOME_UNKNOWN, then IDEMPOTENCY_CONFLICT on the same key.
     let unknown = dir.run(&["--fixture", "case.json", "dispatch", "--failure", "after_claim"]);
@@ -153,13 +150,10 @@ fn every_block_code_is_reachable_from_the_command_line() {
         .as_ref()
         .unwrap()
         .digest_for(&case.approval_binding("refund_order", &revisions));
-    rusqlite::Connection::open(drift.join("toolledger.sqlite3"))
-        .unwrap()
-        .execute(
-            "UPDATE operations SET handler_revision = 'refund_order.handler.v0', approval_sha256 = ?1",
-            [digest.as_str()],
-        )
-        .unwrap();
+    drift.db_execute(&format!(
+        "UPDATE operations SET handler_revision = 'refund_order.handler.v0', approval_sha256 = '{}'",
+        digest.as_str()
+    ));
     seen.insert(block(&drift.run(&[
         "--fixture",
         "case.json",
@@ -169,14 +163,11 @@ fn every_block_code_is_reachable_from_the_command_line() {
     ])));
 
     // AUDIT_FAILED: an orphan downstream receipt.
-    rusqlite::Connection::open(drift.join("toolledger.sqlite3"))
-        .unwrap()
-        .execute(
-            "INSERT INTO downstream_receipts VALUES ('dr_00000000000000000000000000000000', ?1, \
-             'rc_00000000000000000000000000000000', '{}', 0)",
-            ["0".repeat(64)],
-        )
-        .unwrap();
+    drift.db_execute(&format!(
+        "INSERT INTO downstream_receipts VALUES ('dr_00000000000000000000000000000000', '{}', \
+         'rc_00000000000000000000000000000000', '{{}}', 0)",
+        "0".repeat(64)
+    ));
     seen.insert(block(&drift.run(&["audit"])));
 
     // DOWNSTREAM_REFUSED, RECEIPT_QUARANTINED and DOWNSTREAM_UNAVAILABLE need a downstream

@@ -1,6 +1,6 @@
 //! Eight `toolledger` processes against one database file at once.
 
-use std::{collections::BTreeMap, process::Command};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -10,9 +10,7 @@ fn race(dir: &Dir, cases: &[String]) -> Vec<Run> {
     let children: Vec<_> = cases
         .iter()
         .map(|case| {
-            Command::new(env!("CARGO_BIN_EXE_toolledger"))
-                .current_dir(dir.path())
-                .args(["--fixture", case, "dispatch"])
+            dir.command(&["--fixture", case, "dispatch"])
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()

@@ -130,10 +130,7 @@ fn a_client_killed_between_the_services_commit_and_its_receipt_leaves_one_refund
     let _ = Command::new("kill").args(["-KILL", &client.id().to_string()]).status();
     let _ = client.wait();
     assert_eq!(dir.db_int("SELECT count(*) FROM local_receipts"), 0);
-    let status_ref: String = rusqlite::Connection::open(dir.join("toolledger.sqlite3"))
-        .unwrap()
-        .query_row("SELECT status_ref FROM operations", [], |row| row.get(0))
-        .unwrap();
+    let status_ref = dir.db_text("SELECT status_ref FROM operations");
     // A worker after the lease: the service is asked by key, and answers the refund.
     let later = (T + 120).to_string();
     let worked = run(
@@ -195,10 +192,7 @@ fn a_forged_request_under_the_same_key_is_refused_and_never_retried_under_anothe
     let service = Refundd::start(&dir, &[]);
     let first = run(&dir, &with(&service, &["--fixture", "case.json", "dispatch"]));
     assert_eq!(first.code, 0, "{first:?}");
-    let key: String = rusqlite::Connection::open(dir.join("toolledger.sqlite3"))
-        .unwrap()
-        .query_row("SELECT downstream_request_ref FROM operations", [], |row| row.get(0))
-        .unwrap();
+    let key = dir.db_text("SELECT downstream_request_ref FROM operations");
     // Someone else sends another payload under the ledger's key: 422.
     let forged = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -228,14 +222,9 @@ fn a_forged_request_under_the_same_key_is_refused_and_never_retried_under_anothe
         ),
     );
     let status_ref = accepted.text("/status_ref");
-    let key: String = rusqlite::Connection::open(dir.join("toolledger.sqlite3"))
-        .unwrap()
-        .query_row(
-            "SELECT downstream_request_ref FROM operations WHERE status_ref = ?1",
-            [&status_ref],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let key = dir.db_text(&format!(
+        "SELECT downstream_request_ref FROM operations WHERE status_ref = '{status_ref}'"
+    ));
     let squatted = ureq::post(format!("{}/refunds", service.base))
         .header("Idempotency-Key", format!("\"{key}\""))
         .send(

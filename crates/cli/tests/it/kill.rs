@@ -4,11 +4,7 @@
 //! driving the same call on to the end must give exactly one downstream receipt per
 //! key: never a second side effect, never a guess.
 
-use std::{
-    process::{Command, Stdio},
-    thread,
-    time::Duration,
-};
+use std::{process::Stdio, thread, time::Duration};
 
 use serde_json::Value;
 
@@ -31,9 +27,8 @@ fn sigkill_at_any_moment_leaves_a_ledger_that_audits_clean_and_recovers() {
             // Each intent is its own model call: one call is one intent.
             case["host_context"]["provider_call_id"] = Value::from(format!("call-kill-{round}"));
         });
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolledger"))
-            .current_dir(dir.path())
-            .args(["--fixture", &name, "dispatch"])
+        let mut child = dir
+            .command(&["--fixture", &name, "dispatch"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

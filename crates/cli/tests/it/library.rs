@@ -42,8 +42,9 @@ fn the_simulation_refuses_an_operation_of_another_downstream_and_writes_nothing(
     )
     .unwrap();
     let payments = Payments(DownstreamIdentity::new("acme-payments", "3").unwrap());
-    let mut host = Ledger::builder(dir.join("toolledger.sqlite3"))
+    let mut host = Ledger::builder(dir.location())
         .tool(RefundOrder::default().tool())
+        .store_clock(toolledger::StoreClock::Caller)
         .open(payments, NoRoles)
         .unwrap();
     let worker = toolledger::Identifier::new("host-worker").unwrap();
@@ -51,16 +52,10 @@ fn the_simulation_refuses_an_operation_of_another_downstream_and_writes_nothing(
     assert_eq!(unknown.code(), "OUTCOME_UNKNOWN");
     let status_ref = unknown.package()["status_ref"].as_str().unwrap().to_owned();
     drop(host);
-    let rows = |dir: &Dir| -> Vec<(String, String, i64)> {
-        let conn = rusqlite::Connection::open(dir.join("toolledger.sqlite3")).unwrap();
-        let mut statement = conn
-            .prepare("SELECT o.status, b.state, b.attempt_count FROM operations o JOIN outbox b ON b.op_id = o.id")
-            .unwrap();
-        statement
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+    let rows = |dir: &Dir| {
+        dir.db_rows(
+            "SELECT o.status, b.state, b.attempt_count FROM operations o JOIN outbox b ON b.op_id = o.id",
+        )
     };
     let rows_before = rows(&dir);
     for args in [

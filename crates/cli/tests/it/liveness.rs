@@ -61,13 +61,7 @@ fn relay(dir: &Dir, now: i64, seed: u64, once: bool) -> Child {
     if once {
         args.push("--once");
     }
-    Command::new(env!("CARGO_BIN_EXE_toolledger"))
-        .current_dir(dir.path())
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    dir.command(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
 }
 
 #[test]
@@ -132,7 +126,7 @@ fn every_accepted_intent_ends_delivered_failed_or_dead_under_kills() {
     };
     let (delivered, failed, dead) = (count("succeeded"), count("failed"), count("dead"));
     let duplicates = dir.db_int(
-        "SELECT count(*) FROM (SELECT downstream_request_ref FROM downstream_receipts GROUP BY 1 HAVING count(*) > 1)",
+        "SELECT count(*) FROM (SELECT downstream_request_ref FROM downstream_receipts GROUP BY 1 HAVING count(*) > 1) AS doubled",
     );
     println!(
         "liveness: intents={intents} kills={kills} delivered={delivered} failed={failed} dead={dead} duplicates={duplicates}"

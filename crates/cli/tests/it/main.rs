@@ -1,5 +1,11 @@
 //! The one integration-test binary of `toolledger-cli`: the real `toolledger` binary,
 //! spawned as a user or an operator script would.
+//!
+//! With `TOOLLEDGER_TEST_STORE=postgres`, every test's ledger is a fresh PostgreSQL
+//! database instead of `toolledger.sqlite3` in its directory: each command gets `--db
+//! URL --store-clock caller` (the tests' case files carry a simulated clock), and the
+//! helpers that read or change rows go to that database. `cargo xtask ci` runs the
+//! end-to-end modules both ways; `errors` and `honesty` test SQLite files themselves.
 
 mod blocks;
 mod concurrency;
@@ -22,9 +28,15 @@ use std::{
 use serde_json::Value;
 use toolledger_contract::{Registry, load_case};
 
-/// A working directory with a recognisable secret in its path: no error may print it.
+/// Whether this run's ledgers are PostgreSQL databases (`TOOLLEDGER_TEST_STORE=postgres`).
+pub fn on_postgres() -> bool {
+    std::env::var("TOOLLEDGER_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// A working directory with a recognisable secret in its path: no error may print it;
+/// and the test's ledger, a file in it or a PostgreSQL database of its own.
 #[derive(Debug)]
-pub struct Dir(PathBuf);
+pub struct Dir(PathBuf, Option<toolledger_conformance::Postgres>);
 
 pub const SECRET: &str = "secret-dir-7731";
 
@@ -37,7 +49,9 @@ impl Dir {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let dir = Dir(dir);
+        let postgres = on_postgres()
+            .then(<toolledger_conformance::Postgres as toolledger_conformance::Backend>::fresh);
+        let dir = Dir(dir, postgres);
         dir.write(
             "case.json",
             &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),
@@ -87,25 +101,105 @@ impl Dir {
         Run::from(command.output().unwrap())
     }
 
-    /// `toolledger <args>` in this directory, to be adjusted and then [`finish`]ed.
+    /// `toolledger <args>` in this directory, to be adjusted and then [`finish`]ed. On
+    /// PostgreSQL, a command that names no `--db` is pointed at the test's database.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
         command.current_dir(&self.0).args(args);
+        // The commands that open a ledger; `demo`, `--help` and `--version` take no `--db`.
+        const LEDGER_COMMANDS: [&str; 11] = [
+            "dispatch", "process", "status", "audit", "migrate", "relay", "list", "show",
+            "requeue", "metrics", "gc",
+        ];
+        if let Some(postgres) = &self.1 {
+            let opens_ledger = args.iter().any(|arg| LEDGER_COMMANDS.contains(arg));
+            if opens_ledger && !args.contains(&"--db") {
+                command.args(["--db", postgres.url(), "--store-clock", "caller"]);
+            }
+        }
         command
     }
 
-    pub fn db_int(&self, sql: &str) -> i64 {
-        rusqlite::Connection::open(self.join("toolledger.sqlite3"))
-            .unwrap()
-            .query_row(sql, [], |row| row.get(0))
-            .unwrap()
+    /// The test's ledger as `--db` names it.
+    pub fn db(&self) -> String {
+        match &self.1 {
+            Some(postgres) => postgres.url().to_owned(),
+            None => self.join("toolledger.sqlite3").to_string_lossy().into_owned(),
+        }
+    }
+
+    /// The test's ledger as the library opens it.
+    pub fn location(&self) -> toolledger::Location {
+        toolledger::Location::parse(&self.db())
+    }
+
+    /// Every row `sql` answers in the test's ledger, each value as text.
+    pub fn db_rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        match &self.1 {
+            Some(postgres) => toolledger_conformance::Backend::rows(postgres, sql),
+            None => {
+                let conn = rusqlite::Connection::open(self.join("toolledger.sqlite3")).unwrap();
+                let mut statement = conn.prepare(sql).unwrap();
+                let columns = statement.column_count();
+                statement
+                    .query_map([], |row| {
+                        (0..columns)
+                            .map(|index| {
+                                Ok(match row.get::<_, rusqlite::types::Value>(index)? {
+                                    rusqlite::types::Value::Null => None,
+                                    rusqlite::types::Value::Integer(value) => {
+                                        Some(value.to_string())
+                                    }
+                                    rusqlite::types::Value::Text(text) => Some(text),
+                                    other => Some(format!("{other:?}")),
+                                })
+                            })
+                            .collect()
+                    })
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap()
+            }
+        }
+    }
+
+    /// Runs `sql` on the test's ledger, as an intruder with a raw connection would.
+    pub fn db_execute(&self, sql: &str) {
+        match &self.1 {
+            Some(postgres) => toolledger_conformance::Backend::execute(postgres, sql),
+            None => rusqlite::Connection::open(self.join("toolledger.sqlite3"))
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap(),
+        }
     }
 
     pub fn db_text(&self, sql: &str) -> String {
-        rusqlite::Connection::open(self.join("toolledger.sqlite3"))
-            .unwrap()
-            .query_row(sql, [], |row| row.get(0))
-            .unwrap()
+        match self.db_rows(sql).as_slice() {
+            [row] => row.first().cloned().flatten().unwrap_or_else(|| panic!("{sql}: NULL")),
+            rows => panic!("{sql}: {} rows", rows.len()),
+        }
+    }
+
+    pub fn db_int(&self, sql: &str) -> i64 {
+        self.db_text(sql).parse().unwrap()
+    }
+
+    /// Whether the test's ledger holds no operation (or does not exist at all).
+    pub fn ledger_is_empty(&self) -> bool {
+        match &self.1 {
+            Some(postgres) => {
+                let tables = toolledger_conformance::Backend::rows(
+                    postgres,
+                    "SELECT 1 FROM pg_tables WHERE tablename = 'operations'",
+                );
+                tables.is_empty() || self.db_int("SELECT count(*) FROM operations") == 0
+            }
+            None => {
+                !self.join("toolledger.sqlite3").exists()
+                    || self.db_int("SELECT count(*) FROM operations") == 0
+            }
+        }
     }
 }
 

@@ -174,9 +174,8 @@ fn the_relay_serves_metrics_on_loopback_only() {
     accepted(&dir, 2);
     dir.run(&["--fixture", "case.json", "relay", "--metrics-listen", "0.0.0.0:0"])
         .assert_error("USAGE_ERROR");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolledger"))
-        .current_dir(dir.path())
-        .args([
+    let mut child = dir
+        .command(&[
             "--fixture",
             "case.json",
             "relay",

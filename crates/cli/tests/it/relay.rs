@@ -46,9 +46,8 @@ fn relay_once_drains_what_is_due_and_reports_its_totals() {
 fn a_running_relay_stops_cleanly_on_sigterm() {
     let dir = Dir::new();
     accepted(&dir, 3);
-    let child = Command::new(env!("CARGO_BIN_EXE_toolledger"))
-        .current_dir(dir.path())
-        .args(["--fixture", "case.json", "relay", "--poll-ms", "20", "--now", "1767225601"])
+    let child = dir
+        .command(&["--fixture", "case.json", "relay", "--poll-ms", "20", "--now", "1767225601"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -68,7 +68,7 @@ fn a_tool_without_approval_is_done_once_and_replayed() {
         .dispatch(&ticket("k3", "acme-it").context(json!({"frozen_queues": ["acme-it"]})))
         .unwrap();
     assert_eq!(blocked(frozen.outcome()), BlockCode::BusinessStateInvalid);
-    assert!(toolledger::audit(&host.db()).unwrap().passed());
+    assert!(toolledger::audit(host.db()).unwrap().passed());
 }
 
 #[test]
@@ -83,7 +83,7 @@ fn a_lost_response_is_unknown_until_a_status_query_reconciles_it() {
     let settled = host.ledger.status(&ticket("k1", "acme-it"), &status_ref).unwrap();
     assert!(matches!(settled.outcome(), Outcome::Reconciled(_)), "{settled:?}");
     assert_eq!(host.service().tickets.len(), 1);
-    assert!(toolledger::audit(&host.db()).unwrap().passed());
+    assert!(toolledger::audit(host.db()).unwrap().passed());
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn a_request_not_sent_leaves_the_operation_accepted_and_workable_at_once() {
     let worked = host.ledger.process(&status_ref, &ticket("k1", "acme-it")).unwrap();
     assert!(matches!(worked.outcome(), Outcome::Fresh(_)), "{worked:?}");
     assert_eq!(int(&host.db(), "SELECT attempt_count FROM outbox"), 2);
-    assert!(toolledger::audit(&host.db()).unwrap().passed());
+    assert!(toolledger::audit(host.db()).unwrap().passed());
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn a_definite_refusal_fails_for_good_and_every_read_says_so() {
         before.into_iter().filter(|row| !row.starts_with("call_identities")).collect();
     assert_eq!(after, before);
     assert!(host.service().tickets.is_empty());
-    assert!(toolledger::audit(&host.db()).unwrap().passed());
+    assert!(toolledger::audit(host.db()).unwrap().passed());
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn a_receipt_breaking_the_contract_is_quarantined_and_the_audit_says_so() {
     ] {
         assert_eq!(blocked(reply.outcome()), BlockCode::ReceiptQuarantined);
     }
-    let audit = toolledger::audit(&host.db()).unwrap();
+    let audit = toolledger::audit(host.db()).unwrap();
     assert!(!audit.passed());
     assert_eq!(
         audit.package()["findings"],

@@ -61,7 +61,7 @@ fn a_relay_drains_every_due_event_once_with_several_workers() {
     // Nothing is due any more.
     let again = drain(&relay(&dir, open_ticket()).at(T0 + 999), &service);
     assert_eq!(again.claimed, 0);
-    assert!(toolledger::audit(&dir.join("host.sqlite3")).unwrap().passed());
+    assert!(toolledger::audit(dir.join("host.sqlite3")).unwrap().passed());
 }
 
 #[test]

@@ -1,0 +1,296 @@
+//! Where a ledger lives: a SQLite file (the embedded default) or a PostgreSQL database
+//! (when workers run on several hosts), and one connection type over both.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
+use toolledger_store::{
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
+    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
+    Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Shown, StandInReceipts,
+    StoreError, Waits,
+};
+use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_sqlite::SqliteStore;
+
+use crate::Error;
+
+/// Where a ledger lives.
+///
+/// ```
+/// use toolledger::Location;
+/// assert!(matches!(Location::parse("ledger.sqlite3"), Location::Sqlite(_)));
+/// assert!(matches!(Location::parse("sqlite:ledger.sqlite3"), Location::Sqlite(_)));
+/// assert!(matches!(Location::parse("postgres://app@db.internal/ledger"), Location::Postgres(_)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file, created when missing.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by connection URL (`postgres://` or `postgresql://`); its
+    /// tables are created when it has none.
+    Postgres(String),
+}
+
+impl Location {
+    /// `postgres://…` or `postgresql://…` is a PostgreSQL database; `sqlite:PATH` or any
+    /// other text is a SQLite file's path.
+    ///
+    /// ```
+    /// let location = toolledger::Location::parse("postgresql://localhost/ledger");
+    /// assert_eq!(location, toolledger::Location::Postgres("postgresql://localhost/ledger".to_owned()));
+    /// ```
+    pub fn parse(text: &str) -> Location {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Location::Postgres(text.to_owned())
+        } else {
+            Location::Sqlite(PathBuf::from(text.strip_prefix("sqlite:").unwrap_or(text)))
+        }
+    }
+
+    /// The backend's name: `sqlite` or `postgres`.
+    ///
+    /// ```
+    /// assert_eq!(toolledger::Location::parse("a.sqlite3").backend(), "sqlite");
+    /// ```
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Location::Sqlite(_) => "sqlite",
+            Location::Postgres(_) => "postgres",
+        }
+    }
+}
+
+impl From<&Path> for Location {
+    fn from(path: &Path) -> Location {
+        Location::Sqlite(path.to_path_buf())
+    }
+}
+
+impl From<PathBuf> for Location {
+    fn from(path: PathBuf) -> Location {
+        Location::Sqlite(path)
+    }
+}
+
+impl From<&PathBuf> for Location {
+    fn from(path: &PathBuf) -> Location {
+        Location::Sqlite(path.clone())
+    }
+}
+
+impl From<&str> for Location {
+    /// As [`Location::parse`].
+    fn from(text: &str) -> Location {
+        Location::parse(text)
+    }
+}
+
+impl From<String> for Location {
+    /// As [`Location::parse`].
+    fn from(text: String) -> Location {
+        Location::parse(&text)
+    }
+}
+
+impl From<&Location> for Location {
+    fn from(location: &Location) -> Location {
+        location.clone()
+    }
+}
+
+/// Whose clock a PostgreSQL ledger judges leases and due times by. SQLite ledgers always
+/// use the instants they are handed (one host, one clock).
+///
+/// ```
+/// assert_eq!(toolledger::StoreClock::default(), toolledger::StoreClock::Database);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreClock {
+    /// The database server's clock: relays on several hosts need no trusted wall clock.
+    #[default]
+    Database,
+    /// The instant each call is handed (a simulated clock: drills and tests).
+    Caller,
+}
+
+/// One connection to a ledger, wherever it lives.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("toolledger-doc-store-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let location = toolledger::Location::from(dir.join("ledger.sqlite3"));
+/// let store = toolledger::Store::open(&location, toolledger::Waits::default(), Default::default())?;
+/// assert_eq!(store.backend(), "sqlite");
+/// # drop(store);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum Store {
+    /// A SQLite file.
+    Sqlite(SqliteStore),
+    /// A PostgreSQL database (boxed: its connection state is far larger than SQLite's).
+    Postgres(Box<PgStore>),
+}
+
+impl Store {
+    /// Opens (creating when there is none) the ledger at `location`.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the location holds something else (`SCHEMA_UNSUPPORTED`), cannot
+    /// be reached or opened (`STORE_ERROR`), or a lock outlasts `waits` (`STORE_BUSY`).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-open-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// use toolledger::{Location, Store, StoreClock, Waits};
+    /// let store = Store::open(&Location::from(dir.join("l.sqlite3")), Waits::default(), StoreClock::Database)?;
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn open(location: &Location, waits: Waits, clock: StoreClock) -> Result<Store, Error> {
+        Ok(match location {
+            Location::Sqlite(path) => Store::Sqlite(SqliteStore::open_with(path, waits)?),
+            Location::Postgres(url) => {
+                Store::Postgres(Box::new(PgStore::connect(url, waits)?.with_clock(pg_clock(clock))))
+            }
+        })
+    }
+
+    /// Opens the ledger at `location` without ever creating one: what commands that only
+    /// read (and operators' commands) use.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::open`]; no ledger there is `STORE_NOT_FOUND`-class `STORE_ERROR`.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-ex-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// use toolledger::{Location, Store, StoreClock, Waits};
+    /// let missing = Location::from(dir.join("missing.sqlite3"));
+    /// assert!(Store::open_existing(&missing, Waits::default(), StoreClock::Database).is_err());
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// ```
+    pub fn open_existing(
+        location: &Location,
+        waits: Waits,
+        clock: StoreClock,
+    ) -> Result<Store, Error> {
+        Ok(match location {
+            Location::Sqlite(path) => Store::Sqlite(SqliteStore::open_existing_with(path, waits)?),
+            Location::Postgres(url) => Store::Postgres(Box::new(
+                PgStore::connect_existing(url, waits)?.with_clock(pg_clock(clock)),
+            )),
+        })
+    }
+
+    /// `sqlite` or `postgres`.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-be-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let location = toolledger::Location::from(dir.join("l.sqlite3"));
+    /// let store = toolledger::Store::open(&location, Default::default(), Default::default())?;
+    /// assert_eq!(store.backend(), location.backend());
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+}
+
+fn pg_clock(clock: StoreClock) -> Clock {
+    match clock {
+        StoreClock::Database => Clock::Database,
+        StoreClock::Caller => Clock::Caller,
+    }
+}
+
+/// Each method of a trait, answered by whichever store this is.
+macro_rules! delegate {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty;)*) => {
+        $(fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, StoreError> {
+            match self {
+                Store::Sqlite(store) => store.$name($($arg),*),
+                Store::Postgres(store) => store.$name($($arg),*),
+            }
+        })*
+    };
+}
+
+impl LedgerStore for Store {
+    delegate! {
+        operation_by_scope(scope: &Scope) -> Option<Operation>;
+        operation_by_status_ref(status_ref: &StatusRef) -> Option<Operation>;
+        dispatch_lookup(scope: &Scope, call: &CallIdentity) -> DispatchLookup;
+        recorded_call(call: &CallIdentity) -> Option<RecordedCall>;
+        reserve(intent: &NewOperation, call: &CallIdentity, now: Now) -> Reservation;
+        reserve_claimed(
+            intent: &NewOperation,
+            call: &CallIdentity,
+            now: Now,
+            owner: &Identifier,
+            lease: LeaseSeconds
+        ) -> Reservation;
+        claim(status_ref: &StatusRef, owner: &Identifier, now: Now, lease: LeaseSeconds) -> Claim;
+        record_status_query(call: &CallIdentity, status_ref: &StatusRef, now: Now)
+            -> Option<RecordedCall>;
+        finalize(status_ref: &StatusRef, by: &Finalizer, receipt: &LocalReceipt, now: Now)
+            -> Finalize;
+        finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now) -> Vec<Finalize>;
+        fail(status_ref: &StatusRef, by: &Finalizer, reason: &str, now: Now) -> Finalize;
+        quarantine(
+            status_ref: &StatusRef,
+            by: &Finalizer,
+            receipt: &Value,
+            reason: &str,
+            now: Now
+        ) -> Finalize;
+        release(
+            status_ref: &StatusRef,
+            owner: &Identifier,
+            attempt: i64,
+            release: &Release<'_>,
+            now: Now
+        ) -> Finalize;
+        claim_due(
+            owner: &Identifier,
+            downstream: &DownstreamIdentity,
+            now: Now,
+            lease: LeaseSeconds,
+            limit: usize
+        ) -> ClaimedBatch;
+        retired(status_ref: &StatusRef) -> bool;
+        heartbeat(owner: &Identifier, now: Now, lease: LeaseSeconds) -> usize;
+        audit() -> AuditReport;
+    }
+}
+
+impl StandInReceipts for Store {
+    delegate! {
+        record_downstream_receipt(receipt: &DownstreamReceipt, now: Now) -> DownstreamReceipt;
+        downstream_receipt(downstream_request_ref: &str) -> Option<DownstreamReceipt>;
+        record_downstream_receipts(receipts: &[DownstreamReceipt], now: Now)
+            -> Vec<DownstreamReceipt>;
+    }
+}
+
+impl OperatorStore for Store {
+    delegate! {
+        list(filter: &ListFilter<'_>, show_arguments: bool, now: Now) -> Vec<Listed>;
+        show(status_ref: &StatusRef) -> Shown;
+        requeue(status_ref: &StatusRef, reason: &str, now: Now) -> Requeued;
+        retire(cutoff: Now, now: Now, limit: usize) -> usize;
+        figures(now: Now) -> Figures;
+    }
+}
