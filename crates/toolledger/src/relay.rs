@@ -282,12 +282,16 @@ impl Relay {
                     .map_err(|_| Error::invalid("a worker id is not an identifier".to_owned()))
             })
             .collect::<Result<_, _>>()?;
+        // One connection per worker and one for the heartbeat (a PostgreSQL ledger's
+        // come from one pool).
+        let mut stores =
+            Store::open_many(&self.location, self.concurrency + 1, self.waits, self.judged_by())?;
+        let mut heart =
+            stores.pop().ok_or(Error::invalid("no connection for the heartbeat".to_owned()))?;
         let mut engines = Vec::new();
-        for _ in 0..self.concurrency {
-            let store = Store::open(&self.location, self.waits, self.judged_by())?;
+        for store in stores {
             engines.push(Engine::new(store, downstream()?, resolver(), registry.clone()));
         }
-        let mut heart = Store::open(&self.location, self.waits, self.judged_by())?;
         // Dropped once every worker has finished: the heartbeat wakes and stops at once.
         let (finished, workers_running) = std::sync::mpsc::channel::<()>();
         let totals = std::thread::scope(|scope| {

@@ -11,7 +11,7 @@ use toolledger_store::{
     Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Shown, StandInReceipts,
     StoreError, Waits,
 };
-use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_postgres::{Clock, PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
 
 use crate::Error;
@@ -187,6 +187,26 @@ impl Store {
                 PgStore::connect_existing(url, waits)?.with_clock(pg_clock(clock)),
             )),
         })
+    }
+
+    /// `count` connections to the ledger at `location`, for a relay's workers and its
+    /// heartbeat: a PostgreSQL ledger lends them from one pool of that size (each goes
+    /// back when its store is dropped, a lost one is replaced by the next lend).
+    pub(crate) fn open_many(
+        location: &Location,
+        count: usize,
+        waits: Waits,
+        clock: StoreClock,
+    ) -> Result<Vec<Store>, Error> {
+        match location {
+            Location::Sqlite(_) => {
+                (0..count).map(|_| Store::open(location, waits, clock)).collect()
+            }
+            Location::Postgres(url) => {
+                let pool = PgPool::new(url, count, waits)?.with_clock(pg_clock(clock));
+                (0..count).map(|_| Ok(Store::Postgres(Box::new(pool.store()?)))).collect()
+            }
+        }
     }
 
     /// `sqlite` or `postgres`.

@@ -16,14 +16,14 @@ use crate::Dir;
 const T: i64 = 1_767_225_600;
 
 /// The reference service in its own process, with its own file; killed when dropped.
-struct Refundd {
+pub(crate) struct Refundd {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     db: PathBuf,
 }
 
 impl Refundd {
-    fn start(dir: &Dir, extra: &[&str]) -> Refundd {
+    pub(crate) fn start(dir: &Dir, extra: &[&str]) -> Refundd {
         // The service is its own package's binary, built beside this one.
         let binary =
             PathBuf::from(env!("CARGO_BIN_EXE_toolledger")).with_file_name("toolledger-refundd");
@@ -51,7 +51,7 @@ impl Refundd {
     }
 
     /// Refunds in the service's own store.
-    fn refunds(&self) -> i64 {
+    pub(crate) fn refunds(&self) -> i64 {
         rusqlite::Connection::open(&self.db)
             .unwrap()
             .query_row("SELECT count(*) FROM refunds", [], |row| row.get(0))
@@ -71,7 +71,7 @@ impl Drop for Refundd {
     }
 }
 
-fn with(service: &Refundd, args: &[&str]) -> Vec<String> {
+pub(crate) fn with(service: &Refundd, args: &[&str]) -> Vec<String> {
     let mut all: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
     all.extend([
         "--downstream".to_owned(),

@@ -16,6 +16,7 @@ mod http;
 mod kill;
 mod library;
 mod liveness;
+mod multihost;
 mod operators;
 mod relay;
 
