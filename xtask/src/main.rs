@@ -215,8 +215,22 @@ fn deny(root: &Path) -> Result<String, String> {
 
 fn bench(root: &Path, args: &[String]) -> ExitCode {
     let quick = args.iter().any(|arg| arg == "--quick");
-    let names: Vec<&str> =
-        args.iter().map(String::as_str).filter(|arg| *arg != "--quick").collect();
+    // `--store postgres`: the PostgreSQL report instead of the SQLite benches.
+    let store = args.iter().position(|arg| arg == "--store").map(|at| args.get(at + 1));
+    let postgres = match store {
+        None => false,
+        Some(Some(store)) if store == "sqlite" => false,
+        Some(Some(store)) if store == "postgres" => true,
+        Some(_) => {
+            eprintln!("--store takes sqlite or postgres");
+            return ExitCode::from(2);
+        }
+    };
+    let names: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|arg| !["--quick", "--store", "sqlite", "postgres"].contains(arg))
+        .collect();
     // Each bench by name: the package and the bench target that run it.
     const BENCHES: [(&str, &str, &str); 2] =
         [("json", "toolledger-bench", "corpus"), ("report", "toolledger-bench", "report")];
@@ -230,7 +244,13 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
             }
         }
     }
-    if selected.is_empty() {
+    if postgres {
+        if !selected.is_empty() {
+            eprintln!("--store postgres runs the PostgreSQL report alone");
+            return ExitCode::from(2);
+        }
+        selected = vec![("report-postgres", "toolledger-bench", "postgres")];
+    } else if selected.is_empty() {
         selected = BENCHES.to_vec();
     }
     let mut outcomes = Vec::new();
@@ -243,7 +263,7 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
             if quick {
                 args.push("--quick");
             }
-            if name == "report" {
+            if name.starts_with("report") {
                 // The binaries the report spawns: the command (its wall time) and the
                 // reference service (the HTTP figures), in the bench's own profile.
                 let build = [

@@ -22,21 +22,19 @@ use std::{
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use toolledger::drill::{FailurePoint, Interrupt, Switch};
-use toolledger_contract::{
-    Case, IdempotencyKey, LeaseSeconds, NoRoles, Registry, Scope, StatusRef,
-    digest::{downstream_request_ref, status_ref},
-    load_case,
-};
+use toolledger_contract::{Case, LeaseSeconds, NoRoles, Registry, StatusRef};
 use toolledger_engine::{Engine, StandIn};
 
 /// The engine of the bench: the ledger, and the stand-in downstream on its own connection.
 type SqliteEngine<R> = Engine<SqliteStore, Interrupt<StandIn<SqliteStore>>, R>;
-use toolledger_bench::{Args, Work, corpus, median, sibling_binary, timed_rate, write_report};
+use toolledger_bench::{
+    Args, Work, corpus,
+    ledger::{CASE, Cases, Row, finished, row, worker},
+    median, sibling_binary, timed_rate, write_report,
+};
 use toolledger_json::{Limits, canonicalize, parse_strict};
-use toolledger_store::{CallIdentity, LedgerStore, LocalReceipt, NewOperation};
+use toolledger_store::LedgerStore;
 use toolledger_store_sqlite::SqliteStore;
-
-const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json");
 
 /// The ratios with a target, first in the report, in this order.
 const TARGETS: [&str; 7] = [
@@ -697,43 +695,6 @@ fn print_table(report: &Value) {
 // ---------------------------------------------------------------------------------
 // Inputs
 
-/// Distinct, valid cases: the PASS case under key `k-<index>`, its approval rebound.
-struct Cases {
-    base: Case,
-    registry: Registry,
-}
-
-impl Cases {
-    fn new() -> Cases {
-        Cases {
-            base: load_case(CASE, &Registry::builtin(), None).unwrap(),
-            registry: Registry::builtin(),
-        }
-    }
-
-    fn get(&self, index: usize) -> Case {
-        self.keyed(&format!("k-{index}"))
-    }
-
-    /// The case under idempotency key `key`, its own model call `call-<key>`.
-    fn keyed(&self, key: &str) -> Case {
-        let mut case = self.base.clone();
-        case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
-        // Each intent is its own model call: one call is one intent.
-        case.host.provider_call_id =
-            toolledger_contract::Identifier::new(&format!("call-{key}")).unwrap();
-        let tool = self.registry.tool("refund_order").unwrap();
-        let binding = case.approval_binding(&tool.name, &tool.revisions);
-        let approval = case.approval.as_mut().unwrap();
-        approval.approval_sha256 = approval.digest_for(&binding);
-        case
-    }
-}
-
-fn worker() -> toolledger_contract::Identifier {
-    toolledger_contract::Identifier::new("bench-worker").unwrap()
-}
-
 /// The HTTP downstream of the bench: the reference service's refund endpoints.
 fn http_downstream(base: &str) -> toolledger::http::HttpDownstream {
     let identity = toolledger::DownstreamIdentity::new("refunds-http", "1").unwrap();
@@ -818,100 +779,6 @@ fn raw_commit_rate(path: &Path, count: usize) -> f64 {
 }
 
 /// The values one operation writes, computed before any timing.
-struct Row {
-    scope: Scope,
-    status_ref: String,
-    downstream_request_ref: String,
-    request_sha256: String,
-    arguments_json: String,
-    receipt_ref: String,
-    receipt_json: String,
-    output_json: String,
-    result_sha256: String,
-    approval_sha256: String,
-}
-
-/// What a dispatch of the case under `key` writes once it has finished, built here
-/// with the contract's own digests: the intent, its call identity, and the local
-/// receipt of the stand-in's refund.
-fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalReceipt) {
-    let case = cases.keyed(key);
-    let tool = cases.registry.tool("refund_order").unwrap();
-    let scope = Scope {
-        tenant_id: case.principal.tenant_id.clone(),
-        subject_id: case.principal.subject_id.clone(),
-        tool_name: tool.name.clone(),
-        idempotency_key: case.host.idempotency_key.clone(),
-    };
-    let arguments = case.proposal.arguments.clone();
-    let request = toolledger_contract::digest::request_sha256(
-        &scope.tenant_id,
-        &scope.subject_id,
-        &tool.name,
-        &arguments,
-        &tool.revisions,
-    );
-    // The stand-in's refund of this request, as a dispatch would have received it.
-    let receipt = toolledger_engine::simulated_refund(&toolledger_engine::DownstreamRequest {
-        downstream_request_ref: downstream_request_ref(&scope, &request),
-        request_sha256: request.clone(),
-        tool_name: tool.name.clone(),
-        output_revision: tool.revisions.output.clone(),
-        arguments: arguments.clone(),
-    });
-    let output = receipt.receipt["output"].clone();
-    let local = LocalReceipt {
-        result_sha256: toolledger_contract::digest::result_sha256(
-            &tool.name,
-            &tool.revisions.output,
-            &output,
-        ),
-        output,
-        downstream: receipt,
-    };
-    let call = CallIdentity {
-        profile: case.host.profile.clone(),
-        provider_response_id: case.host.provider_response_id.clone(),
-        provider_call_id: case.host.provider_call_id.clone(),
-    };
-    let intent = NewOperation {
-        status_ref: status_ref(&scope),
-        request_sha256: request,
-        arguments,
-        revisions: tool.revisions.clone(),
-        profile: case.host.profile,
-        provider_response_id: case.host.provider_response_id,
-        provider_call_id: case.host.provider_call_id,
-        operation_id: case.host.operation_id,
-        approval: case.approval,
-        downstream: toolledger::DownstreamIdentity::new(
-            toolledger_store::STAND_IN_NAME,
-            toolledger_store::STAND_IN_REVISION,
-        )
-        .unwrap(),
-        scope,
-    };
-    (intent, call, local)
-}
-
-/// The raw baselines' values for the case under key `k-<index>`: the same rows a
-/// dispatch writes, as the text their plain SQL binds.
-fn row(cases: &Cases, index: usize) -> Row {
-    let (intent, _, local) = finished(cases, &format!("k-{index}"));
-    Row {
-        status_ref: intent.status_ref.as_str().to_owned(),
-        downstream_request_ref: local.downstream.downstream_request_ref.clone(),
-        request_sha256: intent.request_sha256.as_str().to_owned(),
-        arguments_json: canonicalize(&intent.arguments),
-        receipt_ref: local.downstream.receipt_ref.clone(),
-        receipt_json: canonicalize(&local.downstream.receipt),
-        output_json: canonicalize(&local.output),
-        result_sha256: local.result_sha256.as_str().to_owned(),
-        approval_sha256: intent.approval.as_ref().unwrap().approval_sha256.as_str().to_owned(),
-        scope: intent.scope,
-    }
-}
-
 /// The raw baselines' own insert of an operation row: plain SQL on purpose, with the
 /// constants a dispatch of these cases writes. Ledger rows the bench needs are written
 /// by the store (`fill`).

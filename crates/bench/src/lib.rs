@@ -11,6 +11,8 @@ use std::{
     time::Instant,
 };
 
+pub mod ledger;
+
 /// What a bench was asked for: `[--out PATH] [--quick] [--profile FLOW] [--child ARGS…]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {

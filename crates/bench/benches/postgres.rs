@@ -1,0 +1,451 @@
+//! The PostgreSQL report (`cargo xtask bench --store postgres`): the ledger on a private
+//! PostgreSQL server started for the run, each figure against a raw baseline on the same
+//! server in the same run.
+//!
+//! - fresh dispatch, 1 client, against the raw 4-commit pipeline (the same rows and
+//!   transactions with plain SQL and no validation, JSON or hashing), alternating;
+//! - the same with 8 clients, the raw pipeline claiming with `SKIP LOCKED`;
+//! - replay against one raw unique-key `SELECT` round trip;
+//! - four relay processes draining a backlog in batches, against the per-operation
+//!   pipeline (fresh dispatch, 1 client);
+//! - the audit of a large ledger (built through the store's own statements).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
+
+use std::{
+    process::Command,
+    sync::{Arc, Barrier},
+    thread,
+    time::Instant,
+};
+
+use postgres::{Client, NoTls};
+use serde_json::{Value, json};
+use toolledger_bench::{
+    Args, Work,
+    ledger::{CASE, Cases, Row, finished, row, worker},
+    median, sibling_binary, timed_rate, write_report,
+};
+use toolledger_contract::{NoRoles, Registry, UnixSeconds};
+use toolledger_engine::{Engine, StandIn};
+use toolledger_store::{LedgerStore, Waits};
+use toolledger_store_postgres::{PgStore, cluster::Cluster};
+
+/// The ratios with a target, first in the report, in this order.
+const TARGETS: [&str; 5] = [
+    "pg_pipeline_vs_raw_1",
+    "pg_pipeline_vs_raw_8",
+    "pg_replay_vs_raw_select",
+    "pg_relay_vs_pipeline",
+    "pg_audit_rows_per_s",
+];
+
+struct Settings {
+    /// Alternating rounds per comparison.
+    rounds: usize,
+    /// Operations per round (per client with 8).
+    ops: usize,
+    /// Events the relays drain.
+    events: usize,
+    /// Operations in the audited ledger.
+    audited: usize,
+}
+
+type PgEngine = Engine<PgStore, StandIn<PgStore>, NoRoles>;
+
+fn engine(url: &str) -> PgEngine {
+    let store = PgStore::connect(url, Waits::default()).unwrap();
+    let downstream = StandIn::new(PgStore::connect(url, Waits::default()).unwrap());
+    Engine::new(store, downstream, NoRoles, Registry::builtin())
+}
+
+/// A new database holding an empty store.
+fn ledger(cluster: &Cluster, name: &str) -> String {
+    let url = cluster.fresh_database(name).unwrap();
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    url
+}
+
+fn main() {
+    let Args { out, quick, .. } = Args::parse("report-postgres");
+    let settings = if quick {
+        Settings { rounds: 3, ops: 40, events: 400, audited: 5_000 }
+    } else {
+        Settings { rounds: 5, ops: 200, events: 4_000, audited: 1_000_000 }
+    };
+    let mut report: Vec<(String, Value)> = Vec::new();
+    let mut put = |key: &str, value: Value| report.push((key.to_owned(), value));
+    put("quick", json!(quick));
+    put("cores", json!(thread::available_parallelism().map(usize::from).unwrap_or(1)));
+    println!("starting a private PostgreSQL server");
+    let cluster = Cluster::start().unwrap();
+    let version: String =
+        connect(&cluster.url()).query_one("SHOW server_version", &[]).unwrap().get(0);
+    put("postgres_version", json!(version));
+    let cases = Arc::new(Cases::new());
+
+    // 1: one client, alternating batches of the raw pipeline and fresh dispatch.
+    println!("pipeline, 1 client: raw 4-commit pipeline vs fresh dispatch");
+    let (raw_url, fresh_url) = (ledger(&cluster, "raw1"), ledger(&cluster, "fresh1"));
+    let mut raw_client = connect(&raw_url);
+    let raw_statements = RawStatements::prepare(&mut raw_client);
+    let mut fresh = engine(&fresh_url);
+    for index in 0..20 {
+        raw_operation(&mut raw_client, &raw_statements, &row(&cases, 9_000_000 + index), false);
+        fresh.dispatch(&cases.get(9_000_000 + index), &worker()).unwrap();
+    }
+    let (mut raw_rates, mut fresh_rates) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        let first = round * settings.ops;
+        let rows: Vec<Row> = (first..first + settings.ops).map(|i| row(&cases, i)).collect();
+        raw_rates.push(timed_rate(settings.ops, |index| {
+            raw_operation(&mut raw_client, &raw_statements, &rows[index], false);
+        }));
+        fresh_rates.push(timed_rate(settings.ops, |index| {
+            let answer = fresh.dispatch(&cases.get(first + index), &worker()).unwrap();
+            assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
+        }));
+    }
+    let (raw_1, fresh_1) = (median(raw_rates), median(fresh_rates));
+    put("pg_raw_pipeline_1_ops_per_s", json!(raw_1));
+    put("pg_fresh_dispatch_1_ops_per_s", json!(fresh_1));
+    put("pg_pipeline_vs_raw_1", json!(fresh_1 / raw_1));
+
+    // 2: eight clients, each its own connections.
+    println!("pipeline, 8 clients: raw pipeline (SKIP LOCKED claims) vs fresh dispatch");
+    let (mut raw_8, mut fresh_8) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        let first = 1_000_000 + round * 8 * settings.ops;
+        let url = raw_url.clone();
+        let rows = Arc::clone(&cases);
+        raw_8.push(clients(settings.ops, move || {
+            let mut client = connect(&url);
+            let statements = RawStatements::prepare(&mut client);
+            let rows = Arc::clone(&rows);
+            move |thread: usize, index: usize| {
+                let row = row(&rows, first + thread * 100_000 + index);
+                raw_operation(&mut client, &statements, &row, true);
+            }
+        }));
+        let url = fresh_url.clone();
+        let inputs = Arc::clone(&cases);
+        fresh_8.push(clients(settings.ops, move || {
+            let mut engine = engine(&url);
+            let inputs = Arc::clone(&inputs);
+            move |thread: usize, index: usize| {
+                let case = inputs.get(first + thread * 100_000 + index);
+                let answer = engine.dispatch(&case, &worker()).unwrap();
+                assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
+            }
+        }));
+    }
+    let (raw_8, fresh_8) = (Clients::median(raw_8), Clients::median(fresh_8));
+    put("pg_raw_pipeline_8_ops_per_s", json!(raw_8.ops_per_s));
+    put("pg_fresh_dispatch_8_ops_per_s", json!(fresh_8.ops_per_s));
+    put("pg_fresh_dispatch_8_p99_ms", json!(fresh_8.p99_ms));
+    put("pg_raw_pipeline_8_p99_ms", json!(raw_8.p99_ms));
+    put("pg_pipeline_vs_raw_8", json!(fresh_8.ops_per_s / raw_8.ops_per_s));
+
+    // 3: replay of finished operations against a raw unique-key SELECT.
+    println!("replay vs raw unique-key SELECT round trip");
+    let replay_url = ledger(&cluster, "replay");
+    let keys = settings.ops * 4;
+    load(&replay_url, &cases, 0, keys, 2);
+    let mut replayer = engine(&replay_url);
+    let mut raw_reader = connect(&replay_url);
+    let select = raw_reader
+        .prepare(
+            "SELECT * FROM operations WHERE tenant_id = $1 AND subject_id = $2 AND tool_name = $3 \
+             AND idempotency_key = $4",
+        )
+        .unwrap();
+    let prepared: Vec<_> = (0..keys).map(|index| cases.get(index)).collect();
+    let scopes: Vec<Row> = (0..keys).map(|index| row(&cases, index)).collect();
+    let (mut replays, mut selects) = (Vec::new(), Vec::new());
+    for _ in 0..settings.rounds {
+        selects.push(timed_rate(keys, |index| {
+            let scope = &scopes[index].scope;
+            let found = raw_reader
+                .query_opt(
+                    &select,
+                    &[
+                        &scope.tenant_id.as_str(),
+                        &scope.subject_id.as_str(),
+                        &scope.tool_name,
+                        &scope.idempotency_key.as_str(),
+                    ],
+                )
+                .unwrap();
+            assert!(found.is_some());
+        }));
+        replays.push(timed_rate(keys, |index| {
+            let answer = replayer.dispatch(&prepared[index], &worker()).unwrap();
+            assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
+        }));
+    }
+    let (replay, select) = (median(replays), median(selects));
+    put("pg_replay_per_s", json!(replay));
+    put("pg_raw_unique_select_per_s", json!(select));
+    put("pg_replay_vs_raw_select", json!(replay / select));
+
+    // 4: four relay processes drain a backlog, batches of 64.
+    println!("relay: 4 processes draining {} accepted events", settings.events);
+    let relay_url = ledger(&cluster, "relay");
+    let mut acceptor = engine(&relay_url);
+    for index in 0..settings.events {
+        acceptor.enqueue(&cases.get(3_000_000 + index)).unwrap();
+    }
+    drop(acceptor);
+    let work = Work::new();
+    let case_file = work.file("case.json");
+    std::fs::write(&case_file, CASE).unwrap();
+    let toolledger = sibling_binary("toolledger");
+    let started = Instant::now();
+    let relays: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(&toolledger)
+                .args(["--db", &relay_url, "--fixture"])
+                .arg(&case_file)
+                .args(["relay", "--once", "--concurrency", "2", "--batch", "64"])
+                .output()
+        })
+        .collect();
+    for relay in relays {
+        let output = relay.unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+    let relay_s = started.elapsed().as_secs_f64();
+    let delivered: i64 =
+        connect(&relay_url).query_one("SELECT count(*) FROM local_receipts", &[]).unwrap().get(0);
+    assert_eq!(delivered, i64::try_from(settings.events).unwrap());
+    let relay_rate = settings.events as f64 / relay_s;
+    put("pg_relay_4_processes_events_per_s", json!(relay_rate));
+    put("pg_relay_vs_pipeline", json!(relay_rate / fresh_1));
+
+    // 5: the audit of a large ledger, one REPEATABLE READ snapshot.
+    println!(
+        "building a ledger of {} operations through the store (load_finished)",
+        settings.audited
+    );
+    let audit_url = ledger(&cluster, "audit");
+    let built = Instant::now();
+    load(&audit_url, &cases, 5_000_000, settings.audited, 2);
+    put("pg_audit_ledger_operations", json!(settings.audited));
+    put("pg_audit_ledger_build_s", json!(built.elapsed().as_secs_f64()));
+    let mut auditor = PgStore::connect(&audit_url, Waits::default()).unwrap();
+    let started = Instant::now();
+    let audit = auditor.audit().unwrap();
+    let audit_s = started.elapsed().as_secs_f64();
+    assert!(audit.passed(), "{audit:?}");
+    put("pg_audit_s", json!(audit_s));
+    put("pg_audit_rows_per_s", json!(settings.audited as f64 / audit_s));
+
+    write_report(&out, &report, &TARGETS);
+    for key in TARGETS {
+        let value = report.iter().find(|(name, _)| name == key).map(|(_, value)| value.clone());
+        println!("{key:<28} {}", value.unwrap_or(Value::Null));
+    }
+}
+
+fn connect(url: &str) -> Client {
+    Client::connect(url, NoTls).unwrap()
+}
+
+/// Writes `count` finished operations (keys from `first`) through the store's own
+/// statements, on `threads` connections, 1,000 per transaction.
+fn load(url: &str, cases: &Arc<Cases>, first: usize, count: usize, threads: usize) {
+    let now = UnixSeconds::new(cases.base.clock.now.get()).unwrap();
+    let per_thread = count.div_ceil(threads);
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (url, cases) = (url.to_owned(), Arc::clone(cases));
+            thread::spawn(move || {
+                let mut store = PgStore::connect(&url, Waits::default()).unwrap();
+                let start = first + thread * per_thread;
+                let end = (start + per_thread).min(first + count);
+                for chunk in (start..end).step_by(1_000) {
+                    let batch: Vec<_> = (chunk..(chunk + 1_000).min(end))
+                        .map(|index| finished(&cases, &format!("k-{index}")))
+                        .collect();
+                    store.load_finished(&batch, now).unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
+/// The raw pipeline's statements, prepared once per connection: plain SQL on purpose.
+struct RawStatements {
+    operation: postgres::Statement,
+    outbox: postgres::Statement,
+    call: postgres::Statement,
+    claim: postgres::Statement,
+    claimed: postgres::Statement,
+    receipt: postgres::Statement,
+    local: postgres::Statement,
+    succeeded: postgres::Statement,
+    delivered: postgres::Statement,
+}
+
+impl RawStatements {
+    fn prepare(client: &mut Client) -> RawStatements {
+        let mut prepare = |sql: &str| client.prepare(sql).unwrap();
+        RawStatements {
+            operation: prepare(
+                "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
+                 downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
+                 effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
+                 adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
+                 approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status, \
+                 created_at, updated_at) \
+                 VALUES ($1, $2, 'refund_order', $3, $4, $5, $6, $7, \
+                 'refund_order.input.v2', 'refund_order.output.v2', 'refund_order.effect.v1', 'refund_order.handler.v1', \
+                 'toolledger.producer.v1', 'refund_order.policy.v1', 'openai', 'responses', 'openai-responses-2026-05', \
+                 'resp-001', $8, 'op-001', 'appr-001', 'approver-1', $9, 1767225500, 1767229100, 'toolledger-stand-in', \
+                 '1', 'pending', 1767225600, 1767225600) \
+                 ON CONFLICT (tenant_id, subject_id, tool_name, idempotency_key) DO NOTHING RETURNING id",
+            ),
+            outbox: prepare(
+                "INSERT INTO outbox (op_id, state, attempt_count, next_attempt_at, attempts_before, created_at, \
+                 updated_at) VALUES ($1, 'pending', 0, 1767225600, 0, 1767225600, 1767225600)",
+            ),
+            call: prepare(
+                "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
+                 provider_call_id, purpose, op_id, created_at) \
+                 VALUES ('openai', 'responses', 'openai-responses-2026-05', 'resp-001', $1, 'dispatch', $2, 1767225600)",
+            ),
+            claim: prepare(
+                "UPDATE outbox SET state = 'processing', lease_owner = 'w', lease_until = 1767225630, \
+                 next_attempt_at = 1767225630, attempt_count = attempt_count + 1 WHERE op_id = \
+                 (SELECT op_id FROM outbox WHERE op_id = $1 AND state = 'pending' FOR UPDATE SKIP LOCKED) \
+                 RETURNING op_id",
+            ),
+            claimed: prepare("UPDATE operations SET status = 'processing' WHERE id = $1"),
+            receipt: prepare(
+                "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, \
+                 receipt_json, created_at) VALUES ($1, $2, $3, $4, 1767225600) \
+                 ON CONFLICT (downstream_request_ref) DO NOTHING",
+            ),
+            local: prepare(
+                "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, \
+                 output_json, result_sha256, finalized_by, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'worker', 1767225600)",
+            ),
+            succeeded: prepare("UPDATE operations SET status = 'succeeded' WHERE id = $1"),
+            delivered: prepare("UPDATE outbox SET state = 'delivered' WHERE op_id = $1"),
+        }
+    }
+}
+
+/// The bare 4-commit pipeline of one operation: A (operation, event, call identity),
+/// the claim (`skip_locked`: the event taken with `FOR UPDATE SKIP LOCKED`), B (the
+/// downstream's receipt), C (local receipt, succeeded, delivered).
+fn raw_operation(client: &mut Client, statements: &RawStatements, row: &Row, skip_locked: bool) {
+    let call_id = format!("call-{}", row.scope.idempotency_key);
+    let mut tx = client.transaction().unwrap();
+    let id: i64 = tx
+        .query_one(
+            &statements.operation,
+            &[
+                &row.scope.tenant_id.as_str(),
+                &row.scope.subject_id.as_str(),
+                &row.scope.idempotency_key.as_str(),
+                &row.status_ref,
+                &row.downstream_request_ref,
+                &row.request_sha256,
+                &row.arguments_json,
+                &call_id,
+                &row.approval_sha256,
+            ],
+        )
+        .unwrap()
+        .get(0);
+    tx.execute(&statements.outbox, &[&id]).unwrap();
+    tx.execute(&statements.call, &[&call_id, &id]).unwrap();
+    tx.commit().unwrap();
+    let mut tx = client.transaction().unwrap();
+    let claimed = tx.query_opt(&statements.claim, &[&id]).unwrap();
+    assert!(claimed.is_some() || !skip_locked);
+    tx.execute(&statements.claimed, &[&id]).unwrap();
+    tx.commit().unwrap();
+    client
+        .execute(
+            &statements.receipt,
+            &[
+                &row.downstream_request_ref,
+                &row.request_sha256,
+                &row.receipt_ref,
+                &row.receipt_json,
+            ],
+        )
+        .unwrap();
+    let mut tx = client.transaction().unwrap();
+    tx.execute(
+        &statements.local,
+        &[
+            &id,
+            &row.downstream_request_ref,
+            &row.receipt_ref,
+            &row.receipt_json,
+            &row.output_json,
+            &row.result_sha256,
+        ],
+    )
+    .unwrap();
+    tx.execute(&statements.succeeded, &[&id]).unwrap();
+    tx.execute(&statements.delivered, &[&id]).unwrap();
+    tx.commit().unwrap();
+}
+
+/// Eight clients' throughput and tail.
+struct Clients {
+    ops_per_s: f64,
+    p99_ms: f64,
+}
+
+impl Clients {
+    /// The round with the median throughput.
+    fn median(mut rounds: Vec<Clients>) -> Clients {
+        rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+        let middle = rounds.len() / 2;
+        rounds.swap_remove(middle)
+    }
+}
+
+/// Eight threads, each with what `setup` makes (its own connections), released together,
+/// each running `per_thread` operations.
+fn clients<W, S>(per_thread: usize, setup: S) -> Clients
+where
+    S: Fn() -> W + Send + Sync + 'static,
+    W: FnMut(usize, usize) + Send + 'static,
+{
+    let setup = Arc::new(setup);
+    let barrier = Arc::new(Barrier::new(9));
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            let (setup, barrier) = (Arc::clone(&setup), Arc::clone(&barrier));
+            thread::spawn(move || {
+                let mut work = setup();
+                barrier.wait();
+                (0..per_thread)
+                    .map(|index| {
+                        let started = Instant::now();
+                        work(thread, index);
+                        started.elapsed().as_secs_f64() * 1000.0
+                    })
+                    .collect::<Vec<f64>>()
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    let mut latencies: Vec<f64> =
+        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
+    let wall = started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let p99 = latencies[((latencies.len() as f64 - 1.0) * 0.99).round() as usize];
+    Clients { ops_per_s: latencies.len() as f64 / wall, p99_ms: p99 }
+}
