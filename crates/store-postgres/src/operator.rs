@@ -20,7 +20,7 @@ const LIVE_OR_ENDED: &str = "SELECT count(*) FROM operations o JOIN outbox b ON 
 const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE status = 'pending'";
 const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
      WHERE o.status = 'processing' AND b.lease_until <= $1";
-const COUNTER: &str = "SELECT coalesce((SELECT value FROM counters WHERE name = $1), 0)";
+const COUNTER: &str = "SELECT coalesce(sum(value), 0)::bigint FROM counters WHERE name = $1";
 const LIST: &str = "SELECT o.status_ref, o.tool_name, o.status, b.attempt_count, o.created_at, o.updated_at, \
      coalesce(t.reason, b.last_reason), o.arguments_json, b.lease_until \
      FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \

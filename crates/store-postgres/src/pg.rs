@@ -12,7 +12,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use postgres::{Config, GenericClient, IsolationLevel, Row, Transaction};
+use postgres::{Config, GenericClient, IsolationLevel, Row, Transaction, types::ToSql};
 use serde_json::Value;
 use toolledger_contract::{
     DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef, UnixSeconds,
@@ -102,10 +102,13 @@ const INSERT_OUTBOX_CLAIMED: &str = "INSERT INTO outbox (op_id, state, lease_own
      VALUES ($1, 'processing', $3, $4, 1, $4, NULL, 0, $2, $2)";
 const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, \
      last_reason, attempts_before, created_at, updated_at) VALUES ($1, 'pending', NULL, NULL, 0, $2, NULL, 0, $2, $2)";
-const BUMP: &str = "INSERT INTO counters (name, value) VALUES ($1, 1) \
-     ON CONFLICT (name) DO UPDATE SET value = counters.value + 1";
-const BUMP_BY: &str = "INSERT INTO counters (name, value) VALUES ($1, $2) \
-     ON CONFLICT (name) DO UPDATE SET value = counters.value + EXCLUDED.value";
+/// A counter is sixteen rows, one per shard, and a session adds to its own
+/// (`pg_backend_pid() % 16`): one row would be a lock every claim holds until its commit
+/// is flushed, serializing the commits of every host. Readers sum the shards.
+const BUMP: &str = "INSERT INTO counters (name, shard, value) VALUES ($1, pg_backend_pid() % 16, 1) \
+     ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + 1";
+const BUMP_BY: &str = "INSERT INTO counters (name, shard, value) VALUES ($1, pg_backend_pid() % 16, $2) \
+     ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value";
 const RETIRED: &str = "SELECT final_status FROM tombstones WHERE status_ref = $1";
 const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
      provider_call_id, purpose, op_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -150,10 +153,33 @@ const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.
      WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= $1 \
      AND o.downstream_name = $3 AND o.downstream_revision = $4 \
      ORDER BY b.next_attempt_at, b.op_id LIMIT $2 FOR UPDATE OF b SKIP LOCKED";
-const CLAIM_ONE: &str = "UPDATE outbox SET state = 'processing', lease_owner = $2, lease_until = $3, \
+/// Commit C of a batch, each item fenced as [`FINALIZE`] fences one (an item with no
+/// owner is a status query's); the refs and ids of those finalized.
+const FINALIZE_MANY: &str = "UPDATE outbox b SET state = 'delivered', updated_at = $4 \
+     FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i (status_ref, owner, attempt) \
+     JOIN operations o ON o.status_ref = i.status_ref \
+     WHERE b.op_id = o.id AND o.status NOT IN ('succeeded', 'failed', 'quarantined', 'dead') \
+     AND b.state IN ('pending', 'processing') \
+     AND (i.owner IS NULL OR (b.state = 'processing' AND b.lease_owner = i.owner AND b.attempt_count = i.attempt)) \
+     RETURNING i.status_ref, b.op_id";
+const INSERT_LOCAL_MANY: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, \
+     receipt_json, output_json, result_sha256, finalized_by, created_at) \
+     SELECT o, d, r, j, u, h, f, $8 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], \
+     $5::text[], $6::text[], $7::text[]) AS t (o, d, r, j, u, h, f)";
+const MARK_SUCCEEDED_MANY: &str = "UPDATE operations SET status = 'succeeded', updated_at = $2 \
+     WHERE id = ANY($1) AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')";
+/// Commit B of a batch (the simulation's): the refs it stored.
+const INSERT_DOWNSTREAM_MANY: &str = "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, \
+     receipt_ref, receipt_json, created_at) \
+     SELECT d, q, r, j, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t (d, q, r, j) \
+     ON CONFLICT DO NOTHING RETURNING downstream_request_ref";
+/// The relay's claim of its verified due events, in one statement.
+const CLAIM_MANY: &str = "UPDATE outbox SET state = 'processing', lease_owner = $2, lease_until = $3, \
      next_attempt_at = $3, attempt_count = attempt_count + 1, updated_at = $4 \
-     WHERE op_id = $1 AND state IN ('pending', 'processing') AND next_attempt_at <= $4 \
-     RETURNING attempt_count";
+     WHERE op_id = ANY($1) AND state IN ('pending', 'processing') AND next_attempt_at <= $4 \
+     RETURNING op_id, attempt_count";
+const MARK_PROCESSING_MANY: &str =
+    "UPDATE operations SET status = 'processing', updated_at = $2 WHERE id = ANY($1)";
 /// SQLite's statement, with the owner and the lease end re-checked on the row itself
 /// (see [`FINALIZE`]): a lease taken over meanwhile is not extended.
 const HEARTBEAT: &str = "UPDATE outbox SET lease_until = $3, next_attempt_at = $3, updated_at = $2 \
@@ -168,7 +194,135 @@ const SELECT_OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = 
 const BY_SCOPE: &str =
     "o.tenant_id = $1 AND o.subject_id = $2 AND o.tool_name = $3 AND o.idempotency_key = $4";
 pub(crate) const BY_STATUS_REF: &str = "o.status_ref = $1";
-const BY_ID: &str = "o.id = $1";
+
+/// How many of `load_finished`'s status refs retention has tombstoned.
+const LOAD_RETIRED: &str = "SELECT count(*) FROM tombstones WHERE status_ref = ANY($1::text[])";
+/// `load_finished`'s operations: one row per element of the arrays, succeeded.
+const LOAD_OPERATIONS: &str = "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, \
+     status_ref, downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
+     effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
+     adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
+     approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status, \
+     created_at, updated_at) \
+     SELECT t.*, 'succeeded', $28::bigint, $28::bigint FROM unnest($1::text[], $2::text[], $3::text[], \
+     $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+     $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], \
+     $20::text[], $21::text[], $22::text[], $23::text[], $24::bigint[], $25::bigint[], $26::text[], \
+     $27::text[]) AS t \
+     ON CONFLICT DO NOTHING RETURNING id, status_ref";
+/// `load_finished`'s events: delivered, attempt 1 under the loader's ended lease.
+const LOAD_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, \
+     next_attempt_at, last_reason, attempts_before, created_at, updated_at) \
+     SELECT id, 'delivered', 'loader', $2, 1, $2, NULL, 0, $3, $3 FROM unnest($1::bigint[]) AS id";
+/// `load_finished`'s dispatch call identities.
+const LOAD_CALLS: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, \
+     provider_response_id, provider_call_id, purpose, op_id, created_at) \
+     SELECT p, f, a, r, c, 'dispatch', o, $7 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+     $5::text[], $6::bigint[]) AS t (p, f, a, r, c, o)";
+/// `load_finished`'s downstream receipts (the stand-in's commit B).
+const LOAD_DOWNSTREAM: &str = "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, \
+     receipt_ref, receipt_json, created_at) \
+     SELECT d, q, r, j, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t (d, q, r, j) \
+     ON CONFLICT DO NOTHING";
+/// `load_finished`'s local receipts, finalized by the worker.
+const LOAD_LOCAL: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, \
+     output_json, result_sha256, finalized_by, created_at) \
+     SELECT o, d, r, j, u, h, 'worker', $7 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], \
+     $5::text[], $6::text[]) AS t (o, d, r, j, u, h)";
+
+/// The columns of a `load_finished` batch, as the arrays its statements bind.
+#[derive(Default)]
+struct Loaded {
+    /// The operation's twenty text columns, `tenant_id` to `operation_id`.
+    text: Vec<Vec<String>>,
+    /// `approval_id`, `approver_id`, `approval_sha256` (NULL without an approval).
+    approvals: [Vec<Option<String>>; 3],
+    approved_at: Vec<Option<i64>>,
+    approval_expires_at: Vec<Option<i64>>,
+    downstream_names: Vec<String>,
+    downstream_revisions: Vec<String>,
+    providers: Vec<String>,
+    api_families: Vec<String>,
+    adapter_revisions: Vec<String>,
+    response_ids: Vec<String>,
+    call_ids: Vec<String>,
+    request_refs: Vec<String>,
+    request_digests: Vec<String>,
+    receipt_refs: Vec<String>,
+    receipts: Vec<String>,
+    outputs: Vec<String>,
+    results: Vec<String>,
+}
+
+impl Loaded {
+    fn of(finished: &[(NewOperation, CallIdentity, LocalReceipt)]) -> Loaded {
+        let mut loaded = Loaded { text: vec![Vec::new(); 20], ..Loaded::default() };
+        for (intent, call, receipt) in finished {
+            let scope = &intent.scope;
+            let revisions = &intent.revisions;
+            let downstream = &receipt.downstream;
+            let columns = [
+                scope.tenant_id.as_str().to_owned(),
+                scope.subject_id.as_str().to_owned(),
+                scope.tool_name.clone(),
+                scope.idempotency_key.as_str().to_owned(),
+                intent.status_ref.as_str().to_owned(),
+                toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256),
+                intent.request_sha256.as_str().to_owned(),
+                canonicalize(&intent.arguments),
+                revisions.input.clone(),
+                revisions.output.clone(),
+                revisions.effect.clone(),
+                revisions.handler.clone(),
+                revisions.producer.clone(),
+                revisions.policy.clone(),
+                intent.profile.provider.clone(),
+                intent.profile.api_family.clone(),
+                intent.profile.adapter_revision.clone(),
+                intent.provider_response_id.as_str().to_owned(),
+                intent.provider_call_id.as_str().to_owned(),
+                intent.operation_id.as_str().to_owned(),
+            ];
+            for (column, value) in loaded.text.iter_mut().zip(columns) {
+                column.push(value);
+            }
+            let approval = intent.approval.as_ref();
+            let [ids, approvers, digests] = &mut loaded.approvals;
+            ids.push(approval.map(|approval| approval.approval_id.as_str().to_owned()));
+            approvers.push(approval.map(|approval| approval.approver_id.as_str().to_owned()));
+            digests.push(approval.map(|approval| approval.approval_sha256.as_str().to_owned()));
+            loaded.approved_at.push(approval.map(|approval| approval.approved_at.get()));
+            loaded.approval_expires_at.push(approval.map(|approval| approval.expires_at.get()));
+            loaded.downstream_names.push(intent.downstream.name().to_owned());
+            loaded.downstream_revisions.push(intent.downstream.revision().to_owned());
+            loaded.providers.push(call.profile.provider.clone());
+            loaded.api_families.push(call.profile.api_family.clone());
+            loaded.adapter_revisions.push(call.profile.adapter_revision.clone());
+            loaded.response_ids.push(call.provider_response_id.as_str().to_owned());
+            loaded.call_ids.push(call.provider_call_id.as_str().to_owned());
+            loaded.request_refs.push(downstream.downstream_request_ref.clone());
+            loaded.request_digests.push(downstream.request_sha256.as_str().to_owned());
+            loaded.receipt_refs.push(downstream.receipt_ref.clone());
+            loaded.receipts.push(canonicalize(&downstream.receipt));
+            loaded.outputs.push(canonicalize(&receipt.output));
+            loaded.results.push(receipt.result_sha256.as_str().to_owned());
+        }
+        loaded
+    }
+
+    /// The parameters of [`LOAD_OPERATIONS`], stamped `now`.
+    fn operation_params<'a>(&'a self, now: &'a i64) -> Vec<&'a (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            self.text.iter().map(|column| column as &(dyn ToSql + Sync)).collect();
+        params.extend(self.approvals.iter().map(|column| column as &(dyn ToSql + Sync)));
+        params.push(&self.approved_at);
+        params.push(&self.approval_expires_at);
+        params.push(&self.downstream_names);
+        params.push(&self.downstream_revisions);
+        params.push(now);
+        params
+    }
+}
 
 /// An operation with its outbox event and local receipt, chosen by `filter`.
 fn operation_sql(filter: &str) -> String {
@@ -264,40 +418,91 @@ impl PgStore {
     }
 
     /// Writes finished operations (`intent`, its dispatch `call`, its local receipt) in
-    /// one transaction, through the commit points' own statements: each reserved with
-    /// its claim (attempt 1), its downstream receipt recorded, and finalized by that
-    /// lease, so every row is exactly what a worker would have written. For building
-    /// large ledgers (benchmarks); the number written.
+    /// one transaction, set-based (one statement per table over arrays): the rows a
+    /// dispatch that claimed, received the stand-in's receipt and finalized would have
+    /// written (attempt 1 under the lease of `loader`, finalized by it at `now`). For
+    /// building large ledgers (benchmarks); the number written. Every row is verified on
+    /// the way out like any other, and the audit holds them to every invariant.
     ///
     /// # Errors
     ///
-    /// [`StoreError`]; `ContractViolation` when an operation's scope is already taken,
-    /// and then nothing of the batch is written.
+    /// [`StoreError`]; `ContractViolation` when an operation's scope or refs are already
+    /// taken, and then nothing of the batch is written.
     pub fn load_finished(
         &mut self,
         finished: &[(NewOperation, CallIdentity, LocalReceipt)],
         now: Now,
     ) -> Result<usize, StoreError> {
-        let loader = Identifier::new("loader")
-            .map_err(|_| StoreError::Internal("the loader's name is an identifier"))?;
         let lease = LeaseSeconds::new(1).map_err(|_| StoreError::Internal("one second"))?;
-        let by = Finalizer::Lease { owner: loader.clone(), attempt: 1 };
+        let count = i64::try_from(finished.len())
+            .map_err(|_| StoreError::Internal("the batch is too large"))?;
         self.write(now, |db, now| {
-            for (intent, call, receipt) in finished {
-                let arguments = canonicalize(&intent.arguments);
-                match reserve_in(db, (intent, &arguments), call, now, Some((&loader, lease)))?.0 {
-                    Reservation::Reserved(_) => {}
-                    _ => {
-                        return Err(StoreError::ContractViolation("a loaded operation is not new"));
-                    }
-                }
-                let downstream = &receipt.downstream;
-                record_downstream_in(db, downstream, &canonicalize(&downstream.receipt), now)?;
-                match end_in(db, &intent.status_ref, &by, now, &Ending::succeeded(receipt))? {
-                    Finalize::Finalized => {}
-                    _ => return Err(StoreError::Internal("a loaded operation did not finish")),
-                }
+            let until = lease_end(now, lease)?;
+            let loaded = Loaded::of(finished);
+            let retired: Option<i64> =
+                db.value(LOAD_RETIRED, &[&loaded.text.get(4).cloned().unwrap_or_default()])?;
+            if retired.unwrap_or(0) > 0 {
+                return Err(StoreError::ContractViolation("a loaded operation's key was retired"));
             }
+            let stamp = now.get();
+            let ids: Vec<(i64, String)> = db
+                .query(LOAD_OPERATIONS, &loaded.operation_params(&stamp))?
+                .iter()
+                .map(|row| Ok((get(row, 0)?, get(row, 1)?)))
+                .collect::<Result<_, StoreError>>()?;
+            if ids.len() != finished.len() {
+                return Err(StoreError::ContractViolation("a loaded operation is not new"));
+            }
+            let by_ref: std::collections::HashMap<&str, i64> =
+                ids.iter().map(|(id, status_ref)| (status_ref.as_str(), *id)).collect();
+            let op_ids = finished
+                .iter()
+                .map(|(intent, _, _)| {
+                    by_ref
+                        .get(intent.status_ref.as_str())
+                        .copied()
+                        .ok_or(StoreError::Internal("a loaded operation has no id"))
+                })
+                .collect::<Result<Vec<i64>, _>>()?;
+            db.exec(LOAD_OUTBOX, &[&op_ids, &until.get(), &now.get()])?;
+            db.exec(
+                LOAD_CALLS,
+                &[
+                    &loaded.providers,
+                    &loaded.api_families,
+                    &loaded.adapter_revisions,
+                    &loaded.response_ids,
+                    &loaded.call_ids,
+                    &op_ids,
+                    &now.get(),
+                ],
+            )?;
+            let receipts = db.exec(
+                LOAD_DOWNSTREAM,
+                &[
+                    &loaded.request_refs,
+                    &loaded.request_digests,
+                    &loaded.receipt_refs,
+                    &loaded.receipts,
+                    &now.get(),
+                ],
+            )?;
+            if receipts != u64::try_from(finished.len()).unwrap_or(u64::MAX) {
+                return Err(StoreError::ContractViolation("a loaded receipt is not new"));
+            }
+            db.exec(
+                LOAD_LOCAL,
+                &[
+                    &op_ids,
+                    &loaded.request_refs,
+                    &loaded.receipt_refs,
+                    &loaded.receipts,
+                    &loaded.outputs,
+                    &loaded.results,
+                    &now.get(),
+                ],
+            )?;
+            bump_by(db, "claims", count)?;
             Ok(finished.len())
         })
     }
@@ -996,38 +1201,50 @@ fn claim_in(
     Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
 }
 
-/// One due event of a batch claim.
-enum Due {
-    /// Claimed at this attempt.
-    Claimed(i64, Box<Operation>),
-    /// No longer due once locked.
-    Gone,
-    /// Its row does not verify: rolled back to as it was.
-    Skipped,
+/// The local receipts of a finalized batch, as the arrays [`INSERT_LOCAL_MANY`] binds.
+#[derive(Default)]
+struct LocalColumns {
+    ids: Vec<i64>,
+    request_refs: Vec<String>,
+    receipt_refs: Vec<String>,
+    receipts: Vec<String>,
+    outputs: Vec<String>,
+    results: Vec<String>,
+    finalized_by: Vec<&'static str>,
 }
 
-/// Claims the due event `id` inside its own savepoint; a row that does not verify once
-/// claimed is rolled back to as it was.
-fn claim_one(
+impl LocalColumns {
+    fn push(&mut self, id: i64, by: &Finalizer, receipt: &LocalReceipt) {
+        let downstream = &receipt.downstream;
+        self.ids.push(id);
+        self.request_refs.push(downstream.downstream_request_ref.clone());
+        self.receipt_refs.push(downstream.receipt_ref.clone());
+        self.receipts.push(canonicalize(&downstream.receipt));
+        self.outputs.push(canonicalize(&receipt.output));
+        self.results.push(receipt.result_sha256.as_str().to_owned());
+        self.finalized_by.push(by.as_str());
+    }
+}
+
+/// The verified operations of the due events `ids`, by id; a row that cannot be decoded
+/// or does not verify is left out (it is not claimed).
+fn verified_due(
     db: &mut Tx<'_, '_>,
-    id: i64,
-    owner: &Identifier,
-    now: Now,
-    lease_until: Now,
-) -> Result<Due, StoreError> {
-    db.savepoint(|db| {
-        let attempt: Option<i64> =
-            db.value(CLAIM_ONE, &[&id, &owner.as_str(), &lease_until.get(), &now.get()])?;
-        let Some(attempt) = attempt else {
-            return Ok((Due::Gone, true));
-        };
-        db.exec(MARK_PROCESSING, &[&id, &now.get()])?;
-        match select_operation_in(db, BY_ID, &[&id]) {
-            Ok(Some(operation)) => Ok((Due::Claimed(attempt, Box::new(operation)), true)),
-            Ok(None) | Err(StoreError::ContractViolation(_)) => Ok((Due::Skipped, false)),
-            Err(err) => Err(err),
+    ids: &[i64],
+) -> Result<std::collections::HashMap<i64, Operation>, StoreError> {
+    let sql = format!("SELECT {OPERATION_COLUMNS}, o.id {OPERATION_FROM} WHERE o.id = ANY($1)");
+    let mut verified = std::collections::HashMap::new();
+    for row in db.query(&sql, &[&ids])? {
+        let id: i64 = get(&row, OPERATION_WIDTH)?;
+        let Ok(raw) = raw_operation(&row) else { continue };
+        match verify::operation(raw) {
+            Ok(operation) => {
+                verified.insert(id, operation);
+            }
+            Err(_) => continue,
         }
-    })
+    }
+    Ok(verified)
 }
 
 impl LedgerStore for PgStore {
@@ -1176,14 +1393,62 @@ impl LedgerStore for PgStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let items: Vec<_> = items
+        let refs: Vec<&str> = items.iter().map(|(status_ref, _, _)| status_ref.as_str()).collect();
+        let owners: Vec<Option<&str>> = items
             .iter()
-            .map(|(status_ref, by, receipt)| (status_ref, by, Ending::succeeded(receipt)))
+            .map(|(_, by, _)| match by {
+                Finalizer::Lease { owner, .. } => Some(owner.as_str()),
+                Finalizer::StatusQuery => None,
+            })
+            .collect();
+        let attempts: Vec<Option<i64>> = items
+            .iter()
+            .map(|(_, by, _)| match by {
+                Finalizer::Lease { attempt, .. } => Some(*attempt),
+                Finalizer::StatusQuery => None,
+            })
             .collect();
         self.write(now, |db, now| {
+            // Every fenced commit C of the batch in one statement, then the receipts and
+            // the statuses of those it finalized in one statement each.
+            let finalized: std::collections::HashMap<String, i64> = db
+                .query(FINALIZE_MANY, &[&refs, &owners, &attempts, &now.get()])?
+                .iter()
+                .map(|row| Ok((get::<String>(row, 0)?, get::<i64>(row, 1)?)))
+                .collect::<Result<_, StoreError>>()?;
+            let mut local = LocalColumns::default();
+            let mut reconciled = 0;
+            for (status_ref, by, receipt) in items {
+                let Some(id) = finalized.get(status_ref.as_str()) else { continue };
+                reconciled += i64::from(matches!(by, Finalizer::StatusQuery));
+                local.push(*id, by, receipt);
+            }
+            db.exec(
+                INSERT_LOCAL_MANY,
+                &[
+                    &local.ids,
+                    &local.request_refs,
+                    &local.receipt_refs,
+                    &local.receipts,
+                    &local.outputs,
+                    &local.results,
+                    &local.finalized_by,
+                    &now.get(),
+                ],
+            )?;
+            db.exec(MARK_SUCCEEDED_MANY, &[&local.ids, &now.get()])?;
+            if reconciled > 0 {
+                bump_by(db, "reconciliations", reconciled)?;
+            }
             items
                 .iter()
-                .map(|(status_ref, by, ending)| end_in(db, status_ref, by, now, ending))
+                .map(|(status_ref, by, _)| {
+                    if finalized.contains_key(status_ref.as_str()) {
+                        Ok(Finalize::Finalized)
+                    } else {
+                        not_written(db, status_ref, matches!(by, Finalizer::Lease { .. }))
+                    }
+                })
                 .collect()
         })
     }
@@ -1235,26 +1500,46 @@ impl LedgerStore for PgStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(now, |db, now| {
             let lease_until = lease_end(now, lease)?;
+            // The due events, locked (a relay on another host skips them): then their
+            // operations verified before any is claimed, one statement each, so a batch
+            // costs the same few round trips whatever its size.
             let due = db
                 .query(DUE, &[&now.get(), &limit, &downstream.name(), &downstream.revision()])?
                 .iter()
                 .map(|row| Ok((get::<i64>(row, 0)?, get::<String>(row, 1)?)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            let mut batch = ClaimedBatch::default();
-            let (mut claims, mut reclaims) = (0, 0);
-            for (id, state) in due {
+            let ids: Vec<i64> = due.iter().map(|(id, _)| *id).collect();
+            let mut verified = verified_due(db, &ids)?;
+            let mut batch =
+                ClaimedBatch { skipped: due.len() - verified.len(), ..Default::default() };
+            let claimable: Vec<i64> =
+                ids.iter().copied().filter(|id| verified.contains_key(id)).collect();
+            let attempts: std::collections::HashMap<i64, i64> = db
+                .query(CLAIM_MANY, &[&claimable, &owner.as_str(), &lease_until.get(), &now.get()])?
+                .iter()
+                .map(|row| Ok((get::<i64>(row, 0)?, get::<i64>(row, 1)?)))
+                .collect::<Result<_, StoreError>>()?;
+            let claimed: Vec<i64> =
+                claimable.iter().copied().filter(|id| attempts.contains_key(id)).collect();
+            db.exec(MARK_PROCESSING_MANY, &[&claimed, &now.get()])?;
+            let mut reclaims = 0;
+            for (id, state) in &due {
+                let (Some(attempt), Some(mut operation)) = (attempts.get(id), verified.remove(id))
+                else {
+                    continue;
+                };
+                // The claimed operation as a read would now return it.
                 let reclaim = state == "processing";
-                match claim_one(db, id, owner, now, lease_until)? {
-                    Due::Claimed(attempt, operation) => {
-                        claims += 1;
-                        reclaims += i64::from(reclaim);
-                        batch.claimed.push((attempt, reclaim, *operation));
-                    }
-                    Due::Gone => {}
-                    Due::Skipped => batch.skipped += 1,
-                }
+                reclaims += i64::from(reclaim);
+                operation.status = OperationStatus::Processing;
+                operation.outbox.state = "processing".to_owned();
+                operation.outbox.lease_owner = Some(owner.as_str().to_owned());
+                operation.outbox.lease_until = Some(lease_until.get());
+                operation.outbox.next_attempt_at = lease_until.get();
+                operation.outbox.attempt_count = *attempt;
+                batch.claimed.push((*attempt, reclaim, operation));
             }
-            bump_by(db, "claims", claims)?;
+            bump_by(db, "claims", i64::try_from(claimed.len()).unwrap_or(i64::MAX))?;
             bump_by(db, "lease_reclaims", reclaims)?;
             Ok(batch)
         })
@@ -1308,12 +1593,35 @@ impl StandInReceipts for PgStore {
         if receipts.is_empty() {
             return Ok(Vec::new());
         }
-        let receipts: Vec<_> =
-            receipts.iter().map(|receipt| (receipt, canonicalize(&receipt.receipt))).collect();
+        let refs: Vec<&str> =
+            receipts.iter().map(|receipt| receipt.downstream_request_ref.as_str()).collect();
+        let digests: Vec<&str> =
+            receipts.iter().map(|receipt| receipt.request_sha256.as_str()).collect();
+        let receipt_refs: Vec<&str> =
+            receipts.iter().map(|receipt| receipt.receipt_ref.as_str()).collect();
+        let texts: Vec<String> =
+            receipts.iter().map(|receipt| canonicalize(&receipt.receipt)).collect();
         self.write(now, |db, now| {
+            // The batch's commit B in one statement; a receipt already stored under its
+            // ref is read back and answered instead, as one at a time would.
+            let stored: std::collections::HashSet<String> = db
+                .query(
+                    INSERT_DOWNSTREAM_MANY,
+                    &[&refs, &digests, &receipt_refs, &texts, &now.get()],
+                )?
+                .iter()
+                .map(|row| get::<String>(row, 0))
+                .collect::<Result<_, StoreError>>()?;
             receipts
                 .iter()
-                .map(|(receipt, receipt_json)| record_downstream_in(db, receipt, receipt_json, now))
+                .map(|receipt| {
+                    if stored.contains(&receipt.downstream_request_ref) {
+                        Ok(receipt.clone())
+                    } else {
+                        downstream_receipt(db, &receipt.downstream_request_ref)?
+                            .ok_or(failed(error::REFUSED))
+                    }
+                })
                 .collect()
         })
     }

@@ -173,8 +173,10 @@ CREATE TABLE tombstones (
 );
 
 CREATE TABLE counters (
-    name  TEXT PRIMARY KEY CHECK (name IN ('claims', 'lease_reclaims', 'fenced_writes', 'reconciliations', 'retired')),
-    value BIGINT NOT NULL CHECK (value >= 0)
+    name  TEXT NOT NULL CHECK (name IN ('claims', 'lease_reclaims', 'fenced_writes', 'reconciliations', 'retired')),
+    shard INTEGER NOT NULL CHECK (shard BETWEEN 0 AND 15),
+    value BIGINT NOT NULL CHECK (value >= 0),
+    PRIMARY KEY (name, shard)
 );
 
 CREATE TABLE migrations (

@@ -64,7 +64,8 @@ pub(crate) fn open(config: &Config, waits: &Waits) -> Result<Conn, StoreError> {
     let mut client = config.connect(NoTls).map_err(error::connect)?;
     client
         .batch_execute(&format!(
-            "SET lock_timeout = {}; SET synchronous_commit = on; SET application_name = '{APPLICATION_NAME}'",
+            "SET lock_timeout = {}; SET synchronous_commit = on; SET application_name = '{APPLICATION_NAME}'; \
+             SET plan_cache_mode = force_generic_plan",
             millis(waits.next_wait())
         ))
         .map_err(pg)?;

@@ -8,8 +8,8 @@ use std::{
 
 use toolledger_contract::StatusRef;
 use toolledger_store::{
-    Claim, Finalize, Finalizer, LedgerStore, OperationStatus, OperatorStore, Release, Reservation,
-    StandInReceipts, StoreError, TerminalOutcome, Waits,
+    Claim, Finalize, Finalizer, LedgerStore, LocalReceipt, OperationStatus, OperatorStore, Release,
+    Reservation, StandInReceipts, StoreError, TerminalOutcome, Waits,
 };
 use toolledger_store_postgres::{Clock, PgStore};
 
@@ -56,7 +56,10 @@ fn eight_claimers_of_one_event_make_one_claim() {
     assert_eq!(claimed, [(1, false)], "{claims:?}");
     assert_eq!(claims.iter().filter(|claim| **claim == Claim::LeaseHeld).count(), 7);
     let mut client = raw(&url);
-    assert_eq!(count(&mut client, "SELECT value FROM counters WHERE name = 'claims'"), 1);
+    assert_eq!(
+        count(&mut client, "SELECT sum(value)::bigint FROM counters WHERE name = 'claims'"),
+        1
+    );
     assert_audit_passes(&mut store(&url));
 }
 
@@ -85,6 +88,9 @@ fn two_relays_claim_disjoint_batches_covering_every_due_event() {
                     for (attempt, reclaimed, operation) in batch.claimed {
                         assert_eq!((attempt, reclaimed), (1, false));
                         assert_eq!(operation.outbox.lease_owner.as_deref(), Some(owner.as_str()));
+                        // The batch answers each operation exactly as a read now returns it.
+                        let read = store.operation_by_status_ref(&operation.intent.status_ref);
+                        assert_eq!(read.unwrap().as_ref(), Some(&operation));
                         mine.push(operation.intent.status_ref);
                     }
                 }
@@ -99,7 +105,10 @@ fn two_relays_claim_disjoint_batches_covering_every_due_event() {
     assert!(first.is_disjoint(&second));
     assert_eq!(first.union(&second).cloned().collect::<HashSet<_>>(), all);
     let mut client = raw(&url);
-    assert_eq!(count(&mut client, "SELECT value FROM counters WHERE name = 'claims'"), 100);
+    assert_eq!(
+        count(&mut client, "SELECT sum(value)::bigint FROM counters WHERE name = 'claims'"),
+        100
+    );
     assert_eq!(count(&mut client, "SELECT count(*) FROM outbox WHERE state = 'processing'"), 100);
     assert_audit_passes(&mut store(&url));
 }
@@ -312,4 +321,46 @@ fn batches_finalizing_the_same_operations_in_opposite_orders_end_each_once() {
     }
     assert_eq!(setup.figures(at(4)).unwrap().reconciliations, 30);
     assert_audit_passes(&mut setup);
+}
+
+/// A batch's commit C answers each item as one at a time would, in order: the current
+/// lease holder's finalized, a stale owner's and an old attempt's refused (and counted),
+/// an operation already ended untouched.
+#[test]
+fn a_batch_finalize_fences_each_item_on_its_own() {
+    let url = fresh("finalize_many");
+    let mut store = store(&url);
+    reserve_all(&mut store, (0..3).map(|index| format!("batch-{index}")));
+    let owner = worker("relay-a");
+    let batch = store.claim_due(&owner, &stand_in(), at(1), lease(30), 10).unwrap();
+    assert_eq!(batch.claimed.len(), 3);
+    let refs: Vec<StatusRef> =
+        batch.claimed.iter().map(|(_, _, operation)| operation.intent.status_ref.clone()).collect();
+    let locals: Vec<LocalReceipt> =
+        batch.claimed.iter().map(|(_, _, operation)| receipts(&operation.intent).1).collect();
+    let downstream: Vec<_> = locals.iter().map(|local| local.downstream.clone()).collect();
+    store.record_downstream_receipts(&downstream, at(2)).unwrap();
+    // The third ends first, on its own.
+    let current = Finalizer::Lease { owner: owner.clone(), attempt: 1 };
+    assert_eq!(store.finalize(&refs[2], &current, &locals[2], at(3)).unwrap(), Finalize::Finalized);
+    let items = vec![
+        (refs[0].clone(), current.clone(), locals[0].clone()),
+        (
+            refs[1].clone(),
+            Finalizer::Lease { owner: worker("relay-b"), attempt: 1 },
+            locals[1].clone(),
+        ),
+        (refs[2].clone(), current.clone(), locals[2].clone()),
+    ];
+    assert_eq!(
+        store.finalize_many(&items, at(4)).unwrap(),
+        vec![Finalize::Finalized, Finalize::LeaseLost, Finalize::AlreadyFinal]
+    );
+    let mut client = raw(&url);
+    assert_eq!(count(&mut client, "SELECT count(*) FROM local_receipts"), 2);
+    assert_eq!(
+        count(&mut client, "SELECT sum(value)::bigint FROM counters WHERE name = 'fenced_writes'"),
+        1
+    );
+    assert_audit_passes(&mut store);
 }

@@ -5,6 +5,7 @@
 mod claims;
 mod clock;
 mod connection;
+mod load;
 mod operator;
 mod reserve;
 mod schema;
