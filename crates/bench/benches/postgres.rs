@@ -8,7 +8,8 @@
 //! - replay against one raw unique-key `SELECT` round trip;
 //! - four relay processes draining a backlog in batches, against the per-operation
 //!   pipeline (fresh dispatch, 1 client);
-//! - the audit of a large ledger (built through the store's own statements).
+//! - the audit of a large ledger (built through the store's own statements): rows read
+//!   from its snapshot, all tables, per second.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
 
@@ -67,7 +68,11 @@ fn ledger(cluster: &Cluster, name: &str) -> String {
 }
 
 fn main() {
-    let Args { out, quick, .. } = Args::parse("report-postgres");
+    let Args { out, quick, profile, .. } = Args::parse("report-postgres");
+    if let Some(flow) = profile {
+        // One flow alone in a loop, for a profiler: `--profile replay|fresh`.
+        return profile_flow(&flow);
+    }
     let settings = if quick {
         Settings { rounds: 3, ops: 40, events: 400, audited: 5_000 }
     } else {
@@ -237,8 +242,12 @@ fn main() {
     let audit = auditor.audit().unwrap();
     let audit_s = started.elapsed().as_secs_f64();
     assert!(audit.passed(), "{audit:?}");
+    // Rows read from the snapshot, all tables (as the SQLite report counts them).
+    let rows: i64 = audit.counts.iter().filter_map(|(_, count)| *count).sum();
+    put("pg_audit_rows", json!(rows));
     put("pg_audit_s", json!(audit_s));
-    put("pg_audit_rows_per_s", json!(settings.audited as f64 / audit_s));
+    put("pg_audit_rows_per_s", json!(rows as f64 / audit_s));
+    put("pg_audit_operations_per_s", json!(settings.audited as f64 / audit_s));
 
     write_report(&out, &report, &TARGETS);
     for key in TARGETS {
@@ -448,4 +457,86 @@ where
     latencies.sort_by(f64::total_cmp);
     let p99 = latencies[((latencies.len() as f64 - 1.0) * 0.99).round() as usize];
     Clients { ops_per_s: latencies.len() as f64 / wall, p99_ms: p99 }
+}
+
+/// `flow` alone, in a loop of about ten seconds on a private server: `replay` (finished
+/// operations dispatched again), `lookup` (the store's read of replay alone) or `fresh`
+/// (new intents dispatched).
+fn profile_flow(flow: &str) {
+    let cluster = Cluster::start().unwrap();
+    let url = ledger(&cluster, "profile");
+    let cases = Arc::new(Cases::new());
+    let keys = 1_000;
+    let mut engine = engine(&url);
+    let started = Instant::now();
+    let mut done = 0;
+    match flow {
+        "replay" => {
+            load(&url, &cases, 0, keys, 1);
+            let prepared: Vec<_> = (0..keys).map(|index| cases.get(index)).collect();
+            let started = Instant::now();
+            while started.elapsed().as_secs() < 10 {
+                engine.dispatch(&prepared[done % keys], &worker()).unwrap();
+                done += 1;
+            }
+        }
+        "lookup" => {
+            load(&url, &cases, 0, keys, 1);
+            let mut store = PgStore::connect(&url, Waits::default()).unwrap();
+            let inputs: Vec<_> =
+                (0..keys).map(|index| finished(&cases, &format!("k-{index}"))).collect();
+            let started = Instant::now();
+            while started.elapsed().as_secs() < 10 {
+                let (intent, call, _) = &inputs[done % keys];
+                store.dispatch_lookup(&intent.scope, call).unwrap();
+                done += 1;
+            }
+        }
+        "rawlookup" => {
+            load(&url, &cases, 0, keys, 1);
+            let mut client = connect(&url);
+            let sql = format!(
+                "SELECT {}, o.id, c.purpose, co.status_ref, co.tenant_id, co.subject_id, co.status \
+                 FROM (SELECT 1) AS one LEFT JOIN operations o ON o.tenant_id = $1 AND o.subject_id = $2 \
+                 AND o.tool_name = $3 AND o.idempotency_key = $4 \
+                 LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
+                 LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
+                 LEFT JOIN call_identities c ON c.provider = $5 AND c.api_family = $6 \
+                 AND c.provider_response_id = $7 AND c.provider_call_id = $8 \
+                 LEFT JOIN operations co ON co.id = c.op_id",
+                toolledger_store::OPERATION_COLUMNS
+            );
+            let statement = client.prepare(&sql).unwrap();
+            let rows: Vec<Row> = (0..keys).map(|index| row(&cases, index)).collect();
+            let started = Instant::now();
+            while started.elapsed().as_secs() < 10 {
+                let row = &rows[done % keys];
+                let call = format!("call-{}", row.scope.idempotency_key);
+                client
+                    .query_one(
+                        &statement,
+                        &[
+                            &row.scope.tenant_id.as_str(),
+                            &row.scope.subject_id.as_str(),
+                            &row.scope.tool_name,
+                            &row.scope.idempotency_key.as_str(),
+                            &"openai",
+                            &"responses",
+                            &"resp-001",
+                            &call,
+                        ],
+                    )
+                    .unwrap();
+                done += 1;
+            }
+        }
+        "fresh" => {
+            while started.elapsed().as_secs() < 10 {
+                engine.dispatch(&cases.get(done), &worker()).unwrap();
+                done += 1;
+            }
+        }
+        other => panic!("unknown flow {other}: replay, lookup or fresh"),
+    }
+    println!("{flow}: {:.0} per second", done as f64 / started.elapsed().as_secs_f64());
 }
