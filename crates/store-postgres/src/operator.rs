@@ -8,9 +8,8 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, Listed, Now, OperationStatus, OperatorStore, Requeued, STATES, Shown,
-    StoreError, TerminalOutcome,
-    pg::{BY_STATUS_REF, PgStore, bounded_reason, bump, select_operation_in, shifted},
+    Figures, ListFilter, Listed, Now, OperatorStore, Requeued, STATES, Shown, StoreError,
+    pg::{BY_STATUS_REF, PgStore, bump, select_operation_in, shifted},
     session::{Db, Params, get},
 };
 
@@ -139,23 +138,16 @@ impl OperatorStore for PgStore {
         reason: &str,
         now: Now,
     ) -> Result<Requeued, StoreError> {
-        let reason = bounded_reason(reason);
+        let reason = toolledger_store::bounded_reason(reason);
         self.write(now, |db, now| {
             db.opt(LOCK_EVENT, &[&status_ref.as_str()])?;
             let Some(operation) = select_operation_in(db, BY_STATUS_REF, &[&status_ref.as_str()])?
             else {
                 return Ok(Requeued::Missing);
             };
-            let was = match (&operation.status, &operation.outcome) {
-                (OperationStatus::Failed, Some(TerminalOutcome::Failed { reason })) => {
-                    reason.clone()
-                }
-                (OperationStatus::Dead, _) => operation
-                    .outbox
-                    .last_reason
-                    .clone()
-                    .unwrap_or_else(|| "no reason given".to_owned()),
-                (status, _) => return Ok(Requeued::Refused(*status)),
+            let was = match toolledger_store::requeue_reason(&operation) {
+                Ok(was) => was,
+                Err(status) => return Ok(Requeued::Refused(status)),
             };
             let id: i64 = db
                 .value(OPERATION_ID, &[&status_ref.as_str()])?

@@ -28,7 +28,7 @@ use crate::{
     pool::Shared,
     schema,
     session::{self, Conn, Db, get},
-    verify::{self, RawLocal, RawOperation, RawOutcome},
+    verify::{self, RawOperation},
 };
 
 /// How many times one write transaction is run when PostgreSQL answers a serialization
@@ -675,65 +675,30 @@ fn lease_end(now: Now, lease: LeaseSeconds) -> Result<Now, StoreError> {
 /// The columns of an operation joined with its outbox event, in
 /// [`OPERATION_COLUMNS`] order.
 pub(crate) fn raw_operation(row: &Row) -> Result<RawOperation, postgres::Error> {
-    Ok(RawOperation {
-        tenant_id: row.try_get(0)?,
-        subject_id: row.try_get(1)?,
-        tool_name: row.try_get(2)?,
-        idempotency_key: row.try_get(3)?,
-        status_ref: row.try_get(4)?,
-        downstream_request_ref: row.try_get(5)?,
-        request_sha256: row.try_get(6)?,
-        arguments_json: row.try_get(7)?,
-        revisions: [
-            row.try_get(8)?,
-            row.try_get(9)?,
-            row.try_get(10)?,
-            row.try_get(11)?,
-            row.try_get(12)?,
-            row.try_get(13)?,
-        ],
-        provider: row.try_get(14)?,
-        api_family: row.try_get(15)?,
-        adapter_revision: row.try_get(16)?,
-        provider_response_id: row.try_get(17)?,
-        provider_call_id: row.try_get(18)?,
-        operation_id: row.try_get(19)?,
-        approval_id: row.try_get(20)?,
-        approver_id: row.try_get(21)?,
-        approval_sha256: row.try_get(22)?,
-        approved_at: row.try_get(23)?,
-        approval_expires_at: row.try_get(24)?,
-        status: row.try_get(25)?,
-        created_at: row.try_get(26)?,
-        outbox_state: row.try_get(27)?,
-        lease_owner: row.try_get(28)?,
-        lease_until: row.try_get(29)?,
-        attempt_count: row.try_get(30)?,
-        local: match row.try_get::<_, Option<String>>(31)? {
-            Some(receipt_ref) => Some(RawLocal {
-                receipt_ref,
-                receipt_json: row.try_get(32)?,
-                output_json: row.try_get(33)?,
-                result_sha256: row.try_get(34)?,
-                downstream_request_ref: row.try_get(35)?,
-                finalized_by: row.try_get(36)?,
-            }),
-            None => None,
-        },
-        downstream: (row.try_get(37)?, row.try_get(38)?),
-        outcome: match row.try_get::<_, Option<String>>(39)? {
-            Some(kind) => Some(RawOutcome {
-                kind,
-                reason: row.try_get(40)?,
-                receipt_json: row.try_get(41)?,
-                finalized_by: row.try_get(42)?,
-            }),
-            None => None,
-        },
-        next_attempt_at: row.try_get(43)?,
-        last_reason: row.try_get(44)?,
-        attempts_before: row.try_get(45)?,
-    })
+    RawOperation::decode(&Columns(row))
+}
+
+/// A driver row, read by position for [`RawOperation::decode`].
+struct Columns<'r>(&'r Row);
+
+impl verify::Columns for Columns<'_> {
+    type Error = postgres::Error;
+
+    fn text(&self, index: usize) -> Result<String, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn optional_text(&self, index: usize) -> Result<Option<String>, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn int(&self, index: usize) -> Result<i64, postgres::Error> {
+        self.0.try_get(index)
+    }
 }
 
 /// The operation `filter` chooses, verified.
@@ -943,7 +908,7 @@ fn end_in(
                 &[
                     &id,
                     &status.as_str(),
-                    &bounded_reason(reason),
+                    &toolledger_store::bounded_reason(reason),
                     &receipt,
                     &by.as_str(),
                     &now.get(),
@@ -1020,19 +985,6 @@ fn retired<C: GenericClient>(
     status_ref: &StatusRef,
 ) -> Result<bool, StoreError> {
     Ok(db.value::<String>(RETIRED, &[&status_ref.as_str()])?.is_some())
-}
-
-/// A reason as stored: 1–512 bytes, cut at a character boundary; an empty one says so.
-pub(crate) fn bounded_reason(reason: &str) -> String {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return "no reason given".to_owned();
-    }
-    let mut end = reason.len().min(512);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    reason.get(..end).unwrap_or_default().to_owned()
 }
 
 /// Commit A inside the caller's transaction (see [`LedgerStore::reserve`]); with
@@ -1464,10 +1416,14 @@ impl LedgerStore for PgStore {
         let caller_now = now;
         self.write(now, |db, now| {
             let (state, at, reason) = match release {
-                Release::Retry { at, reason } => {
-                    ("pending", shifted(*at, caller_now, now).get(), bounded_reason(reason))
+                Release::Retry { at, reason } => (
+                    "pending",
+                    shifted(*at, caller_now, now).get(),
+                    toolledger_store::bounded_reason(reason),
+                ),
+                Release::Dead { reason } => {
+                    ("dead", now.get(), toolledger_store::bounded_reason(reason))
                 }
-                Release::Dead { reason } => ("dead", now.get(), bounded_reason(reason)),
             };
             let id: Option<i64> = db.value(
                 RELEASE,

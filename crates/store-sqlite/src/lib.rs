@@ -23,7 +23,7 @@ use toolledger_store::{
     Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
     Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
     Reservation, STAND_IN_NAME, STAND_IN_REVISION, STATES, Shown, StandInReceipts, StoreError,
-    TerminalOutcome, Waits, verify,
+    Waits, verify,
 };
 
 pub use crate::{

@@ -9,8 +9,7 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, Listed, Now, OperationStatus, OperatorStore, Requeued, STATES, Shown,
-    StoreError, TerminalOutcome,
+    Figures, ListFilter, Listed, Now, OperatorStore, Requeued, STATES, Shown, StoreError,
     error::sqlite,
     sqlite::{BY_STATUS_REF, SqliteStore, select_operation_in},
 };
@@ -154,22 +153,15 @@ impl OperatorStore for SqliteStore {
         reason: &str,
         now: Now,
     ) -> Result<Requeued, StoreError> {
-        let reason = crate::sqlite::bounded(reason);
+        let reason = toolledger_store::bounded_reason(reason);
         self.write(|tx| {
             let Some(operation) = select_operation_in(tx, BY_STATUS_REF, &[&status_ref.as_str()])?
             else {
                 return Ok(Requeued::Missing);
             };
-            let was = match (&operation.status, &operation.outcome) {
-                (OperationStatus::Failed, Some(TerminalOutcome::Failed { reason })) => {
-                    reason.clone()
-                }
-                (OperationStatus::Dead, _) => operation
-                    .outbox
-                    .last_reason
-                    .clone()
-                    .unwrap_or_else(|| "no reason given".to_owned()),
-                (status, _) => return Ok(Requeued::Refused(*status)),
+            let was = match toolledger_store::requeue_reason(&operation) {
+                Ok(was) => was,
+                Err(status) => return Ok(Requeued::Refused(status)),
             };
             let id: i64 = tx
                 .query_row(

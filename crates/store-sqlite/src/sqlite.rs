@@ -21,7 +21,7 @@ use crate::{
     error::{self, sqlite},
     gate::{Answer, Combining, Entered, Gate, Job},
     schema,
-    verify::{self, RawLocal, RawOperation, RawOutcome},
+    verify::{self, RawOperation},
 };
 
 // The hot statements, named so `statement_plans` can show each one's query plan.
@@ -469,65 +469,30 @@ fn savepoint(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 
 /// The columns of an operation joined with its outbox event, in [`raw_operation`] order.
 pub(crate) fn raw_operation(row: &Row<'_>) -> rusqlite::Result<RawOperation> {
-    Ok(RawOperation {
-        tenant_id: row.get(0)?,
-        subject_id: row.get(1)?,
-        tool_name: row.get(2)?,
-        idempotency_key: row.get(3)?,
-        status_ref: row.get(4)?,
-        downstream_request_ref: row.get(5)?,
-        request_sha256: row.get(6)?,
-        arguments_json: row.get(7)?,
-        revisions: [
-            row.get(8)?,
-            row.get(9)?,
-            row.get(10)?,
-            row.get(11)?,
-            row.get(12)?,
-            row.get(13)?,
-        ],
-        provider: row.get(14)?,
-        api_family: row.get(15)?,
-        adapter_revision: row.get(16)?,
-        provider_response_id: row.get(17)?,
-        provider_call_id: row.get(18)?,
-        operation_id: row.get(19)?,
-        approval_id: row.get(20)?,
-        approver_id: row.get(21)?,
-        approval_sha256: row.get(22)?,
-        approved_at: row.get(23)?,
-        approval_expires_at: row.get(24)?,
-        status: row.get(25)?,
-        created_at: row.get(26)?,
-        outbox_state: row.get(27)?,
-        lease_owner: row.get(28)?,
-        lease_until: row.get(29)?,
-        attempt_count: row.get(30)?,
-        local: match row.get::<_, Option<String>>(31)? {
-            Some(receipt_ref) => Some(RawLocal {
-                receipt_ref,
-                receipt_json: row.get(32)?,
-                output_json: row.get(33)?,
-                result_sha256: row.get(34)?,
-                downstream_request_ref: row.get(35)?,
-                finalized_by: row.get(36)?,
-            }),
-            None => None,
-        },
-        downstream: (row.get(37)?, row.get(38)?),
-        outcome: match row.get::<_, Option<String>>(39)? {
-            Some(kind) => Some(RawOutcome {
-                kind,
-                reason: row.get(40)?,
-                receipt_json: row.get(41)?,
-                finalized_by: row.get(42)?,
-            }),
-            None => None,
-        },
-        next_attempt_at: row.get(43)?,
-        last_reason: row.get(44)?,
-        attempts_before: row.get(45)?,
-    })
+    RawOperation::decode(&Columns(row))
+}
+
+/// A driver row, read by position for [`RawOperation::decode`].
+struct Columns<'r, 's>(&'r Row<'s>);
+
+impl verify::Columns for Columns<'_, '_> {
+    type Error = rusqlite::Error;
+
+    fn text(&self, index: usize) -> rusqlite::Result<String> {
+        self.0.get(index)
+    }
+
+    fn optional_text(&self, index: usize) -> rusqlite::Result<Option<String>> {
+        self.0.get(index)
+    }
+
+    fn optional_int(&self, index: usize) -> rusqlite::Result<Option<i64>> {
+        self.0.get(index)
+    }
+
+    fn int(&self, index: usize) -> rusqlite::Result<i64> {
+        self.0.get(index)
+    }
 }
 
 pub(crate) fn select_operation_in(
@@ -786,7 +751,7 @@ fn end_in(
                     .execute(params![
                         id,
                         status.as_str(),
-                        bounded_reason(reason),
+                        toolledger_store::bounded_reason(reason),
                         receipt,
                         by.as_str(),
                         now.get()
@@ -871,24 +836,6 @@ fn fenced(tx: &Connection) -> Result<Finalize, StoreError> {
 /// Whether the scope of `status_ref` was retired by retention.
 fn retired(conn: &Connection, status_ref: &StatusRef) -> Result<bool, StoreError> {
     Ok(text_by_ref(conn, RETIRED, status_ref)?.is_some())
-}
-
-/// A reason as stored (see [`bounded_reason`]).
-pub(crate) fn bounded(reason: &str) -> String {
-    bounded_reason(reason)
-}
-
-/// A reason as stored: 1–512 bytes, cut at a character boundary; an empty one says so.
-fn bounded_reason(reason: &str) -> String {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return "no reason given".to_owned();
-    }
-    let mut end = reason.len().min(512);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    reason.get(..end).unwrap_or_default().to_owned()
 }
 
 /// Commit A inside the caller's transaction (see [`LedgerStore::reserve`]); with `claim`,
@@ -1228,8 +1175,12 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<Finalize, StoreError> {
         let (state, at, reason) = match release {
-            Release::Retry { at, reason } => ("pending", at.get(), bounded_reason(reason)),
-            Release::Dead { reason } => ("dead", now.get(), bounded_reason(reason)),
+            Release::Retry { at, reason } => {
+                ("pending", at.get(), toolledger_store::bounded_reason(reason))
+            }
+            Release::Dead { reason } => {
+                ("dead", now.get(), toolledger_store::bounded_reason(reason))
+            }
         };
         let (status_ref, owner) = (status_ref.clone(), owner.clone());
         self.batched(move |tx| {

@@ -43,7 +43,10 @@ pub use crate::{
         DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
         OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
-    operator::{Figures, ListFilter, Listed, OperatorStore, Requeued, STATES, Shown},
+    operator::{
+        Figures, ListFilter, Listed, OperatorStore, Requeued, STATES, Shown, bounded_reason,
+        requeue_reason,
+    },
     verify::approval_binding,
     waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},
 };

@@ -5,7 +5,7 @@
 use serde_json::Value;
 use toolledger_contract::StatusRef;
 
-use crate::{Now, Operation, OperationStatus, StoreError};
+use crate::{Now, Operation, OperationStatus, StoreError, TerminalOutcome};
 
 /// The states `list` and `metrics` know. `unknown` is a processing operation whose lease
 /// has ended: its worker is gone and the outcome is not known until a status query or a
@@ -144,4 +144,35 @@ pub trait OperatorStore {
     ///
     /// [`StoreError`].
     fn figures(&mut self, now: Now) -> Result<Figures, StoreError>;
+}
+
+/// What a requeued operation had ended with, for the operator log: a failed one's
+/// refusal, a dead one's last reason; any other status may not be requeued and is
+/// answered back.
+///
+/// # Errors
+///
+/// The operation's status when it is neither failed nor dead.
+pub fn requeue_reason(operation: &Operation) -> Result<String, OperationStatus> {
+    match (&operation.status, &operation.outcome) {
+        (OperationStatus::Failed, Some(TerminalOutcome::Failed { reason })) => Ok(reason.clone()),
+        (OperationStatus::Dead, _) => {
+            Ok(operation.outbox.last_reason.clone().unwrap_or_else(|| "no reason given".to_owned()))
+        }
+        (status, _) => Err(*status),
+    }
+}
+
+/// A reason as stored: 1–512 bytes, trimmed, cut at a character boundary; an empty one
+/// says so.
+pub fn bounded_reason(reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return "no reason given".to_owned();
+    }
+    let mut end = reason.len().min(512);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.get(..end).unwrap_or_default().to_owned()
 }

@@ -122,6 +122,112 @@ pub struct RawOperation {
     pub attempts_before: Option<i64>,
 }
 
+/// A row's columns by position, as a backend's driver hands them over: what
+/// [`RawOperation::decode`] reads the columns of
+/// [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS) through.
+pub trait Columns {
+    /// The driver's error for a column that is missing or of another type.
+    type Error;
+
+    /// A `TEXT NOT NULL` column.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, when the column is not text.
+    fn text(&self, index: usize) -> Result<String, Self::Error>;
+
+    /// A text column that may be NULL.
+    ///
+    /// # Errors
+    ///
+    /// As [`Columns::text`].
+    fn optional_text(&self, index: usize) -> Result<Option<String>, Self::Error>;
+
+    /// An integer column that may be NULL.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, when the column is not an integer.
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, Self::Error>;
+
+    /// An `INTEGER NOT NULL` column.
+    ///
+    /// # Errors
+    ///
+    /// As [`Columns::optional_int`].
+    fn int(&self, index: usize) -> Result<i64, Self::Error>;
+}
+
+impl RawOperation {
+    /// The operation a row of [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS) holds,
+    /// before any check.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, when a column cannot be read as its type.
+    pub fn decode<C: Columns>(row: &C) -> Result<RawOperation, C::Error> {
+        Ok(RawOperation {
+            tenant_id: row.text(0)?,
+            subject_id: row.text(1)?,
+            tool_name: row.text(2)?,
+            idempotency_key: row.text(3)?,
+            status_ref: row.text(4)?,
+            downstream_request_ref: row.text(5)?,
+            request_sha256: row.text(6)?,
+            arguments_json: row.text(7)?,
+            revisions: [
+                row.text(8)?,
+                row.text(9)?,
+                row.text(10)?,
+                row.text(11)?,
+                row.text(12)?,
+                row.text(13)?,
+            ],
+            provider: row.text(14)?,
+            api_family: row.text(15)?,
+            adapter_revision: row.text(16)?,
+            provider_response_id: row.text(17)?,
+            provider_call_id: row.text(18)?,
+            operation_id: row.text(19)?,
+            approval_id: row.optional_text(20)?,
+            approver_id: row.optional_text(21)?,
+            approval_sha256: row.optional_text(22)?,
+            approved_at: row.optional_int(23)?,
+            approval_expires_at: row.optional_int(24)?,
+            status: row.text(25)?,
+            created_at: row.int(26)?,
+            outbox_state: row.optional_text(27)?,
+            lease_owner: row.optional_text(28)?,
+            lease_until: row.optional_int(29)?,
+            attempt_count: row.optional_int(30)?,
+            local: match row.optional_text(31)? {
+                Some(receipt_ref) => Some(RawLocal {
+                    receipt_ref,
+                    receipt_json: row.text(32)?,
+                    output_json: row.text(33)?,
+                    result_sha256: row.text(34)?,
+                    downstream_request_ref: row.text(35)?,
+                    finalized_by: row.text(36)?,
+                }),
+                None => None,
+            },
+            downstream: (row.text(37)?, row.text(38)?),
+            outcome: match row.optional_text(39)? {
+                Some(kind) => Some(RawOutcome {
+                    kind,
+                    reason: row.text(40)?,
+                    receipt_json: row.optional_text(41)?,
+                    finalized_by: row.text(42)?,
+                }),
+                None => None,
+            },
+            next_attempt_at: row.optional_int(43)?,
+            last_reason: row.optional_text(44)?,
+            attempts_before: row.optional_int(45)?,
+        })
+    }
+}
+
 /// A `terminal_outcomes` row as a backend decoded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs, reason = "each field is the column of the same name")]

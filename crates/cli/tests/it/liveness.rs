@@ -23,6 +23,17 @@ const T: i64 = 1_767_225_600;
 pub(crate) struct Draw(pub(crate) u64);
 
 impl Draw {
+    /// The stream of `TOOLLEDGER_SEED`, or of `default`; the seed is printed so that a
+    /// failing `test` can be rerun exactly.
+    pub(crate) fn seeded(test: &str, default: u64) -> Draw {
+        let seed: u64 = std::env::var("TOOLLEDGER_SEED")
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(default);
+        println!("{test} seed {seed} (rerun with TOOLLEDGER_SEED={seed})");
+        Draw(seed | 1)
+    }
+
     pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -66,12 +77,8 @@ fn relay(dir: &Dir, now: i64, seed: u64, once: bool) -> Child {
 
 #[test]
 fn every_accepted_intent_ends_delivered_failed_or_dead_under_kills() {
-    let seed: u64 = std::env::var("TOOLLEDGER_SEED")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(20_261_130);
-    println!("liveness seed {seed} (rerun with TOOLLEDGER_SEED={seed})");
-    let mut draw = Draw(seed | 1);
+    let mut draw = Draw::seeded("liveness", 20_261_130);
+    let seed = draw.0;
     let dir = Dir::new();
     let intents: i64 = 500;
     for n in 0..intents {

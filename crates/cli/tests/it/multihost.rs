@@ -78,12 +78,7 @@ fn relay(dir: &Dir, db: &Postgres, service: &Refundd) -> Child {
 
 #[test]
 fn relays_on_several_hosts_killed_at_random_deliver_every_intent_once() {
-    let seed: u64 = std::env::var("TOOLLEDGER_SEED")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or(20_261_201);
-    println!("multihost seed {seed} (rerun with TOOLLEDGER_SEED={seed})");
-    let mut draw = Draw(seed | 1);
+    let mut draw = Draw::seeded("multihost", 20_261_201);
     let dir = Dir::new();
     let db = Postgres::fresh();
     let service = Refundd::start(&dir, &["--delay-ms", "5"]);
