@@ -764,18 +764,7 @@ fn raw_recorded(row: &Row, at: usize) -> Result<RawRecorded, StoreError> {
 fn recorded_from(
     (purpose, status_ref, tenant, subject, status): RawRecorded,
 ) -> Result<RecordedCall, StoreError> {
-    let malformed =
-        |_| StoreError::ContractViolation("stored call identity's operation is malformed");
-    Ok(RecordedCall {
-        purpose: Purpose::parse(&purpose)
-            .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
-        status_ref: StatusRef::new(&status_ref)
-            .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
-        tenant_id: Identifier::new(&tenant).map_err(malformed)?,
-        subject_id: Identifier::new(&subject).map_err(malformed)?,
-        status: OperationStatus::parse(&status)
-            .ok_or(StoreError::ContractViolation("stored status is unknown"))?,
-    })
+    verify::recorded_call(&purpose, &status_ref, &tenant, &subject, &status)
 }
 
 /// Records `call` for the operation `op_id`. A racer that recorded the same identity

@@ -8,7 +8,7 @@
 use serde_json::Value;
 use toolledger_contract::{
     Approval, ApprovalBinding, DownstreamIdentity, IdempotencyKey, Identifier, ProviderProfile,
-    Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
+    Purpose, Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
     digest::{
         downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
         short_ref_of_canonical, status_ref,
@@ -18,7 +18,7 @@ use toolledger_json::{Limits, canonicalize_into, check_v2_domain, parse_strict};
 
 use crate::{
     DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
-    StoreError, TerminalOutcome,
+    RecordedCall, StoreError, TerminalOutcome,
 };
 
 /// What is wrong with a stored row. The audit reports the two kinds under different
@@ -552,4 +552,31 @@ fn local(
         return Err(violation("stored result digest does not recompute"));
     }
     Ok(LocalReceipt { downstream: receipt, output, result_sha256: result })
+}
+
+/// A recorded call identity as a backend read it (its purpose; its operation's status
+/// ref, tenant, subject and status), checked.
+///
+/// # Errors
+///
+/// `STORE_CONTRACT_VIOLATION` when a value is outside its domain.
+pub fn recorded_call(
+    purpose: &str,
+    status_ref: &str,
+    tenant: &str,
+    subject: &str,
+    status: &str,
+) -> Result<RecordedCall, StoreError> {
+    let malformed =
+        |_| StoreError::ContractViolation("stored call identity's operation is malformed");
+    Ok(RecordedCall {
+        purpose: Purpose::parse(purpose)
+            .ok_or(StoreError::ContractViolation("stored purpose is unknown"))?,
+        status_ref: StatusRef::new(status_ref)
+            .map_err(|_| StoreError::ContractViolation("stored status ref is malformed"))?,
+        tenant_id: Identifier::new(tenant).map_err(malformed)?,
+        subject_id: Identifier::new(subject).map_err(malformed)?,
+        status: OperationStatus::parse(status)
+            .ok_or(StoreError::ContractViolation("stored status is unknown"))?,
+    })
 }
