@@ -128,7 +128,7 @@ fn ci(root: &Path) -> ExitCode {
             )
         }),
         step("deny (licenses bans sources)", || deny(root)),
-        step("tidy (crate layering, facade doc examples)", || tidy::check(root)),
+        step("tidy (crate graph, facade doc examples)", || tidy::check(root)),
         step("contract vectors (independent python)", || contract_vectors(root)),
     ];
     // Each mode has its own target dir: RUSTFLAGS changes every fingerprint, and sharing
