@@ -1,4 +1,4 @@
-//! The tidy check: the crate layering of `ARCHITECTURE.md`, read from `cargo metadata`,
+//! The tidy check: the crate graph of `ARCHITECTURE.md`, read from `cargo metadata`,
 //! and a doc example on every public item of the facade (a host reads those first).
 //!
 //! The workspace's crates form a graph of allowed edges: each crate names the
