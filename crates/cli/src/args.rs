@@ -22,7 +22,7 @@ Once a command has accepted an intent, no later failure is exit 2: it is OUTCOME
 nothing printed: query the status, never retry under a new key.";
 
 /// Durable idempotency, outbox and receipt reconciliation for an agent's side-effecting
-/// tool calls, on one SQLite file.
+/// tool calls, on one SQLite file or one PostgreSQL database (--db postgres://…).
 ///
 /// Every command prints exactly one JSON object (RFC 8785 canonical form) and a newline.
 /// toolledger is not exactly-once: it never guesses an unknown outcome, and the
@@ -30,7 +30,7 @@ nothing printed: query the status, never retry under a new key.";
 ///
 /// The downstream of this command is a SIMULATION unless --downstream names a service:
 /// a stand-in refund API (toolledger-stand-in@1) that records its receipts in the ledger
-/// file itself, for trying the contract. No money moves. Operations a host accepted for its own
+/// itself, for trying the contract. No money moves. Operations a host accepted for its own
 /// downstream are refused here (DOWNSTREAM_MISMATCH); hosts embed the `toolledger`
 /// library with their own downstream.
 #[derive(Debug, Parser)]
