@@ -210,25 +210,17 @@ const LOAD_OPERATIONS: &str = "INSERT INTO operations (tenant_id, subject_id, to
      $20::text[], $21::text[], $22::text[], $23::text[], $24::bigint[], $25::bigint[], $26::text[], \
      $27::text[]) AS t \
      ON CONFLICT DO NOTHING RETURNING id, status_ref";
+/// The lease owner `load_finished` writes its operations as.
+const LOADER: &str = "loader";
 /// `load_finished`'s events: delivered, attempt 1 under the loader's ended lease.
 const LOAD_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, \
      next_attempt_at, last_reason, attempts_before, created_at, updated_at) \
-     SELECT id, 'delivered', 'loader', $2, 1, $2, NULL, 0, $3, $3 FROM unnest($1::bigint[]) AS id";
+     SELECT id, 'delivered', $4, $2, 1, $2, NULL, 0, $3, $3 FROM unnest($1::bigint[]) AS id";
 /// `load_finished`'s dispatch call identities.
 const LOAD_CALLS: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, \
      provider_response_id, provider_call_id, purpose, op_id, created_at) \
      SELECT p, f, a, r, c, 'dispatch', o, $7 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
      $5::text[], $6::bigint[]) AS t (p, f, a, r, c, o)";
-/// `load_finished`'s downstream receipts (the stand-in's commit B).
-const LOAD_DOWNSTREAM: &str = "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, \
-     receipt_ref, receipt_json, created_at) \
-     SELECT d, q, r, j, $5 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t (d, q, r, j) \
-     ON CONFLICT DO NOTHING";
-/// `load_finished`'s local receipts, finalized by the worker.
-const LOAD_LOCAL: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, \
-     output_json, result_sha256, finalized_by, created_at) \
-     SELECT o, d, r, j, u, h, 'worker', $7 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], \
-     $5::text[], $6::text[]) AS t (o, d, r, j, u, h)";
 
 /// The columns of a `load_finished` batch, as the arrays its statements bind.
 #[derive(Default)]
@@ -246,12 +238,7 @@ struct Loaded {
     adapter_revisions: Vec<String>,
     response_ids: Vec<String>,
     call_ids: Vec<String>,
-    request_refs: Vec<String>,
     request_digests: Vec<String>,
-    receipt_refs: Vec<String>,
-    receipts: Vec<String>,
-    outputs: Vec<String>,
-    results: Vec<String>,
 }
 
 impl Loaded {
@@ -300,12 +287,7 @@ impl Loaded {
             loaded.adapter_revisions.push(call.profile.adapter_revision.clone());
             loaded.response_ids.push(call.provider_response_id.as_str().to_owned());
             loaded.call_ids.push(call.provider_call_id.as_str().to_owned());
-            loaded.request_refs.push(downstream.downstream_request_ref.clone());
             loaded.request_digests.push(downstream.request_sha256.as_str().to_owned());
-            loaded.receipt_refs.push(downstream.receipt_ref.clone());
-            loaded.receipts.push(canonicalize(&downstream.receipt));
-            loaded.outputs.push(canonicalize(&receipt.output));
-            loaded.results.push(receipt.result_sha256.as_str().to_owned());
         }
         loaded
     }
@@ -464,7 +446,7 @@ impl PgStore {
                         .ok_or(StoreError::Internal("a loaded operation has no id"))
                 })
                 .collect::<Result<Vec<i64>, _>>()?;
-            db.exec(LOAD_OUTBOX, &[&op_ids, &until.get(), &now.get()])?;
+            db.exec(LOAD_OUTBOX, &[&op_ids, &until.get(), &now.get(), &LOADER])?;
             db.exec(
                 LOAD_CALLS,
                 &[
@@ -477,28 +459,38 @@ impl PgStore {
                     &now.get(),
                 ],
             )?;
-            let receipts = db.exec(
-                LOAD_DOWNSTREAM,
+            // The stand-in's receipts and the local receipts, by the batch statements of
+            // commits B and C, finalized by the loader's lease.
+            let loader = Identifier::new(LOADER)
+                .map_err(|_| StoreError::Internal("the loader's name is an identifier"))?;
+            let by = Finalizer::Lease { owner: loader, attempt: 1 };
+            let mut local = LocalColumns::default();
+            for (id, (_, _, receipt)) in op_ids.iter().zip(finished) {
+                local.push(*id, &by, receipt);
+            }
+            let stored = db.query(
+                INSERT_DOWNSTREAM_MANY,
                 &[
-                    &loaded.request_refs,
+                    &local.request_refs,
                     &loaded.request_digests,
-                    &loaded.receipt_refs,
-                    &loaded.receipts,
+                    &local.receipt_refs,
+                    &local.receipts,
                     &now.get(),
                 ],
             )?;
-            if receipts != u64::try_from(finished.len()).unwrap_or(u64::MAX) {
+            if stored.len() != finished.len() {
                 return Err(StoreError::ContractViolation("a loaded receipt is not new"));
             }
             db.exec(
-                LOAD_LOCAL,
+                INSERT_LOCAL_MANY,
                 &[
-                    &op_ids,
-                    &loaded.request_refs,
-                    &loaded.receipt_refs,
-                    &loaded.receipts,
-                    &loaded.outputs,
-                    &loaded.results,
+                    &local.ids,
+                    &local.request_refs,
+                    &local.receipt_refs,
+                    &local.receipts,
+                    &local.outputs,
+                    &local.results,
+                    &local.finalized_by,
                     &now.get(),
                 ],
             )?;
