@@ -161,6 +161,40 @@ impl Drop for Sqlite {
     }
 }
 
+/// Every row `sql` answers in the SQLite file at `path`, each value as text (`None` for
+/// NULL), through a raw connection.
+pub fn sqlite_rows(path: &Path, sql: &str) -> Vec<Vec<Option<String>>> {
+    use rusqlite::types::ValueRef;
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    let mut statement = conn.prepare(sql).unwrap_or_else(|err| panic!("{sql}: {err}"));
+    let columns = statement.column_count();
+    let mut query = statement.query([]).unwrap();
+    let mut rows = Vec::new();
+    while let Some(row) = query.next().unwrap() {
+        rows.push(
+            (0..columns)
+                .map(|index| match row.get_ref(index).unwrap() {
+                    ValueRef::Null => None,
+                    ValueRef::Integer(value) => Some(value.to_string()),
+                    ValueRef::Real(value) => Some(value.to_string()),
+                    ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+                        Some(String::from_utf8_lossy(bytes).into_owned())
+                    }
+                })
+                .collect(),
+        );
+    }
+    rows
+}
+
+/// Runs `sql` (one or more statements) on a raw connection to the SQLite file at `path`.
+pub fn sqlite_execute(path: &Path, sql: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    conn.execute_batch(sql).unwrap_or_else(|err| panic!("{sql}: {err}"));
+}
+
 /// A directory of its own under the system's temporary directory.
 pub fn temp_dir(prefix: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -191,31 +225,11 @@ impl Backend for Sqlite {
     }
 
     fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        use rusqlite::types::ValueRef;
-        let conn = self.raw();
-        let mut statement = conn.prepare(sql).unwrap_or_else(|err| panic!("{sql}: {err}"));
-        let columns = statement.column_count();
-        let mut query = statement.query([]).unwrap();
-        let mut rows = Vec::new();
-        while let Some(row) = query.next().unwrap() {
-            rows.push(
-                (0..columns)
-                    .map(|index| match row.get_ref(index).unwrap() {
-                        ValueRef::Null => None,
-                        ValueRef::Integer(value) => Some(value.to_string()),
-                        ValueRef::Real(value) => Some(value.to_string()),
-                        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-                            Some(String::from_utf8_lossy(bytes).into_owned())
-                        }
-                    })
-                    .collect(),
-            );
-        }
-        rows
+        sqlite_rows(&self.path, sql)
     }
 
     fn execute(&self, sql: &str) {
-        self.raw().execute_batch(sql).unwrap_or_else(|err| panic!("{sql}: {err}"));
+        sqlite_execute(&self.path, sql);
     }
 
     /// The audit as the command line runs it: on the file, whatever it holds.

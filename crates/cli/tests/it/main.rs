@@ -138,29 +138,7 @@ impl Dir {
     pub fn db_rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
         match &self.1 {
             Some(postgres) => toolledger_conformance::Backend::rows(postgres, sql),
-            None => {
-                let conn = rusqlite::Connection::open(self.join("toolledger.sqlite3")).unwrap();
-                let mut statement = conn.prepare(sql).unwrap();
-                let columns = statement.column_count();
-                statement
-                    .query_map([], |row| {
-                        (0..columns)
-                            .map(|index| {
-                                Ok(match row.get::<_, rusqlite::types::Value>(index)? {
-                                    rusqlite::types::Value::Null => None,
-                                    rusqlite::types::Value::Integer(value) => {
-                                        Some(value.to_string())
-                                    }
-                                    rusqlite::types::Value::Text(text) => Some(text),
-                                    other => Some(format!("{other:?}")),
-                                })
-                            })
-                            .collect()
-                    })
-                    .unwrap()
-                    .collect::<Result<_, _>>()
-                    .unwrap()
-            }
+            None => toolledger_conformance::sqlite_rows(&self.join("toolledger.sqlite3"), sql),
         }
     }
 
@@ -168,10 +146,7 @@ impl Dir {
     pub fn db_execute(&self, sql: &str) {
         match &self.1 {
             Some(postgres) => toolledger_conformance::Backend::execute(postgres, sql),
-            None => rusqlite::Connection::open(self.join("toolledger.sqlite3"))
-                .unwrap()
-                .execute_batch(sql)
-                .unwrap(),
+            None => toolledger_conformance::sqlite_execute(&self.join("toolledger.sqlite3"), sql),
         }
     }
 
