@@ -15,7 +15,7 @@
 
 use std::{
     process::Command,
-    sync::{Arc, Barrier},
+    sync::{Arc, Mutex},
     thread,
     time::Instant,
 };
@@ -23,9 +23,9 @@ use std::{
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 use toolledger_bench::{
-    Args, Work,
+    Args, Contention, Work,
     ledger::{CASE, Cases, Row, finished, row, worker},
-    median, sibling_binary, timed_rate, write_report,
+    median, sibling_binary, threads, timed_rate, write_report,
 };
 use toolledger_contract::{NoRoles, Registry, UnixSeconds};
 use toolledger_engine::{Engine, StandIn};
@@ -121,30 +121,33 @@ fn main() {
     let (mut raw_8, mut fresh_8) = (Vec::new(), Vec::new());
     for round in 0..settings.rounds {
         let first = 1_000_000 + round * 8 * settings.ops;
-        let url = raw_url.clone();
-        let rows = Arc::clone(&cases);
-        raw_8.push(clients(settings.ops, move || {
-            let mut client = connect(&url);
-            let statements = RawStatements::prepare(&mut client);
-            let rows = Arc::clone(&rows);
-            move |thread: usize, index: usize| {
-                let row = row(&rows, first + thread * 100_000 + index);
-                raw_operation(&mut client, &statements, &row, true);
-            }
+        // Each thread's own connections, made before the threads start.
+        let raw_clients: Vec<Mutex<(Client, RawStatements)>> = (0..8)
+            .map(|_| {
+                let mut client = connect(&raw_url);
+                let statements = RawStatements::prepare(&mut client);
+                Mutex::new((client, statements))
+            })
+            .collect();
+        let shared = (Arc::clone(&cases), raw_clients);
+        raw_8.push(threads(settings.ops, move |thread, index| {
+            let (cases, clients) = &shared;
+            let row = row(cases, first + thread * 100_000 + index);
+            let mut client = clients[thread].lock().unwrap();
+            let (client, statements) = &mut *client;
+            raw_operation(client, statements, &row, true);
         }));
-        let url = fresh_url.clone();
-        let inputs = Arc::clone(&cases);
-        fresh_8.push(clients(settings.ops, move || {
-            let mut engine = engine(&url);
-            let inputs = Arc::clone(&inputs);
-            move |thread: usize, index: usize| {
-                let case = inputs.get(first + thread * 100_000 + index);
-                let answer = engine.dispatch(&case, &worker()).unwrap();
-                assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
-            }
+        let engines: Vec<Mutex<PgEngine>> =
+            (0..8).map(|_| Mutex::new(engine(&fresh_url))).collect();
+        let shared = (Arc::clone(&cases), engines);
+        fresh_8.push(threads(settings.ops, move |thread, index| {
+            let (cases, engines) = &shared;
+            let case = cases.get(first + thread * 100_000 + index);
+            let answer = engines[thread].lock().unwrap().dispatch(&case, &worker()).unwrap();
+            assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
         }));
     }
-    let (raw_8, fresh_8) = (Clients::median(raw_8), Clients::median(fresh_8));
+    let (raw_8, fresh_8) = (Contention::median(raw_8), Contention::median(fresh_8));
     put("pg_raw_pipeline_8_ops_per_s", json!(raw_8.ops_per_s));
     put("pg_fresh_dispatch_8_ops_per_s", json!(fresh_8.ops_per_s));
     put("pg_fresh_dispatch_8_p99_ms", json!(fresh_8.p99_ms));
@@ -407,56 +410,6 @@ fn raw_operation(client: &mut Client, statements: &RawStatements, row: &Row, ski
     tx.execute(&statements.succeeded, &[&id]).unwrap();
     tx.execute(&statements.delivered, &[&id]).unwrap();
     tx.commit().unwrap();
-}
-
-/// Eight clients' throughput and tail.
-struct Clients {
-    ops_per_s: f64,
-    p99_ms: f64,
-}
-
-impl Clients {
-    /// The round with the median throughput.
-    fn median(mut rounds: Vec<Clients>) -> Clients {
-        rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
-        let middle = rounds.len() / 2;
-        rounds.swap_remove(middle)
-    }
-}
-
-/// Eight threads, each with what `setup` makes (its own connections), released together,
-/// each running `per_thread` operations.
-fn clients<W, S>(per_thread: usize, setup: S) -> Clients
-where
-    S: Fn() -> W + Send + Sync + 'static,
-    W: FnMut(usize, usize) + Send + 'static,
-{
-    let setup = Arc::new(setup);
-    let barrier = Arc::new(Barrier::new(9));
-    let handles: Vec<_> = (0..8)
-        .map(|thread| {
-            let (setup, barrier) = (Arc::clone(&setup), Arc::clone(&barrier));
-            thread::spawn(move || {
-                let mut work = setup();
-                barrier.wait();
-                (0..per_thread)
-                    .map(|index| {
-                        let started = Instant::now();
-                        work(thread, index);
-                        started.elapsed().as_secs_f64() * 1000.0
-                    })
-                    .collect::<Vec<f64>>()
-            })
-        })
-        .collect();
-    barrier.wait();
-    let started = Instant::now();
-    let mut latencies: Vec<f64> =
-        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
-    let wall = started.elapsed().as_secs_f64();
-    latencies.sort_by(f64::total_cmp);
-    let p99 = latencies[((latencies.len() as f64 - 1.0) * 0.99).round() as usize];
-    Clients { ops_per_s: latencies.len() as f64 / wall, p99_ms: p99 }
 }
 
 /// `flow` alone, in a loop of about ten seconds on a private server: `replay` (finished

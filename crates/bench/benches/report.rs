@@ -14,7 +14,7 @@
 use std::{
     path::Path,
     process::Command,
-    sync::{Arc, Barrier},
+    sync::Arc,
     thread,
     time::{Duration, Instant},
 };
@@ -28,9 +28,9 @@ use toolledger_engine::{Engine, StandIn};
 /// The engine of the bench: the ledger, and the stand-in downstream on its own connection.
 type SqliteEngine<R> = Engine<SqliteStore, Interrupt<StandIn<SqliteStore>>, R>;
 use toolledger_bench::{
-    Args, Work, corpus,
+    Args, Contention, Work, corpus,
     ledger::{CASE, Cases, Row, finished, row, worker},
-    median, sibling_binary, timed_rate, write_report,
+    median, sibling_binary, threads, timed_rate, write_report,
 };
 use toolledger_json::{Limits, canonicalize, parse_strict};
 use toolledger_store::LedgerStore;
@@ -1024,60 +1024,6 @@ fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count:
         let answer = engine.dispatch(&prepared[index % keys], &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
     })
-}
-
-struct Contention {
-    ops_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
-    /// Commit points per group commit (threads of one process only).
-    batches: f64,
-}
-
-impl Contention {
-    fn from(latencies: &mut [f64], wall_s: f64) -> Contention {
-        latencies.sort_by(f64::total_cmp);
-        let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
-        Contention {
-            ops_per_s: latencies.len() as f64 / wall_s,
-            p50_ms: at(0.50),
-            p99_ms: at(0.99),
-            max_ms: at(1.0),
-            batches: 0.0,
-        }
-    }
-
-    /// The round with the median throughput.
-    fn median(mut rounds: Vec<Contention>) -> Contention {
-        rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
-        let middle = rounds.len() / 2;
-        rounds.swap_remove(middle)
-    }
-}
-
-fn threads(per_thread: usize, work: impl Fn(usize, usize) + Send + Sync + 'static) -> Contention {
-    let work = Arc::new(work);
-    let barrier = Arc::new(Barrier::new(8));
-    let started = Instant::now();
-    let handles: Vec<_> = (0..8)
-        .map(|thread| {
-            let (work, barrier) = (Arc::clone(&work), Arc::clone(&barrier));
-            thread::spawn(move || {
-                barrier.wait();
-                (0..per_thread)
-                    .map(|index| {
-                        let started = Instant::now();
-                        work(thread, index);
-                        started.elapsed().as_secs_f64() * 1000.0
-                    })
-                    .collect::<Vec<f64>>()
-            })
-        })
-        .collect();
-    let mut latencies: Vec<f64> =
-        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
-    Contention::from(&mut latencies, started.elapsed().as_secs_f64())
 }
 
 /// 8 threads, each with its own engine, dispatching distinct keys into one file.

@@ -8,6 +8,8 @@
 
 use std::{
     path::{Path, PathBuf},
+    sync::{Arc, Barrier},
+    thread,
     time::Instant,
 };
 
@@ -188,4 +190,84 @@ pub fn write_report(out: &Path, report: &[(String, serde_json::Value)], first: &
         .collect();
     std::fs::create_dir_all(out.parent().expect("--out has a parent")).unwrap();
     std::fs::write(out, format!("{{\n{}\n}}\n", body.join(",\n"))).unwrap();
+}
+
+/// Throughput and latency of concurrent clients: operations per second of the wall
+/// time, and the latencies' median, 99th percentile and maximum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contention {
+    /// Operations per second.
+    pub ops_per_s: f64,
+    /// The median latency, ms.
+    pub p50_ms: f64,
+    /// The 99th-percentile latency, ms.
+    pub p99_ms: f64,
+    /// The longest, ms.
+    pub max_ms: f64,
+    /// Commit points per group commit (threads of one SQLite process only; 0 otherwise).
+    pub batches: f64,
+}
+
+impl Contention {
+    /// The figures of `latencies` (ms, in any order) run within `wall_s` seconds.
+    ///
+    /// # Panics
+    ///
+    /// On no latencies.
+    #[allow(clippy::indexing_slicing, reason = "a quantile of a non-empty list")]
+    pub fn from(latencies: &mut [f64], wall_s: f64) -> Contention {
+        latencies.sort_by(f64::total_cmp);
+        let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
+        Contention {
+            ops_per_s: latencies.len() as f64 / wall_s,
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+            batches: 0.0,
+        }
+    }
+
+    /// The round with the median throughput.
+    ///
+    /// # Panics
+    ///
+    /// On no rounds.
+    pub fn median(mut rounds: Vec<Contention>) -> Contention {
+        rounds.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+        let middle = rounds.len() / 2;
+        rounds.swap_remove(middle)
+    }
+}
+
+/// Eight threads released together, each running `work(thread, index)` for `index` in
+/// `0..per_thread`; timed from before they start.
+///
+/// # Panics
+///
+/// When a thread panics.
+pub fn threads(
+    per_thread: usize,
+    work: impl Fn(usize, usize) + Send + Sync + 'static,
+) -> Contention {
+    let work = Arc::new(work);
+    let barrier = Arc::new(Barrier::new(8));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..8)
+        .map(|thread| {
+            let (work, barrier) = (Arc::clone(&work), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                (0..per_thread)
+                    .map(|index| {
+                        let started = Instant::now();
+                        work(thread, index);
+                        started.elapsed().as_secs_f64() * 1000.0
+                    })
+                    .collect::<Vec<f64>>()
+            })
+        })
+        .collect();
+    let mut latencies: Vec<f64> =
+        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
+    Contention::from(&mut latencies, started.elapsed().as_secs_f64())
 }
