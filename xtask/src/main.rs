@@ -216,8 +216,8 @@ fn deny(root: &Path) -> Result<String, String> {
 fn bench(root: &Path, args: &[String]) -> ExitCode {
     let quick = args.iter().any(|arg| arg == "--quick");
     // `--store postgres`: the PostgreSQL report instead of the SQLite benches.
-    let store = args.iter().position(|arg| arg == "--store").map(|at| args.get(at + 1));
-    let postgres = match store {
+    let at = args.iter().position(|arg| arg == "--store");
+    let postgres = match at.map(|at| args.get(at + 1)) {
         None => false,
         Some(Some(store)) if store == "sqlite" => false,
         Some(Some(store)) if store == "postgres" => true,
@@ -226,10 +226,14 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The bench names: every argument but the flags and `--store`'s value.
     let names: Vec<&str> = args
         .iter()
-        .map(String::as_str)
-        .filter(|arg| !["--quick", "--store", "sqlite", "postgres"].contains(arg))
+        .enumerate()
+        .filter(|(index, arg)| {
+            *arg != "--quick" && at.is_none_or(|at| *index != at && *index != at + 1)
+        })
+        .map(|(_, arg)| arg.as_str())
         .collect();
     // Each bench by name: the package and the bench target that run it.
     const BENCHES: [(&str, &str, &str); 2] =
