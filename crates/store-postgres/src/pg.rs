@@ -633,7 +633,12 @@ impl PgStore {
             .map_err(|err| (pg(err), false))?;
         let (value, keep) =
             run(&mut Db::new(&mut tx, cache), clock, now, work).map_err(|err| (err, true))?;
-        if keep { tx.commit() } else { tx.rollback() }.map_err(|err| (pg(err), true))?;
+        if keep {
+            tx.commit().map_err(|err| (pg(err), true))?;
+            toolledger_store::crash::committed();
+        } else {
+            tx.rollback().map_err(|err| (pg(err), true))?;
+        }
         Ok(value)
     }
 }

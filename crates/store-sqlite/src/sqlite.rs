@@ -176,7 +176,9 @@ impl<'a> std::ops::Deref for Write<'a> {
 
 impl Write<'_> {
     fn commit(self) -> Result<(), StoreError> {
-        self.tx.commit().map_err(sqlite)
+        self.tx.commit().map_err(sqlite)?;
+        toolledger_store::crash::committed();
+        Ok(())
     }
 }
 
@@ -455,7 +457,10 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
         }
     }
     match tx.commit() {
-        Ok(()) => (answers, true),
+        Ok(()) => {
+            toolledger_store::crash::committed();
+            (answers, true)
+        }
         Err(err) => {
             let err = sqlite(err);
             (answers.into_iter().map(|answer| answer.and(Err(err.clone()))).collect(), false)

@@ -27,6 +27,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 pub mod audit;
+pub mod crash;
 mod error;
 mod model;
 mod operator;
