@@ -29,8 +29,12 @@ use toolledger_engine::{
 use toolledger_store::{AuditReport, LedgerStore, OperatorStore, StandInReceipts};
 use toolledger_store_sqlite::SqliteStore;
 
-pub use crate::postgres::Postgres;
+pub use crate::{
+    faulty::{Faults, Faulty, Rule},
+    postgres::Postgres,
+};
 
+mod faulty;
 mod postgres;
 
 /// One database a ledger can live in.

@@ -6,7 +6,7 @@
 
 use crate::Backend;
 use toolledger_contract::{
-    Clock, Identifier, LeaseSeconds, PrincipalResolver, Registry, ResolverError, Scope, StatusRef,
+    Clock, Identifier, LeaseSeconds, PrincipalResolver, Registry, ResolverError,
 };
 use toolledger_engine::{
     Answer, Engine, StandIn,
@@ -14,220 +14,18 @@ use toolledger_engine::{
 };
 
 use crate::{FailurePoint, Flows};
-use toolledger_store::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
-    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Release,
-    Reservation, StandInReceipts, StoreError,
-};
+use toolledger_conformance::{Faults, Faulty, Rule};
 
 use crate::{Db, Roles, at, case, id};
 use toolledger_store_sqlite::SqliteStore;
 
 const NOW: i64 = 1_767_225_600;
 
-/// A store whose one named method fails: with `STORE_BUSY` for the claim (a lock held
-/// past the bound), with an I/O error (a full disk) for every other method.
-#[derive(Debug)]
-struct Failing {
-    inner: SqliteStore,
-    method: Option<&'static str>,
-}
-
-impl Failing {
-    fn fault(&self, method: &'static str) -> Result<(), StoreError> {
-        match self.method {
-            Some("claim") if method == "claim" => Err(StoreError::Busy),
-            Some(failing) if failing == method => Err(StoreError::failed("sqlite", "an I/O error")),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl LedgerStore for Failing {
-    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
-        self.fault("operation_by_scope")?;
-        self.inner.operation_by_scope(scope)
-    }
-
-    fn operation_by_status_ref(
-        &mut self,
-        status_ref: &StatusRef,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.fault("operation_by_status_ref")?;
-        self.inner.operation_by_status_ref(status_ref)
-    }
-
-    fn dispatch_lookup(
-        &mut self,
-        scope: &Scope,
-        call: &CallIdentity,
-    ) -> Result<DispatchLookup, StoreError> {
-        self.fault("dispatch_lookup")?;
-        self.inner.dispatch_lookup(scope, call)
-    }
-
-    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
-        self.fault("recorded_call")?;
-        self.inner.recorded_call(call)
-    }
-
-    fn reserve(
-        &mut self,
-        intent: &NewOperation,
-        call: &CallIdentity,
-        now: Now,
-    ) -> Result<Reservation, StoreError> {
-        self.fault("reserve")?;
-        self.inner.reserve(intent, call, now)
-    }
-
-    fn reserve_claimed(
-        &mut self,
-        intent: &NewOperation,
-        call: &CallIdentity,
-        now: Now,
-        owner: &Identifier,
-        lease: LeaseSeconds,
-    ) -> Result<Reservation, StoreError> {
-        self.fault("reserve_claimed")?;
-        self.inner.reserve_claimed(intent, call, now, owner, lease)
-    }
-
-    fn claim(
-        &mut self,
-        status_ref: &StatusRef,
-        owner: &Identifier,
-        now: Now,
-        lease: LeaseSeconds,
-    ) -> Result<Claim, StoreError> {
-        self.fault("claim")?;
-        self.inner.claim(status_ref, owner, now, lease)
-    }
-
-    fn record_status_query(
-        &mut self,
-        call: &CallIdentity,
-        status_ref: &StatusRef,
-        now: Now,
-    ) -> Result<Option<RecordedCall>, StoreError> {
-        self.fault("record_status_query")?;
-        self.inner.record_status_query(call, status_ref, now)
-    }
-
-    fn finalize(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &LocalReceipt,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.fault("finalize")?;
-        self.inner.finalize(status_ref, by, receipt, now)
-    }
-
-    fn fail(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.fault("fail")?;
-        self.inner.fail(status_ref, by, reason, now)
-    }
-
-    fn quarantine(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &serde_json::Value,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.fault("quarantine")?;
-        self.inner.quarantine(status_ref, by, receipt, reason, now)
-    }
-
-    fn release(
-        &mut self,
-        status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
-        release: &Release<'_>,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.fault("release")?;
-        self.inner.release(status_ref, owner, attempt, release, now)
-    }
-
-    fn claim_due(
-        &mut self,
-        owner: &Identifier,
-        downstream: &toolledger_contract::DownstreamIdentity,
-        now: Now,
-        lease: LeaseSeconds,
-        limit: usize,
-    ) -> Result<ClaimedBatch, StoreError> {
-        self.fault("claim_due")?;
-        self.inner.claim_due(owner, downstream, now, lease, limit)
-    }
-
-    fn finalize_many(
-        &mut self,
-        items: &[(StatusRef, Finalizer, LocalReceipt)],
-        now: Now,
-    ) -> Result<Vec<Finalize>, StoreError> {
-        self.fault("finalize")?;
-        self.inner.finalize_many(items, now)
-    }
-
-    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
-        self.fault("retired")?;
-        self.inner.retired(status_ref)
-    }
-
-    fn heartbeat(
-        &mut self,
-        owner: &Identifier,
-        now: Now,
-        lease: LeaseSeconds,
-    ) -> Result<usize, StoreError> {
-        self.fault("heartbeat")?;
-        self.inner.heartbeat(owner, now, lease)
-    }
-
-    fn audit(&mut self) -> Result<AuditReport, StoreError> {
-        self.fault("audit")?;
-        self.inner.audit()
-    }
-}
-
-impl StandInReceipts for Failing {
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
-        self.fault("record_downstream_receipt")?;
-        self.inner.record_downstream_receipt(receipt, now)
-    }
-
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.fault("downstream_receipt")?;
-        self.inner.downstream_receipt(downstream_request_ref)
-    }
-
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
-        self.fault("record_downstream_receipt")?;
-        self.inner.record_downstream_receipts(receipts, now)
-    }
+/// A store on `db` whose calls of `method` fail: `claim` with `STORE_BUSY`, any other
+/// with an I/O error.
+fn failing(db: &Db, method: Option<&'static str>) -> Faulty<SqliteStore> {
+    let rule = method.map_or(Rule::Clean, Rule::Method);
+    Faulty::new(SqliteStore::open(db.path()).unwrap(), Faults::new(rule))
 }
 
 /// Roles that fail to resolve from the `fail_from`-th question on, as a claims file
@@ -294,9 +92,8 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
         [(None, Some("record_downstream_receipt")), (Some("finalize"), None)]
     {
         let db = Db::fresh();
-        let ledger_store = Failing { inner: SqliteStore::open(db.path()).unwrap(), method: ledger };
-        let downstream_store =
-            Failing { inner: SqliteStore::open(db.path()).unwrap(), method: downstream };
+        let ledger_store = failing(&db, ledger);
+        let downstream_store = failing(&db, downstream);
         let mut engine = Engine::new(
             ledger_store,
             Interrupt::new(StandIn::new(downstream_store), Switch::default()),
@@ -315,10 +112,9 @@ fn a_store_error_after_commit_a_is_outcome_unknown_in_dispatch() {
 #[test]
 fn a_failed_commit_a_with_its_claim_is_an_error_and_writes_nothing() {
     let db = Db::fresh();
-    let failing = |method| Failing { inner: SqliteStore::open(db.path()).unwrap(), method };
     let mut engine = Engine::new(
-        failing(Some("reserve_claimed")),
-        Interrupt::new(StandIn::new(failing(None)), Switch::default()),
+        failing(&db, Some("reserve_claimed")),
+        Interrupt::new(StandIn::new(failing(&db, None)), Switch::default()),
         roles(),
         Registry::builtin(),
     );
@@ -361,14 +157,8 @@ fn a_failure_after_the_claim_is_outcome_unknown_in_process() {
         let status_ref = accepted.package()["status_ref"].as_str().unwrap().to_owned();
         let resolver = FlakyRoles { roles: roles(), asked: std::cell::Cell::new(0), fail_from };
         let mut engine = Engine::new(
-            Failing { inner: SqliteStore::open(db.path()).unwrap(), method: ledger },
-            Interrupt::new(
-                StandIn::new(Failing {
-                    inner: SqliteStore::open(db.path()).unwrap(),
-                    method: downstream,
-                }),
-                Switch::default(),
-            ),
+            failing(&db, ledger),
+            Interrupt::new(StandIn::new(failing(&db, downstream)), Switch::default()),
             resolver,
             Registry::builtin(),
         );

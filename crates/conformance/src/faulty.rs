@@ -1,0 +1,315 @@
+//! A fault-injecting store: [`Faulty`] wraps any store and, as its [`Faults`] plan
+//! says, fails a call before it reaches the store or lets it commit and then "crashes"
+//! — the caller gets an error for a transaction that did commit, and every later call
+//! of the same process fails until the test starts a new one ([`Faults::restart`]).
+//!
+//! Every method of [`LedgerStore`] and [`StandInReceipts`] is one transaction of the
+//! store or one read, so "at any statement" means at any of them, in the order the
+//! engine makes them: the Nth call of a process ([`Rule::FailCall`],
+//! [`Rule::CrashAfterCall`]) or every call of one method ([`Rule::Method`]). The ledger
+//! and the stand-in's storage of one engine share a plan, as they share a process.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::Value;
+use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
+use toolledger_store::{
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
+    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Release,
+    Reservation, StandInReceipts, StoreError,
+};
+
+/// What a plan does to the calls it sees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rule {
+    /// Nothing: every call reaches the store.
+    #[default]
+    Clean,
+    /// Every call of the named method fails before reaching the store: `claim` with
+    /// `STORE_BUSY` (a lock held past the bound), any other with an I/O error (a full
+    /// disk). `finalize_many` counts as `finalize` and `record_downstream_receipts` as
+    /// `record_downstream_receipt`.
+    Method(&'static str),
+    /// The Nth call (from 1) fails before reaching the store; later calls run.
+    FailCall(u64),
+    /// The Nth call (from 1) runs, and then the process dies: the call and every later
+    /// one answer an error.
+    CrashAfterCall(u64),
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    rule: Rule,
+    calls: u64,
+    crashed: bool,
+}
+
+/// The plan shared by the stores of one simulated process.
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<Mutex<Plan>>);
+
+impl Faults {
+    /// A plan following `rule`.
+    pub fn new(rule: Rule) -> Faults {
+        let faults = Faults::default();
+        faults.restart(rule);
+        faults
+    }
+
+    fn plan(&self) -> std::sync::MutexGuard<'_, Plan> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new process: no call counted, not crashed, following `rule`.
+    pub fn restart(&self, rule: Rule) {
+        *self.plan() = Plan { rule, calls: 0, crashed: false };
+    }
+
+    /// Whether the process has crashed.
+    pub fn crashed(&self) -> bool {
+        self.plan().crashed
+    }
+
+    /// The calls counted since the last restart.
+    pub fn calls(&self) -> u64 {
+        self.plan().calls
+    }
+
+    /// Before a call of `method`: refuses it when the process is gone or the rule fails
+    /// it; otherwise says whether the process dies once it has run.
+    fn before(&self, method: &'static str) -> Result<bool, StoreError> {
+        let mut plan = self.plan();
+        if plan.crashed {
+            return Err(StoreError::failed("simulation", "the process is gone"));
+        }
+        plan.calls += 1;
+        match plan.rule {
+            Rule::Method("claim") if method == "claim" => Err(StoreError::Busy),
+            Rule::Method(failing) if failing == method => {
+                Err(StoreError::failed("simulation", "an I/O error"))
+            }
+            Rule::FailCall(n) if n == plan.calls => {
+                Err(StoreError::failed("simulation", "an injected fault"))
+            }
+            Rule::CrashAfterCall(n) if n == plan.calls => Ok(true),
+            _ => Ok(false),
+        }
+    }
+
+    /// After a call that was to crash its process: whatever it did stays done, and its
+    /// caller never hears of it.
+    fn after<T>(&self, crash: bool, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if crash {
+            self.plan().crashed = true;
+            return Err(StoreError::failed("simulation", "the process died"));
+        }
+        result
+    }
+}
+
+/// `inner` under a fault plan.
+#[derive(Debug)]
+pub struct Faulty<S> {
+    inner: S,
+    faults: Faults,
+}
+
+impl<S> Faulty<S> {
+    /// `inner`, faulted as `faults` says.
+    pub fn new(inner: S, faults: Faults) -> Faulty<S> {
+        Faulty { inner, faults }
+    }
+
+    /// The store underneath, unfaulted.
+    pub fn inner(&mut self) -> &mut S {
+        &mut self.inner
+    }
+}
+
+/// One faulted call: `method` names it for [`Rule::Method`].
+macro_rules! faulted {
+    ($self:ident, $method:literal, $call:expr) => {{
+        let crash = $self.faults.before($method)?;
+        let result = $call;
+        $self.faults.after(crash, result)
+    }};
+}
+
+impl<S: LedgerStore> LedgerStore for Faulty<S> {
+    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
+        faulted!(self, "operation_by_scope", self.inner.operation_by_scope(scope))
+    }
+
+    fn operation_by_status_ref(
+        &mut self,
+        status_ref: &StatusRef,
+    ) -> Result<Option<Operation>, StoreError> {
+        faulted!(self, "operation_by_status_ref", self.inner.operation_by_status_ref(status_ref))
+    }
+
+    fn dispatch_lookup(
+        &mut self,
+        scope: &Scope,
+        call: &CallIdentity,
+    ) -> Result<DispatchLookup, StoreError> {
+        faulted!(self, "dispatch_lookup", self.inner.dispatch_lookup(scope, call))
+    }
+
+    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
+        faulted!(self, "recorded_call", self.inner.recorded_call(call))
+    }
+
+    fn reserve(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+    ) -> Result<Reservation, StoreError> {
+        faulted!(self, "reserve", self.inner.reserve(intent, call, now))
+    }
+
+    fn reserve_claimed(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        owner: &Identifier,
+        lease: LeaseSeconds,
+    ) -> Result<Reservation, StoreError> {
+        faulted!(
+            self,
+            "reserve_claimed",
+            self.inner.reserve_claimed(intent, call, now, owner, lease)
+        )
+    }
+
+    fn claim(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<Claim, StoreError> {
+        faulted!(self, "claim", self.inner.claim(status_ref, owner, now, lease))
+    }
+
+    fn record_status_query(
+        &mut self,
+        call: &CallIdentity,
+        status_ref: &StatusRef,
+        now: Now,
+    ) -> Result<Option<RecordedCall>, StoreError> {
+        faulted!(self, "record_status_query", self.inner.record_status_query(call, status_ref, now))
+    }
+
+    fn finalize(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &LocalReceipt,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        faulted!(self, "finalize", self.inner.finalize(status_ref, by, receipt, now))
+    }
+
+    fn finalize_many(
+        &mut self,
+        items: &[(StatusRef, Finalizer, LocalReceipt)],
+        now: Now,
+    ) -> Result<Vec<Finalize>, StoreError> {
+        faulted!(self, "finalize", self.inner.finalize_many(items, now))
+    }
+
+    fn fail(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        faulted!(self, "fail", self.inner.fail(status_ref, by, reason, now))
+    }
+
+    fn quarantine(
+        &mut self,
+        status_ref: &StatusRef,
+        by: &Finalizer,
+        receipt: &Value,
+        reason: &str,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        faulted!(self, "quarantine", self.inner.quarantine(status_ref, by, receipt, reason, now))
+    }
+
+    fn release(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        attempt: i64,
+        release: &Release<'_>,
+        now: Now,
+    ) -> Result<Finalize, StoreError> {
+        faulted!(self, "release", self.inner.release(status_ref, owner, attempt, release, now))
+    }
+
+    fn claim_due(
+        &mut self,
+        owner: &Identifier,
+        downstream: &DownstreamIdentity,
+        now: Now,
+        lease: LeaseSeconds,
+        limit: usize,
+    ) -> Result<ClaimedBatch, StoreError> {
+        faulted!(self, "claim_due", self.inner.claim_due(owner, downstream, now, lease, limit))
+    }
+
+    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
+        faulted!(self, "retired", self.inner.retired(status_ref))
+    }
+
+    fn heartbeat(
+        &mut self,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<usize, StoreError> {
+        faulted!(self, "heartbeat", self.inner.heartbeat(owner, now, lease))
+    }
+
+    fn audit(&mut self) -> Result<AuditReport, StoreError> {
+        faulted!(self, "audit", self.inner.audit())
+    }
+}
+
+impl<S: StandInReceipts> StandInReceipts for Faulty<S> {
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        faulted!(
+            self,
+            "record_downstream_receipt",
+            self.inner.record_downstream_receipt(receipt, now)
+        )
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &str,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        faulted!(self, "downstream_receipt", self.inner.downstream_receipt(downstream_request_ref))
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        faulted!(
+            self,
+            "record_downstream_receipt",
+            self.inner.record_downstream_receipts(receipts, now)
+        )
+    }
+}
