@@ -1,0 +1,581 @@
+//! The deterministic simulation: seeded interleavings of dispatch, process, status, relay
+//! passes, lease expiry, role changes and stale finalizes over a few keys, with store
+//! faults injected at any call ([`Rule::FailCall`]: the call fails before the store
+//! sees it; [`Rule::CrashAfterCall`]: it commits and the process dies), each step
+//! checked against a model of what the ledger promises:
+//!
+//! - an intent the store accepted stays accepted, and a call that accepted it never
+//!   answers an error ("nothing happened") unless its process died first;
+//! - `OUTCOME_UNKNOWN` names an operation the store holds;
+//! - an ended operation never changes: its status and result digest stay what the
+//!   first answer or the store said, and every later answer repeats them;
+//! - a key is finalized freshly at most once; one downstream receipt per scope, none
+//!   without its operation; succeeded means a local receipt; the audit passes.
+//!
+//! After the steps, the public recovery path alone (a relay pass, then status and
+//! process per open operation, past every lease) must end every accepted intent.
+//!
+//! The runs follow from `TOOLLEDGER_SIM_SEED` (default [`SEED`]);
+//! `TOOLLEDGER_SIM_CASES` sets how many interleavings each store runs (default 200
+//! on SQLite, 40 on PostgreSQL; `cargo xtask ci` runs thousands). A failure is shrunk
+//! to a minimal sequence of steps and printed with the seed that reproduces it.
+
+use std::{cell::Cell, collections::BTreeMap};
+
+use proptest::{
+    prelude::*,
+    test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner},
+};
+use toolledger_conformance::{Backend, Faults, Faulty, Roles, Rule};
+use toolledger_contract::{
+    Case, Clock, IdempotencyKey, LeaseSeconds, Registry, Scope,
+    digest::{downstream_request_ref, result_sha256, status_ref},
+};
+use toolledger_engine::{
+    Answer, Backoff, Engine, EngineError, StandIn,
+    drill::{Interrupt, Switch},
+};
+use toolledger_store::{Finalize, Finalizer, LedgerStore, LocalReceipt, StandInReceipts};
+
+use crate::{FailurePoint, Flows, at, case_with, id};
+
+/// The seed of the default runs.
+const SEED: u64 = 20_261_201;
+const NOW: i64 = 1_767_225_600;
+const KEYS: usize = 3;
+const LEASE: i64 = 30;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Dispatch {
+        key: usize,
+        drill: Option<FailurePoint>,
+        fault: Rule,
+    },
+    Process {
+        key: usize,
+        worker: usize,
+        drill: Option<FailurePoint>,
+        fault: Rule,
+    },
+    Status {
+        key: usize,
+        fault: Rule,
+    },
+    Relay {
+        limit: usize,
+        closed: bool,
+        fault: Rule,
+    },
+    Advance {
+        seconds: i64,
+    },
+    /// The subject's role is taken away or given back: every later step re-resolves it.
+    Roles {
+        granted: bool,
+    },
+    /// A worker that lost its lease wakes up and tries commit C with what it held.
+    StaleFinalize {
+        key: usize,
+    },
+}
+
+fn drill() -> impl Strategy<Value = Option<FailurePoint>> {
+    prop_oneof![
+        4 => Just(None),
+        1 => Just(Some(FailurePoint::AfterIntentCommit)),
+        1 => Just(Some(FailurePoint::AfterClaim)),
+        1 => Just(Some(FailurePoint::AfterDownstreamCommit)),
+    ]
+}
+
+fn fault() -> impl Strategy<Value = Rule> {
+    prop_oneof![
+        5 => Just(Rule::Clean),
+        1 => (1..7u64).prop_map(Rule::FailCall),
+        2 => (1..7u64).prop_map(Rule::CrashAfterCall),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0..KEYS, drill(), fault())
+            .prop_map(|(key, drill, fault)| Step::Dispatch { key, drill, fault }),
+        3 => (0..KEYS, 0..3usize, drill(), fault()).prop_map(|(key, worker, drill, fault)| {
+            // process has no intent commit of its own
+            let drill = drill.filter(|point| *point != FailurePoint::AfterIntentCommit);
+            Step::Process { key, worker, drill, fault }
+        }),
+        2 => (0..KEYS, fault()).prop_map(|(key, fault)| Step::Status { key, fault }),
+        2 => (1..4usize, any::<bool>(), fault())
+            .prop_map(|(limit, closed, fault)| Step::Relay { limit, closed: closed && limit == 1, fault }),
+        2 => (0..45i64).prop_map(|seconds| Step::Advance { seconds }),
+        1 => any::<bool>().prop_map(|granted| Step::Roles { granted }),
+        1 => (0..KEYS).prop_map(|key| Step::StaleFinalize { key }),
+    ]
+}
+
+type Simulated<B> =
+    Engine<Faulty<<B as Backend>::Store>, Interrupt<StandIn<Faulty<<B as Backend>::Store>>>, Roles>;
+
+/// What the model knows of one key.
+#[derive(Debug, Default, Clone)]
+struct Key {
+    accepted: bool,
+    /// How it ended: status and result digest (empty when it has none).
+    ended: Option<(String, String)>,
+    fresh: usize,
+}
+
+/// What one run counted, summed over the runs.
+#[derive(Debug, Default)]
+struct Tally {
+    runs: Cell<u64>,
+    steps: Cell<u64>,
+    fails: Cell<u64>,
+    crashes: Cell<u64>,
+    answers: Cell<u64>,
+    ended: Cell<u64>,
+}
+
+fn bump(cell: &Cell<u64>) {
+    cell.set(cell.get() + 1);
+}
+
+struct Sim<B: Backend> {
+    backend: B,
+    faults: Faults,
+    roles: Roles,
+    engine: Simulated<B>,
+    now: i64,
+    model: [Key; KEYS],
+}
+
+fn keyed(key: usize, now: i64) -> Case {
+    // Each key is its own model call: one call is one intent.
+    let mut case = case_with(|case| {
+        case.host.idempotency_key = IdempotencyKey::new(&format!("key-{key}")).unwrap();
+        case.host.provider_call_id = id(&format!("call-key-{key}"));
+        // The approval outlives every run's clock.
+        case.approval.as_mut().unwrap().expires_at = at(NOW + 1_000_000);
+    });
+    case.clock.now = at(now);
+    case
+}
+
+fn scope_of(case: &Case) -> Scope {
+    Scope {
+        tenant_id: case.principal.tenant_id.clone(),
+        subject_id: case.principal.subject_id.clone(),
+        tool_name: "refund_order".to_owned(),
+        idempotency_key: case.host.idempotency_key.clone(),
+    }
+}
+
+fn engine<B: Backend>(backend: &B, faults: &Faults, roles: &Roles) -> Simulated<B> {
+    let downstream = Interrupt::new(
+        StandIn::new(Faulty::new(backend.store(), faults.clone())),
+        Switch::default(),
+    );
+    Engine::new(
+        Faulty::new(backend.store(), faults.clone()),
+        downstream,
+        roles.clone(),
+        Registry::builtin(),
+    )
+}
+
+/// `(status, result digest)` of each key's operation in the store.
+fn held<B: Backend>(backend: &B) -> BTreeMap<String, (String, String)> {
+    backend
+        .rows(
+            "SELECT o.idempotency_key, o.status, coalesce(l.result_sha256, '') FROM operations o \
+             LEFT JOIN local_receipts l ON l.op_id = o.id",
+        )
+        .into_iter()
+        .map(|row| {
+            let text = |index: usize| row[index].clone().unwrap_or_default();
+            (text(0), (text(1), text(2)))
+        })
+        .collect()
+}
+
+fn terminal(status: &str) -> bool {
+    matches!(status, "succeeded" | "failed" | "quarantined" | "dead")
+}
+
+impl<B: Backend> Sim<B> {
+    fn new() -> Sim<B> {
+        let backend = B::fresh();
+        let faults = Faults::default();
+        let roles = Roles::default();
+        roles.grant("tenant-a", "user-1", "support_agent");
+        let engine = engine(&backend, &faults, &roles);
+        Sim { backend, faults, roles, engine, now: NOW, model: Default::default() }
+    }
+
+    fn clock(&self) -> Clock {
+        Clock { now: at(self.now), lease_seconds: LeaseSeconds::new(LEASE).unwrap() }
+    }
+
+    /// Runs one step under its fault; returns its answer (`None` when its process died
+    /// or it answers nothing) and the key it was about.
+    fn run(
+        &mut self,
+        step: &Step,
+        tally: &Tally,
+    ) -> (Option<Result<Answer, EngineError>>, Option<usize>) {
+        let rule = match step {
+            Step::Dispatch { fault, .. }
+            | Step::Process { fault, .. }
+            | Step::Status { fault, .. }
+            | Step::Relay { fault, .. } => *fault,
+            _ => Rule::Clean,
+        };
+        match rule {
+            Rule::FailCall(_) => bump(&tally.fails),
+            Rule::CrashAfterCall(_) => bump(&tally.crashes),
+            _ => {}
+        }
+        self.faults.restart(rule);
+        let now = self.now;
+        let (answer, key) = match *step {
+            Step::Advance { seconds } => {
+                self.now += seconds;
+                (None, None)
+            }
+            Step::Roles { granted } => {
+                self.roles.revoke_all();
+                if granted {
+                    self.roles.grant("tenant-a", "user-1", "support_agent");
+                }
+                (None, None)
+            }
+            Step::Dispatch { key, drill, .. } => (
+                Some(self.engine.dispatch_at(&keyed(key, now), &id("dispatcher"), drill)),
+                Some(key),
+            ),
+            Step::Process { key, worker, drill, .. } => {
+                let case = keyed(key, now);
+                let status_ref = status_ref(&scope_of(&case));
+                let worker = id(&format!("worker-{worker}"));
+                let clock = self.clock();
+                let answer = self.engine.process_at(
+                    status_ref.as_str(),
+                    &clock,
+                    &case.business_state,
+                    &worker,
+                    drill,
+                );
+                (Some(answer), Some(key))
+            }
+            Step::Status { key, .. } => {
+                let case = keyed(key, now);
+                let status_ref = status_ref(&scope_of(&case));
+                (Some(self.engine.status_of(&case, status_ref.as_str())), Some(key))
+            }
+            Step::Relay { limit, closed, .. } => {
+                let mut state = keyed(0, now).business_state;
+                if closed {
+                    // The order was refunded meanwhile: the recheck fails what is claimed.
+                    state["orders"][0]["status"] = "refunded".into();
+                }
+                let clock = self.clock();
+                let _ = self.engine.relay_batch(
+                    &id("relay"),
+                    &clock,
+                    &state,
+                    limit,
+                    Backoff::default(),
+                );
+                (None, None)
+            }
+            Step::StaleFinalize { key } => {
+                self.stale_finalize(key);
+                (None, None)
+            }
+        };
+        if self.faults.crashed() {
+            // The process is gone with whatever it was about to answer; a new one
+            // opens new connections.
+            self.faults.restart(Rule::Clean);
+            self.engine = engine(&self.backend, &self.faults, &self.roles);
+            return (None, key);
+        }
+        self.faults.restart(Rule::Clean);
+        (answer, key)
+    }
+
+    fn stale_finalize(&mut self, key: usize) {
+        let case = keyed(key, self.now);
+        let scope = scope_of(&case);
+        let store = self.engine.store();
+        let Some(operation) = store.operation_by_status_ref(&status_ref(&scope)).unwrap() else {
+            return;
+        };
+        let dr_ref = downstream_request_ref(&scope, &operation.intent.request_sha256);
+        let Some(receipt) = store.downstream_receipt(&dr_ref).unwrap() else { return };
+        let output = receipt.receipt["output"].clone();
+        let local = LocalReceipt {
+            result_sha256: result_sha256(
+                "refund_order",
+                &operation.intent.revisions.output,
+                &output,
+            ),
+            downstream: receipt,
+            output,
+        };
+        let holder = operation.outbox.lease_owner.clone().unwrap_or_else(|| "nobody".to_owned());
+        let attempts = operation.outbox.attempt_count;
+        for stale in [
+            Finalizer::Lease { owner: id(&holder), attempt: attempts - 1 },
+            Finalizer::Lease { owner: id("ghost"), attempt: attempts },
+        ] {
+            let outcome =
+                store.finalize(&status_ref(&scope), &stale, &local, at(self.now)).unwrap();
+            assert_ne!(outcome, Finalize::Finalized, "a stale lease holder finalized");
+        }
+    }
+
+    /// Checks one step: its answer against the model, then the store against the model
+    /// and the ledger's invariants.
+    fn check(
+        &mut self,
+        step: &Step,
+        answer: Option<Result<Answer, EngineError>>,
+        key: Option<usize>,
+        tally: &Tally,
+    ) -> Result<(), String> {
+        let store = held(&self.backend);
+        let key_name = |key: usize| format!("key-{key}");
+        if let (Some(answer), Some(key)) = (answer, key) {
+            bump(&tally.answers);
+            let accepted_now = store.contains_key(&key_name(key));
+            match answer {
+                Err(err) => {
+                    if accepted_now && !self.model[key].accepted {
+                        return Err(format!(
+                            "{step:?} accepted key-{key} and answered an error: {err}"
+                        ));
+                    }
+                }
+                Ok(answer) => {
+                    let package = answer.package();
+                    if answer.code() == "OUTCOME_UNKNOWN" && !accepted_now {
+                        return Err(format!("{step:?} answered OUTCOME_UNKNOWN for nothing held"));
+                    }
+                    if answer.delivery().is_some_and(|delivery| delivery.as_str() == "fresh") {
+                        self.model[key].fresh += 1;
+                        // Only the current lease holder finalizes.
+                        let holder = match step {
+                            Step::Dispatch { .. } => "dispatcher".to_owned(),
+                            Step::Process { worker, .. } => format!("worker-{worker}"),
+                            _ => String::new(),
+                        };
+                        let owner = self.backend.text(&format!(
+                            "SELECT b.lease_owner FROM outbox b JOIN operations o ON o.id = b.op_id \
+                             WHERE o.idempotency_key = 'key-{key}'"
+                        ));
+                        if !holder.is_empty() && owner != holder {
+                            return Err(format!("{step:?} finalized under {owner}'s lease"));
+                        }
+                    }
+                    if let Some(status) =
+                        package["status"].as_str().filter(|status| terminal(status))
+                    {
+                        let result = package
+                            .pointer("/result/digests/result_sha256")
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or("")
+                            .to_owned();
+                        let said = (status.to_owned(), result);
+                        match &self.model[key].ended {
+                            Some(ended)
+                                if ended.0 != said.0
+                                    || (!said.1.is_empty() && ended.1 != said.1) =>
+                            {
+                                return Err(format!(
+                                    "{step:?} answered {said:?} for key-{key}, which ended {ended:?}"
+                                ));
+                            }
+                            Some(_) => {}
+                            None => self.model[key].ended = Some(said),
+                        }
+                    }
+                }
+            }
+        }
+        for (index, model) in self.model.iter_mut().enumerate() {
+            match store.get(&key_name(index)) {
+                None if model.accepted => {
+                    return Err(format!("key-{index} was accepted and is gone"));
+                }
+                None => {}
+                Some((status, result)) => {
+                    model.accepted = true;
+                    if let Some(ended) = &model.ended {
+                        if (status, result) != (&ended.0, &ended.1)
+                            && !(ended.1.is_empty() && status == &ended.0)
+                        {
+                            return Err(format!(
+                                "key-{index} ended {ended:?} and the store now holds {status}/{result}"
+                            ));
+                        }
+                    } else if terminal(status) {
+                        model.ended = Some((status.clone(), result.clone()));
+                    }
+                }
+            }
+            if model.fresh > 1 {
+                return Err(format!("key-{index} was finalized freshly {} times", model.fresh));
+            }
+        }
+        self.invariants()
+    }
+
+    fn invariants(&self) -> Result<(), String> {
+        let backend = &self.backend;
+        let orphans = backend.int(
+            "SELECT count(*) FROM downstream_receipts d LEFT JOIN operations o \
+             ON o.downstream_request_ref = d.downstream_request_ref WHERE o.id IS NULL",
+        );
+        let effects = backend.count("downstream_receipts");
+        let operations = backend.count("operations");
+        let unreceipted = backend.int(
+            "SELECT count(*) FROM operations o LEFT JOIN local_receipts l ON l.op_id = o.id \
+             WHERE o.status = 'succeeded' AND l.op_id IS NULL",
+        );
+        if orphans != 0 || effects > operations || unreceipted != 0 {
+            return Err(format!(
+                "{orphans} receipts without an operation, {effects} effects for {operations} operations, \
+                 {unreceipted} succeeded operations without a local receipt"
+            ));
+        }
+        let audit = crate::audited(&backend.audit());
+        if audit.code() != "OK" {
+            return Err(format!("the audit failed: {}", audit.package()));
+        }
+        Ok(())
+    }
+
+    /// The public recovery path past every lease: relay passes, then a status query and
+    /// a worker for each operation still open. Every accepted intent must end.
+    fn recover(&mut self, tally: &Tally) -> Result<(), String> {
+        self.roles.revoke_all();
+        self.roles.grant("tenant-a", "user-1", "support_agent");
+        for _ in 0..4 {
+            // Past every lease and every backoff of a run.
+            self.now += 400;
+            let state = keyed(0, self.now).business_state;
+            let clock = self.clock();
+            self.engine
+                .relay_batch(&id("recovery"), &clock, &state, 16, Backoff::default())
+                .map_err(|err| format!("the recovery relay failed: {err}"))?;
+            for key in 0..KEYS {
+                let case = keyed(key, self.now);
+                let status_ref = status_ref(&scope_of(&case));
+                let open = held(&self.backend)
+                    .get(&format!("key-{key}"))
+                    .is_some_and(|(status, _)| !terminal(status));
+                if !open {
+                    continue;
+                }
+                let status = self.engine.status_of(&case, status_ref.as_str());
+                self.check(
+                    &Step::Status { key, fault: Rule::Clean },
+                    Some(status),
+                    Some(key),
+                    tally,
+                )?;
+                let clock = self.clock();
+                let worked = self.engine.process_at(
+                    status_ref.as_str(),
+                    &clock,
+                    &case.business_state,
+                    &id("recovery"),
+                    None,
+                );
+                self.check(
+                    &Step::Process { key, worker: 9, drill: None, fault: Rule::Clean },
+                    Some(worked),
+                    Some(key),
+                    tally,
+                )?;
+            }
+        }
+        let store = held(&self.backend);
+        for (key, (status, _)) in &store {
+            if !terminal(status) {
+                return Err(format!("{key} is still {status} after recovery"));
+            }
+            bump(&tally.ended);
+        }
+        Ok(())
+    }
+}
+
+fn simulate<B: Backend>(steps: &[Step], tally: &Tally) -> Result<(), String> {
+    let mut sim = Sim::<B>::new();
+    bump(&tally.runs);
+    for (index, step) in steps.iter().enumerate() {
+        bump(&tally.steps);
+        let (answer, key) = sim.run(step, tally);
+        sim.check(step, answer, key, tally).map_err(|err| format!("step {index}: {err}"))?;
+    }
+    sim.recover(tally).map_err(|err| format!("recovery: {err}"))
+}
+
+fn setting(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{name} must be a number: {text:?}")),
+        Err(_) => default,
+    }
+}
+
+/// Runs the seeded interleavings on backend `B`.
+fn interleavings_keep_every_promise<B: Backend>() {
+    let seed = setting("TOOLLEDGER_SIM_SEED", SEED);
+    let default_cases = if B::NAME == "postgres" { 40 } else { 200 };
+    let cases = setting("TOOLLEDGER_SIM_CASES", default_cases);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config {
+        cases: u32::try_from(cases).unwrap(),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let tally = Tally::default();
+    let outcome = runner.run(&proptest::collection::vec(step(), 1..32), |steps| {
+        simulate::<B>(&steps, &tally).map_err(TestCaseError::fail)
+    });
+    if let Err(err) = outcome {
+        panic!(
+            "the simulation on {} failed (seed {seed}): {err}\nreproduce: TOOLLEDGER_SIM_SEED={seed} \
+             TOOLLEDGER_SIM_CASES={cases} cargo test -p toolledger-conformance --test it -- simulation",
+            B::NAME
+        );
+    }
+    println!(
+        "simulation: store {}, seed {seed}, {} interleavings, {} steps, {} injected failures, {} crashes, \
+         {} answers checked, {} operations ended by recovery",
+        B::NAME,
+        tally.runs.get(),
+        tally.steps.get(),
+        tally.fails.get(),
+        tally.crashes.get(),
+        tally.answers.get(),
+        tally.ended.get()
+    );
+}
+
+#[test]
+fn seeded_interleavings_keep_every_promise_on_sqlite() {
+    interleavings_keep_every_promise::<toolledger_conformance::Sqlite>();
+}
+
+#[test]
+fn seeded_interleavings_keep_every_promise_on_postgres() {
+    interleavings_keep_every_promise::<toolledger_conformance::Postgres>();
+}
