@@ -6,6 +6,10 @@
 //!   run shows everything that is wrong.
 //! - `cargo xtask bench [json] [--quick]` builds in release and runs the benchmarks,
 //!   writing their figures under `target/bench/`.
+//! - `cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres]` runs the
+//!   crash campaign and writes its report to `target/crash/report-STORE.json`;
+//!   `cargo xtask simulate [--seed S] [--cases N]` runs the deterministic simulation
+//!   (`docs/reliability.md`).
 //!
 //! xtask depends on `serde_json` alone: it drives cargo and reads its output.
 
@@ -29,9 +33,18 @@ fn main() -> ExitCode {
         Some("ci") if args.len() == 1 => ci(&root),
         Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
+        Some(command @ ("crash" | "simulate")) => match Campaign::parse(command, &args[1..]) {
+            Ok(campaign) => report(&[campaign.step(&root)]),
+            Err(message) => {
+                eprintln!("{message}");
+                ExitCode::from(2)
+            }
+        },
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy"
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy \
+                 | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
+                 | cargo xtask simulate [--seed S] [--cases N]"
             );
             ExitCode::from(2)
         }
@@ -163,6 +176,20 @@ fn ci(root: &Path) -> ExitCode {
         args.extend_from_slice(&CLI_ON_POSTGRES);
         cargo(root, &args, &[("RUSTFLAGS", ""), ("TOOLLEDGER_TEST_STORE", "postgres")])
     }));
+    // The seeded campaigns (`docs/reliability.md`), each in a test mode's target dir.
+    for campaign in [
+        Campaign::parse("crash", &[]),
+        Campaign::parse(
+            "crash",
+            &["--store".to_owned(), "postgres".to_owned(), "--rounds".to_owned(), "20".to_owned()],
+        ),
+        Campaign::parse("simulate", &[]),
+    ] {
+        match campaign {
+            Ok(campaign) => outcomes.push(campaign.step(root)),
+            Err(message) => outcomes.push(step("campaign", || Err(message))),
+        }
+    }
     // The library's runnable hosts, built in the debug test mode's target dir.
     for example in ["host", "tokio_host"] {
         outcomes.push(step(&format!("example {example}"), || {
@@ -184,6 +211,125 @@ fn ci(root: &Path) -> ExitCode {
         }));
     }
     report(&outcomes)
+}
+
+/// The seed every campaign uses unless given one: a failure found in CI reproduces with
+/// the same command on any machine.
+const CAMPAIGN_SEED: &str = "20261201";
+
+/// One seeded campaign (`docs/reliability.md`): the crash campaign of the command line's
+/// tests (real processes killed at random and after each commit) or the deterministic
+/// simulation of the conformance tests (seeded interleavings with injected faults).
+struct Campaign {
+    simulate: bool,
+    seed: String,
+    /// Rounds of the crash campaign, interleavings per store of the simulation.
+    count: String,
+    store: String,
+}
+
+impl Campaign {
+    fn parse(command: &str, args: &[String]) -> Result<Campaign, String> {
+        let simulate = command == "simulate";
+        let mut campaign = Campaign {
+            simulate,
+            seed: CAMPAIGN_SEED.to_owned(),
+            count: if simulate { "2000" } else { "40" }.to_owned(),
+            store: "sqlite".to_owned(),
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = || {
+                value
+                    .parse::<u64>()
+                    .map(|_| value.clone())
+                    .map_err(|_| format!("{flag}: not a number"))
+            };
+            match (flag.as_str(), simulate) {
+                ("--seed", _) => campaign.seed = number()?,
+                ("--rounds", false) | ("--cases", true) => campaign.count = number()?,
+                ("--store", false) if value == "sqlite" || value == "postgres" => {
+                    campaign.store = value.clone();
+                }
+                ("--store", false) => return Err("--store takes sqlite or postgres".to_owned()),
+                _ => return Err(format!("unknown option {flag} for cargo xtask {command}")),
+            }
+        }
+        Ok(campaign)
+    }
+
+    fn step(&self, root: &Path) -> Outcome {
+        if self.simulate {
+            let name = format!("simulation (seed {}, {} cases per store)", self.seed, self.count);
+            return step(&name, || self.simulation(root));
+        }
+        let name =
+            format!("crash campaign ({}, seed {}, {} rounds)", self.store, self.seed, self.count);
+        step(&name, || self.crash(root))
+    }
+
+    /// The crash campaign, in the debug test mode's target dir (no build of its own).
+    fn crash(&self, root: &Path) -> Result<String, String> {
+        let dir = root.join("target/crash");
+        std::fs::create_dir_all(&dir).map_err(|err| format!("target/crash: {err}"))?;
+        let report = dir.join(format!("report-{}.json", self.store));
+        let args = [
+            "test",
+            "--locked",
+            "-p",
+            "toolledger-cli",
+            "--test",
+            "it",
+            "--target-dir",
+            "target/ci/test-debug",
+            "--",
+            "crash::",
+            "--nocapture",
+        ];
+        let report_path = report.to_string_lossy();
+        cargo(
+            root,
+            &args,
+            &[
+                ("RUSTFLAGS", ""),
+                ("TOOLLEDGER_TEST_STORE", &self.store),
+                ("TOOLLEDGER_CRASH_SEED", &self.seed),
+                ("TOOLLEDGER_CRASH_ROUNDS", &self.count),
+                ("TOOLLEDGER_CRASH_REPORT", &report_path),
+            ],
+        )?;
+        Ok(format!("report in target/crash/report-{}.json", self.store))
+    }
+
+    /// The simulation on both stores, in the release test mode's target dir; the SQLite
+    /// ledgers on a memory filesystem when there is one (the model is checked, not the
+    /// disk: real I/O faults have tests of their own).
+    fn simulation(&self, root: &Path) -> Result<String, String> {
+        let args = [
+            "test",
+            "--locked",
+            "--release",
+            "-p",
+            "toolledger-conformance",
+            "--test",
+            "it",
+            "--target-dir",
+            "target/ci/test-release",
+            "--",
+            "simulation::",
+            "--nocapture",
+        ];
+        let mut env = vec![
+            ("RUSTFLAGS", ""),
+            ("TOOLLEDGER_SIM_SEED", self.seed.as_str()),
+            ("TOOLLEDGER_SIM_CASES", self.count.as_str()),
+        ];
+        if Path::new("/dev/shm").is_dir() {
+            env.push(("TMPDIR", "/dev/shm"));
+        }
+        cargo(root, &args, &env)
+    }
 }
 
 /// `docs/contract-vectors.json` checked by a second implementation written from

@@ -9,6 +9,7 @@
 
 mod blocks;
 mod concurrency;
+mod crash;
 mod errors;
 mod flows;
 mod honesty;
