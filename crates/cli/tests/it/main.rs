@@ -13,6 +13,7 @@ mod errors;
 mod flows;
 mod honesty;
 mod http;
+mod iofaults;
 mod kill;
 mod library;
 mod liveness;
