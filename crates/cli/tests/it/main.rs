@@ -14,6 +14,7 @@ mod errors;
 mod flows;
 mod honesty;
 mod http;
+mod iofaults;
 mod kill;
 mod library;
 mod liveness;
