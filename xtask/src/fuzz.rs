@@ -4,8 +4,9 @@
 //! cargo-fuzz is installed at a pinned version under `target/tools/` (never the global
 //! cargo bin) when it is missing there. The targets are built without a sanitizer: the
 //! workspace forbids `unsafe` code, so AddressSanitizer would only slow the runs; the
-//! coverage instrumentation and libFuzzer are what find the bugs. `RUSTC_BOOTSTRAP=1`
-//! lets cargo-fuzz pass its `-Z` flags to the stable toolchain.
+//! coverage instrumentation and libFuzzer are what find the bugs. Without a sanitizer
+//! cargo-fuzz passes no `-Z` flag, so the stable toolchain builds the targets as it is
+//! (no nightly, no `RUSTC_BOOTSTRAP`).
 //!
 //! Each run reads the committed seeds in `fuzz/corpus/<target>/` and writes what it
 //! discovers to a scratch corpus in `target/fuzz-corpus/<target>/`, so the committed
@@ -86,11 +87,11 @@ fn install(root: &Path) -> Result<PathBuf, String> {
     Ok(binary)
 }
 
-/// `cargo fuzz` from `target/tools`, in the workspace root, on the stable toolchain.
+/// `cargo fuzz` from `target/tools`, in the workspace root.
 fn fuzz_command(root: &Path, cargo_fuzz: &Path) -> Command {
     let mut command = Command::new(cargo_fuzz);
     // Called directly, cargo-fuzz expects the `fuzz` cargo would pass it.
-    command.current_dir(root).arg("fuzz").env("RUSTC_BOOTSTRAP", "1");
+    command.current_dir(root).arg("fuzz");
     command
 }
 
@@ -139,7 +140,7 @@ fn run_one(root: &Path, cargo_fuzz: &Path, target: &str, seconds: u64) -> Result
     Ok(match crash {
         Some(path) => format!(
             "{target}: CRASHED after {executions} executions; input {path}; log {}; reproduce \
-             with: RUSTC_BOOTSTRAP=1 {} fuzz run --sanitizer none {target} {path}",
+             with: {} fuzz run --sanitizer none {target} {path}",
             log_path.display(),
             cargo_fuzz.display(),
         ),
