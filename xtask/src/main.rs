@@ -10,11 +10,14 @@
 //!   crash campaign and writes its report to `target/crash/report-STORE.json`;
 //!   `cargo xtask simulate [--seed S] [--cases N]` runs the deterministic simulation
 //!   (`docs/reliability.md`).
+//! - `cargo xtask fuzz [--minutes M] [--target NAME]` runs the fuzz targets in `fuzz/`,
+//!   M minutes each (default 1), and fails on a crash (see `fuzz.rs`).
 //!
 //! xtask depends on `serde_json` alone: it drives cargo and reads its output.
 
 #![allow(clippy::print_stderr, reason = "xtask is a command: usage errors go to stderr")]
 
+mod fuzz;
 mod tidy;
 
 use std::{
@@ -40,15 +43,43 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Some("fuzz") => match fuzz_options(args.get(1..).unwrap_or_default()) {
+            Some((minutes, targets)) => {
+                report(&[step("fuzz", || fuzz::run_targets(&root, minutes, &targets))])
+            }
+            None => {
+                eprintln!(
+                    "usage: cargo xtask fuzz [--minutes M] [--target {}]",
+                    fuzz::TARGETS.join("|")
+                );
+                ExitCode::from(2)
+            }
+        },
         _ => {
             eprintln!(
                 "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy \
                  | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
-                 | cargo xtask simulate [--seed S] [--cases N]"
+                 | cargo xtask simulate [--seed S] [--cases N] | cargo xtask fuzz [--minutes M] [--target NAME]"
             );
             ExitCode::from(2)
         }
     }
+}
+
+/// `[--minutes M] [--target NAME]`: the minutes per target (1 by default) and the
+/// targets (all by default), or `None` when the arguments are not that.
+fn fuzz_options(args: &[String]) -> Option<(f64, Vec<&'static str>)> {
+    let (mut minutes, mut targets) = (1.0, fuzz::TARGETS.to_vec());
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let value = args.next()?;
+        match flag.as_str() {
+            "--minutes" => minutes = value.parse().ok()?,
+            "--target" => targets = vec![*fuzz::TARGETS.iter().find(|name| *name == value)?],
+            _ => return None,
+        }
+    }
+    Some((minutes, targets))
 }
 
 fn workspace_root() -> PathBuf {
@@ -210,6 +241,7 @@ fn ci(root: &Path) -> ExitCode {
             )
         }));
     }
+    outcomes.push(step("fuzz smoke (20 s per target)", || fuzz::run(root, 20.0 / 60.0)));
     report(&outcomes)
 }
 

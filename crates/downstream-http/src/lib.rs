@@ -23,6 +23,10 @@
 //! The status lookup is `GET <lookup_url><key>`: 200 with the stored answer, 404 when
 //! the service never committed the key.
 //!
+//! Reading an answer is kept apart from fetching it: [`execute_answer`] and
+//! [`lookup_answer`] take a status and a body text and do no I/O, so the mapping above
+//! is one pure function pair that the transport calls and a fuzz target can drive.
+//!
 //! The client is `ureq` with its default features off: plain HTTP, no TLS stack. A
 //! host that needs TLS terminates it in a local proxy or implements [`Downstream`] over
 //! its own client.
@@ -234,14 +238,16 @@ fn short(err: &ureq::Error) -> &'static str {
     }
 }
 
-/// Reads an answer's status and JSON body (`Null` when it is not JSON).
-fn read(
-    mut response: ureq::http::Response<ureq::Body>,
-) -> Result<(u16, Value, String), ureq::Error> {
+/// Reads an answer's status and body text, at most [`ANSWER_LIMIT`] bytes of it.
+fn read(mut response: ureq::http::Response<ureq::Body>) -> Result<(u16, String), ureq::Error> {
     let status = response.status().as_u16();
     let text = response.body_mut().with_config().limit(ANSWER_LIMIT).read_to_string()?;
-    let value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Ok((status, value, text))
+    Ok((status, text))
+}
+
+/// An answer's body as JSON: `Null` when it is not JSON.
+fn json_body(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 /// The service's reason in an answer, bounded.
@@ -263,6 +269,101 @@ fn receipt(request: &DownstreamRequest, body: &Value, text: &str) -> DownstreamR
     }
 }
 
+/// What an answer to [`Downstream::execute`]'s `POST` means, from its status and body
+/// text alone (the table in this crate's doc):
+///
+/// - 2xx: always a receipt, of the body's `output` member, or, when the body has none
+///   (or is not JSON), of what the body said instead (at most 2,000 characters), which
+///   the engine quarantines and keeps;
+/// - 409: not sent (the same key is still in flight); 422: conflict;
+/// - other 4xx: refused, with the service's `reason` (or `error`) member, at most 400
+///   characters of it;
+/// - anything else: unknown, with the same bounded reason.
+///
+/// No transport is involved, so hosts and tests can check an answer without a server.
+///
+/// ```
+/// # use serde_json::json;
+/// # use toolledger_engine::DownstreamError;
+/// # let request = toolledger_engine::DownstreamRequest {
+/// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+/// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
+/// #     tool_name: "refund_order".to_owned(),
+/// #     output_revision: "refund_order.output.v1".to_owned(),
+/// #     arguments: json!({"order_id": "ord-1"}),
+/// # };
+/// use toolledger_downstream_http::execute_answer;
+///
+/// let receipt = execute_answer(&request, 201, r#"{"output":{"refund_id":"rf_1"}}"#)?;
+/// assert_eq!(receipt.receipt["output"], json!({"refund_id": "rf_1"}));
+/// assert_eq!(
+///     execute_answer(&request, 400, r#"{"reason":"order is closed"}"#),
+///     Err(DownstreamError::Refused { reason: "HTTP 400: order is closed".to_owned() }),
+/// );
+/// # Ok::<(), DownstreamError>(())
+/// ```
+///
+/// # Errors
+///
+/// The [`DownstreamError`] the status maps to, as above.
+pub fn execute_answer(
+    request: &DownstreamRequest,
+    status: u16,
+    body: &str,
+) -> Result<DownstreamReceipt, DownstreamError> {
+    let value = json_body(body);
+    match status {
+        200..=299 => Ok(receipt(request, &value, body)),
+        409 => Err(DownstreamError::NotSent {
+            reason: "HTTP 409: the same key is still in flight".to_owned(),
+        }),
+        422 => Err(DownstreamError::Conflict),
+        400..=499 => Err(DownstreamError::Refused { reason: reason(status, &value) }),
+        _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
+    }
+}
+
+/// What an answer to [`Downstream::lookup`]'s `GET` means, from its status and body
+/// text alone:
+///
+/// - 404: the service never committed the key;
+/// - 200 whose `fingerprint` is not this request's body digest: conflict;
+/// - 200 with `state` `"done"`: a receipt of `response.output` (or of what `response`
+///   said instead); `"refused"`: refused with `response`'s bounded reason and the
+///   answered `status`; any other state: unknown (still in progress);
+/// - anything else: unknown, with the service's bounded reason.
+///
+/// # Errors
+///
+/// [`DownstreamError::Conflict`] or [`DownstreamError::Unknown`], as above.
+pub fn lookup_answer(
+    request: &DownstreamRequest,
+    status: u16,
+    body: &str,
+) -> Result<Lookup, DownstreamError> {
+    let value = json_body(body);
+    match status {
+        404 => Ok(Lookup::NotFound),
+        200 => {
+            if value["fingerprint"].as_str() != Some(fingerprint(request).as_str()) {
+                return Err(DownstreamError::Conflict);
+            }
+            let answer = &value["response"];
+            let answered = value["status"].as_u64().unwrap_or(0);
+            match value["state"].as_str() {
+                Some("done") => Ok(Lookup::Done(receipt(request, answer, &answer.to_string()))),
+                Some("refused") => Ok(Lookup::Refused {
+                    reason: reason(u16::try_from(answered).unwrap_or(0), answer),
+                }),
+                _ => Err(DownstreamError::Unknown {
+                    reason: "the service is still working on the request".to_owned(),
+                }),
+            }
+        }
+        _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
+    }
+}
+
 impl Downstream for HttpDownstream {
     fn identity(&self) -> &DownstreamIdentity {
         &self.identity
@@ -281,20 +382,12 @@ impl Downstream for HttpDownstream {
             .header("Content-Type", "application/json");
         let response =
             headers(call, endpoint).send(body(request)).map_err(|err| transport(&err))?;
-        let (status, value, text) = read(response).map_err(|err| match transport(&err) {
+        let (status, text) = read(response).map_err(|err| match transport(&err) {
             // An answer whose body breaks off was sent and maybe committed.
             DownstreamError::NotSent { reason } => DownstreamError::Unknown { reason },
             other => other,
         })?;
-        match status {
-            200..=299 => Ok(receipt(request, &value, &text)),
-            409 => Err(DownstreamError::NotSent {
-                reason: "HTTP 409: the same key is still in flight".to_owned(),
-            }),
-            422 => Err(DownstreamError::Conflict),
-            400..=499 => Err(DownstreamError::Refused { reason: reason(status, &value) }),
-            _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
-        }
+        execute_answer(request, status, &text)
     }
 
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
@@ -305,26 +398,7 @@ impl Downstream for HttpDownstream {
             reason: format!("the status lookup failed: {}", short(err)),
         };
         let response = headers(call, endpoint).call().map_err(|err| unknown(&err))?;
-        let (status, value, _) = read(response).map_err(|err| unknown(&err))?;
-        match status {
-            404 => Ok(Lookup::NotFound),
-            200 => {
-                if value["fingerprint"].as_str() != Some(fingerprint(request).as_str()) {
-                    return Err(DownstreamError::Conflict);
-                }
-                let answer = &value["response"];
-                let answered = value["status"].as_u64().unwrap_or(0);
-                match value["state"].as_str() {
-                    Some("done") => Ok(Lookup::Done(receipt(request, answer, &answer.to_string()))),
-                    Some("refused") => Ok(Lookup::Refused {
-                        reason: reason(u16::try_from(answered).unwrap_or(0), answer),
-                    }),
-                    _ => Err(DownstreamError::Unknown {
-                        reason: "the service is still working on the request".to_owned(),
-                    }),
-                }
-            }
-            _ => Err(DownstreamError::Unknown { reason: reason(status, &value) }),
-        }
+        let (status, text) = read(response).map_err(|err| unknown(&err))?;
+        lookup_answer(request, status, &text)
     }
 }

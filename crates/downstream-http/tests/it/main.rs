@@ -271,3 +271,37 @@ fn the_lookup_reads_what_the_service_holds() {
     let broken = lookup(answer("500 Internal Server Error", &json!({})));
     assert!(matches!(broken, Err(DownstreamError::Unknown { .. })), "{broken:?}");
 }
+
+/// The answer mapping without a server: what the transport hands `execute_answer` and
+/// `lookup_answer` is a status and a body text, and the table holds for any of them.
+#[test]
+fn answers_are_read_from_status_and_body_alone_with_bounded_reasons() {
+    use toolledger_downstream_http::{execute_answer, lookup_answer};
+
+    let request = request();
+    let long = "x".repeat(5000);
+    let said = format!(r#"{{"reason":"{long}"}}"#);
+    let bounded = format!("HTTP 400: {}", "x".repeat(400));
+    assert_eq!(
+        execute_answer(&request, 400, &said),
+        Err(DownstreamError::Refused { reason: bounded })
+    );
+    assert_eq!(
+        execute_answer(&request, 599, "not json"),
+        Err(DownstreamError::Unknown { reason: "HTTP 599: no reason given".to_owned() })
+    );
+    // A 2xx is a receipt whatever its body says: here the body is not JSON at all.
+    let receipt = execute_answer(&request, 204, "").unwrap();
+    assert_eq!(receipt.receipt["output"], json!({"unreadable_answer": ""}));
+    assert_eq!(receipt.downstream_request_ref, request.downstream_request_ref);
+
+    assert_eq!(lookup_answer(&request, 404, "anything"), Ok(Lookup::NotFound));
+    assert_eq!(
+        lookup_answer(&request, 200, r#"{"fingerprint":"other","state":"done"}"#),
+        Err(DownstreamError::Conflict)
+    );
+    assert_eq!(
+        lookup_answer(&request, 502, &said),
+        Err(DownstreamError::Unknown { reason: format!("HTTP 502: {}", "x".repeat(400)) })
+    );
+}
