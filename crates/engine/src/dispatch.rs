@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use toolledger_contract::{
     ApprovalPolicy, ApprovalRefusal, BlockCode, Case, Purpose, Registry, Scope, Sha256Hex,
-    ToolSpec,
+    ToolSpec, block_package,
     digest::{request_sha256, status_ref},
 };
 use toolledger_store::{
-    CallIdentity, LedgerStore, NewOperation, Operation, OperationStatus, Reservation,
+    CallIdentity, LedgerStore, NewOperation, Operation, OperationStatus, Reservation, StoreError,
     approval_binding,
 };
 
@@ -186,15 +186,22 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         // A dispatch that works the operation itself takes the lease in commit A (one
         // commit fewer); `enqueue` stops at A, leaving the event pending for a worker.
         let clock = &case.clock;
-        let reservation = match then {
-            Then::Work => self.store.reserve_claimed(
-                &intent,
-                &call,
-                clock.now,
-                worker,
-                clock.lease_seconds,
-            )?,
-            Then::Stop => self.store.reserve(&intent, &call, clock.now)?,
+        let reserved = match then {
+            Then::Work => {
+                self.store.reserve_claimed(&intent, &call, clock.now, worker, clock.lease_seconds)
+            }
+            Then::Stop => self.store.reserve(&intent, &call, clock.now),
+        };
+        let reservation = match reserved {
+            Ok(reservation) => reservation,
+            // Commit A failed while committing: the intent may be accepted. That is not
+            // "nothing happened"; a status query under its ref tells which.
+            Err(StoreError::CommitUnknown { .. }) => {
+                let package =
+                    block_package(BlockCode::OutcomeUnknown, None, Some(&intent.status_ref));
+                return Ok(Answer::Block { code: BlockCode::OutcomeUnknown, package });
+            }
+            Err(err) => return Err(err.into()),
         };
         let reserved = match reservation {
             Reservation::Reserved(operation) => operation,

@@ -634,7 +634,8 @@ impl PgStore {
         let (value, keep) =
             run(&mut Db::new(&mut tx, cache), clock, now, work).map_err(|err| (err, true))?;
         if keep {
-            tx.commit().map_err(|err| (pg(err), true))?;
+            // The server may have committed before the answer was lost.
+            tx.commit().map_err(|err| (StoreError::commit_unknown("postgres", pg(err)), true))?;
             toolledger_store::crash::committed();
         } else {
             tx.rollback().map_err(|err| (pg(err), true))?;

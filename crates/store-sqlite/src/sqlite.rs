@@ -176,7 +176,9 @@ impl<'a> std::ops::Deref for Write<'a> {
 
 impl Write<'_> {
     fn commit(self) -> Result<(), StoreError> {
-        self.tx.commit().map_err(sqlite)?;
+        // A failed COMMIT may have written the commit's frames before its sync failed:
+        // SQLite's recovery of the WAL could still bring them back.
+        self.tx.commit().map_err(|err| StoreError::commit_unknown("sqlite", sqlite(err)))?;
         toolledger_store::crash::committed();
         Ok(())
     }
@@ -462,7 +464,7 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
             (answers, true)
         }
         Err(err) => {
-            let err = sqlite(err);
+            let err = StoreError::commit_unknown("sqlite", sqlite(err));
             (answers.into_iter().map(|answer| answer.and(Err(err.clone()))).collect(), false)
         }
     }

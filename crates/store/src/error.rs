@@ -23,6 +23,18 @@ pub enum StoreError {
         #[source]
         cause: Option<Cause>,
     },
+    /// The database failed while committing (an I/O error at the commit's sync, a
+    /// connection lost during `COMMIT`): the transaction may hold or not, and only a
+    /// later read can tell. The code is `STORE_ERROR`; a dispatch whose commit A ends
+    /// this way answers `OUTCOME_UNKNOWN`, never "nothing happened".
+    #[error("{backend} failed while committing: whether the commit holds is unknown")]
+    CommitUnknown {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// The failure, for logs.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The database is not a toolledger store of this version. It was not touched.
     #[error("the database is not a toolledger store of this version")]
     SchemaUnsupported,
@@ -70,11 +82,17 @@ impl StoreError {
         StoreError::Backend { backend, what, cause: Some(Cause(Arc::new(cause))) }
     }
 
+    /// `err`, met while `backend` was committing: [`StoreError::CommitUnknown`].
+    pub fn commit_unknown(backend: &'static str, err: StoreError) -> StoreError {
+        StoreError::CommitUnknown { backend, cause: Some(Cause(Arc::new(err))) }
+    }
+
     /// The stable code: `STORE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`
     /// or `STORE_BUSY`.
     pub fn code(&self) -> ErrorCode {
         match self {
             StoreError::Backend { .. }
+            | StoreError::CommitUnknown { .. }
             | StoreError::Missing
             | StoreError::Corrupt
             | StoreError::Internal(_) => ErrorCode::StoreError,
