@@ -6,7 +6,8 @@
 //! Every method of [`LedgerStore`] and [`StandInReceipts`] is one transaction of the
 //! store or one read, so "at any statement" means at any of them, in the order the
 //! engine makes them: the Nth call of a process ([`Rule::FailCall`],
-//! [`Rule::CrashAfterCall`]) or every call of one method ([`Rule::Method`]). The ledger
+//! [`Rule::CrashAfterCall`], [`Rule::CommitUnknownCall`]) or every call of one method
+//! ([`Rule::Method`]). The ledger
 //! and the stand-in's storage of one engine share a plan, as they share a process.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,6 +36,10 @@ pub enum Rule {
     /// The Nth call (from 1) runs, and then the process dies: the call and every later
     /// one answer an error.
     CrashAfterCall(u64),
+    /// The Nth call (from 1) fails while committing: [`StoreError::CommitUnknown`],
+    /// after it ran when the flag is true (the commit held), before it reached the
+    /// store when false. The process lives on.
+    CommitUnknownCall(u64, bool),
 }
 
 #[derive(Debug, Default)]
@@ -92,8 +97,15 @@ impl Faults {
                 Err(StoreError::failed("simulation", "an injected fault"))
             }
             Rule::CrashAfterCall(n) if n == plan.calls => Ok(true),
+            Rule::CommitUnknownCall(n, false) if n == plan.calls => Err(in_doubt()),
             _ => Ok(false),
         }
+    }
+
+    /// Whether this call is one that commits and then answers [`in_doubt`].
+    fn held_in_doubt(&self) -> bool {
+        let plan = self.plan();
+        matches!(plan.rule, Rule::CommitUnknownCall(n, true) if n == plan.calls)
     }
 
     /// After a call that was to crash its process: whatever it did stays done, and its
@@ -103,8 +115,16 @@ impl Faults {
             self.plan().crashed = true;
             return Err(StoreError::failed("simulation", "the process died"));
         }
+        if self.held_in_doubt() {
+            return result.and(Err(in_doubt()));
+        }
         result
     }
+}
+
+/// A commit whose outcome the caller cannot know.
+fn in_doubt() -> StoreError {
+    StoreError::commit_unknown("simulation", StoreError::failed("simulation", "an injected fault"))
 }
 
 /// `inner` under a fault plan.

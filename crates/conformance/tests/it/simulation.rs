@@ -1,12 +1,14 @@
 //! The deterministic simulation: seeded interleavings of dispatch, process, status, relay
 //! passes, lease expiry, role changes and stale finalizes over a few keys, with store
 //! faults injected at any call ([`Rule::FailCall`]: the call fails before the store
-//! sees it; [`Rule::CrashAfterCall`]: it commits and the process dies), each step
+//! sees it; [`Rule::CrashAfterCall`]: it commits and the process dies;
+//! [`Rule::CommitUnknownCall`]: it fails while committing, held or not), each step
 //! checked against a model of what the ledger promises:
 //!
 //! - an intent the store accepted stays accepted, and a call that accepted it never
 //!   answers an error ("nothing happened") unless its process died first;
-//! - `OUTCOME_UNKNOWN` names an operation the store holds;
+//! - `OUTCOME_UNKNOWN` names an operation the store holds, unless its status is null
+//!   after a commit A that failed while committing;
 //! - an ended operation never changes: its status and result digest stay what the
 //!   first answer or the store said, and every later answer repeats them;
 //! - a key is finalized freshly at most once; one downstream receipt per scope, none
@@ -94,6 +96,7 @@ fn fault() -> impl Strategy<Value = Rule> {
         5 => Just(Rule::Clean),
         1 => (1..7u64).prop_map(Rule::FailCall),
         2 => (1..7u64).prop_map(Rule::CrashAfterCall),
+        1 => (1..7u64, any::<bool>()).prop_map(|(n, held)| Rule::CommitUnknownCall(n, held)),
     ]
 }
 
@@ -236,7 +239,7 @@ impl<B: Backend> Sim<B> {
             _ => Rule::Clean,
         };
         match rule {
-            Rule::FailCall(_) => bump(&tally.fails),
+            Rule::FailCall(_) | Rule::CommitUnknownCall(..) => bump(&tally.fails),
             Rule::CrashAfterCall(_) => bump(&tally.crashes),
             _ => {}
         }
@@ -364,7 +367,14 @@ impl<B: Backend> Sim<B> {
                 }
                 Ok(answer) => {
                     let package = answer.package();
-                    if answer.code() == "OUTCOME_UNKNOWN" && !accepted_now {
+                    // With a null status, OUTCOME_UNKNOWN says commit A may not hold: only
+                    // a commit that failed while committing may answer so.
+                    let in_doubt = package["status"].is_null()
+                        && matches!(
+                            step,
+                            Step::Dispatch { fault: Rule::CommitUnknownCall(..), .. }
+                        );
+                    if answer.code() == "OUTCOME_UNKNOWN" && !accepted_now && !in_doubt {
                         return Err(format!("{step:?} answered OUTCOME_UNKNOWN for nothing held"));
                     }
                     if answer.delivery().is_some_and(|delivery| delivery.as_str() == "fresh") {
