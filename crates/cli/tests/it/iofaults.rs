@@ -111,20 +111,8 @@ fn settle(dir: &Dir, name: &str, what: &str) -> String {
             again.text("/status_ref")
         }
         Some(status_ref) => {
-            let status = dir.run(&["--fixture", &file, "status", "--status-ref", &status_ref]);
-            if status.text("/code") != "OK" {
-                assert_eq!(status.text("/code"), "OUTCOME_UNKNOWN", "{what}: {status:?}");
-                let worked = dir.run(&[
-                    "--fixture",
-                    &file,
-                    "process",
-                    "--status-ref",
-                    &status_ref,
-                    "--now",
-                    LATER,
-                ]);
-                assert_eq!(worked.text("/code"), "OK", "{what}: {worked:?}");
-            }
+            let ended = dir.recover(&file, &status_ref, LATER);
+            assert_eq!(ended.text("/code"), "OK", "{what}: {ended:?}");
             status_ref
         }
     };

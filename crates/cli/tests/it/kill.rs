@@ -66,21 +66,8 @@ fn sigkill_at_any_moment_leaves_a_ledger_that_audits_clean_and_recovers() {
         match again.text("/code").as_str() {
             "OK" => {}
             "OUTCOME_UNKNOWN" => {
-                let status_ref = again.text("/status_ref");
-                let status = dir.run(&["--fixture", &name, "status", "--status-ref", &status_ref]);
-                if status.text("/code") != "OK" {
-                    assert_eq!(status.text("/code"), "OUTCOME_UNKNOWN", "round {round}");
-                    let worked = dir.run(&[
-                        "--fixture",
-                        &name,
-                        "process",
-                        "--status-ref",
-                        &status_ref,
-                        "--now",
-                        LATER,
-                    ]);
-                    assert_eq!(worked.text("/code"), "OK", "round {round}: {worked:?}");
-                }
+                let ended = dir.recover(&name, &again.text("/status_ref"), LATER);
+                assert_eq!(ended.text("/code"), "OK", "round {round}: {ended:?}");
             }
             other => panic!("round {round}: re-dispatch answered {other}: {again:?}"),
         }

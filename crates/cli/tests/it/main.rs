@@ -123,6 +123,28 @@ impl Dir {
         command
     }
 
+    /// The public recovery path for the operation `status_ref` of the case file `case`:
+    /// a status query and, when it answers `OUTCOME_UNKNOWN` (no downstream receipt to
+    /// reconcile yet), a worker at `later`, past every lease. Returns the last answer:
+    /// OK once the operation has ended, the query's `NOT_FOUND` when nothing is held
+    /// under the ref (a commit A that failed while committing and did not hold).
+    pub fn recover(&self, case: &str, status_ref: &str, later: &str) -> Run {
+        let status =
+            self.run(&["--fixture", case, "status", "--status-ref", status_ref, "--now", later]);
+        match status.text("/code").as_str() {
+            "OUTCOME_UNKNOWN" => self.run(&[
+                "--fixture",
+                case,
+                "process",
+                "--status-ref",
+                status_ref,
+                "--now",
+                later,
+            ]),
+            _ => status,
+        }
+    }
+
     /// The test's ledger as `--db` names it.
     pub fn db(&self) -> String {
         match &self.1 {
