@@ -481,19 +481,7 @@ impl PgStore {
             if stored.len() != finished.len() {
                 return Err(StoreError::ContractViolation("a loaded receipt is not new"));
             }
-            db.exec(
-                INSERT_LOCAL_MANY,
-                &[
-                    &local.ids,
-                    &local.request_refs,
-                    &local.receipt_refs,
-                    &local.receipts,
-                    &local.outputs,
-                    &local.results,
-                    &local.finalized_by,
-                    &now.get(),
-                ],
-            )?;
+            local.insert(db, now)?;
             bump_by(db, "claims", count)?;
             Ok(finished.len())
         })
@@ -1163,6 +1151,23 @@ impl LocalColumns {
         self.results.push(receipt.result_sha256.as_str().to_owned());
         self.finalized_by.push(by.as_str());
     }
+
+    /// Inserts every receipt pushed so far in one statement.
+    fn insert(&self, db: &mut Tx<'_, '_>, now: Now) -> Result<u64, StoreError> {
+        db.exec(
+            INSERT_LOCAL_MANY,
+            &[
+                &self.ids,
+                &self.request_refs,
+                &self.receipt_refs,
+                &self.receipts,
+                &self.outputs,
+                &self.results,
+                &self.finalized_by,
+                &now.get(),
+            ],
+        )
+    }
 }
 
 /// The verified operations of the due events `ids`, by id; a row that cannot be decoded
@@ -1362,19 +1367,7 @@ impl LedgerStore for PgStore {
                 reconciled += i64::from(matches!(by, Finalizer::StatusQuery));
                 local.push(*id, by, receipt);
             }
-            db.exec(
-                INSERT_LOCAL_MANY,
-                &[
-                    &local.ids,
-                    &local.request_refs,
-                    &local.receipt_refs,
-                    &local.receipts,
-                    &local.outputs,
-                    &local.results,
-                    &local.finalized_by,
-                    &now.get(),
-                ],
-            )?;
+            local.insert(db, now)?;
             db.exec(MARK_SUCCEEDED_MANY, &[&local.ids, &now.get()])?;
             if reconciled > 0 {
                 bump_by(db, "reconciliations", reconciled)?;
