@@ -199,6 +199,15 @@ pub fn sqlite_execute(path: &Path, sql: &str) {
     conn.execute_batch(sql).unwrap_or_else(|err| panic!("{sql}: {err}"));
 }
 
+/// A seeded campaign's number from the environment variable `name` (a seed, a count),
+/// or `default` when it is unset; panics when it is set to anything but a number.
+pub fn setting(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{name} must be a number: {text:?}")),
+        Err(_) => default,
+    }
+}
+
 /// A directory of its own under the system's temporary directory.
 pub fn temp_dir(prefix: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};

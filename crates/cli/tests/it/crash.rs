@@ -29,6 +29,8 @@ use std::{
 use serde_json::{Value, json};
 use toolledger_contract::{IdempotencyKey, Identifier, Scope, digest::status_ref};
 
+use toolledger_conformance::setting;
+
 use crate::{Dir, Run, on_postgres};
 
 /// The seed `cargo xtask crash` uses unless given one.
@@ -59,13 +61,6 @@ impl Rng {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
-    }
-}
-
-fn setting(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{name} must be a number: {text:?}")),
-        Err(_) => default,
     }
 }
 

@@ -28,7 +28,7 @@ use proptest::{
     prelude::*,
     test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner},
 };
-use toolledger_conformance::{Backend, Faults, Faulty, Roles, Rule};
+use toolledger_conformance::{Backend, Faults, Faulty, Roles, Rule, setting};
 use toolledger_contract::{
     Case, Clock, IdempotencyKey, LeaseSeconds, Registry, Scope,
     digest::{downstream_request_ref, result_sha256, status_ref},
@@ -539,13 +539,6 @@ fn simulate<B: Backend>(steps: &[Step], tally: &Tally) -> Result<(), String> {
         sim.check(step, answer, key, tally).map_err(|err| format!("step {index}: {err}"))?;
     }
     sim.recover(tally).map_err(|err| format!("recovery: {err}"))
-}
-
-fn setting(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(text) => text.parse().unwrap_or_else(|_| panic!("{name} must be a number: {text:?}")),
-        Err(_) => default,
-    }
 }
 
 /// Runs the seeded interleavings on backend `B`.
