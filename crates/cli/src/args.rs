@@ -14,8 +14,8 @@ Exit codes:
      retry it under a new key
   2  error, and nothing was accepted: stdout is empty and stderr holds one line
      {\"error\":{\"code\":...,\"message\":...}} with code FIXTURE_IO_ERROR, FIXTURE_INVALID,
-     CLAIMS_IO_ERROR, CLAIMS_INVALID, STORE_ERROR, STORE_BUSY, SCHEMA_UNSUPPORTED,
-     STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR
+     CLAIMS_IO_ERROR, CLAIMS_INVALID, STORE_ERROR, STORE_BUSY, STORE_NOT_FOUND,
+     SCHEMA_UNSUPPORTED, STORE_CONTRACT_VIOLATION, USAGE_ERROR or INTERNAL_ERROR
 
 Once a command has accepted an intent, no later failure is exit 2: it is OUTCOME_UNKNOWN
 (exit 1) with the status_ref. An answer that cannot be written to stdout is exit 1 with
@@ -33,42 +33,73 @@ nothing printed: query the status, never retry under a new key.";
 /// itself, for trying the contract. No money moves. Operations a host accepted for its own
 /// downstream are refused here (DOWNSTREAM_MISMATCH); hosts embed the `toolledger`
 /// library with their own downstream.
+///
+/// `toolledger help COMMAND` (or `toolledger COMMAND --help`) lists the options each
+/// command takes.
 #[derive(Debug, Parser)]
-#[command(name = "toolledger", version, after_help = EXIT_CODES, disable_help_subcommand = true)]
+#[command(name = "toolledger", version, after_help = EXIT_CODES, arg_required_else_help = true)]
 pub(crate) struct Cli {
-    /// The ledger: a SQLite file's path (or sqlite:PATH) [default: toolledger.sqlite3],
-    /// or a PostgreSQL database's URL (postgres://USER@HOST:PORT/DB). Created when
-    /// missing (except by `audit` and the operator commands)
-    #[arg(long, global = true, value_name = "PATH|URL")]
-    pub(crate) db: Option<String>,
+    // The shared options are also accepted before the command, as versions before 0.2
+    // wrote them (`toolledger --db L dispatch`). They are hidden here: each command's
+    // help lists the ones it takes, and one it does not take is refused.
+    #[command(flatten)]
+    pub(crate) ledger: LedgerArgs,
+    #[command(flatten)]
+    pub(crate) clock: ClockArgs,
+    #[command(flatten)]
+    pub(crate) case: CaseArgs,
+    #[command(flatten)]
+    pub(crate) output: OutputArgs,
 
-    /// Whose clock a PostgreSQL ledger judges leases and due times by: the database
-    /// server's (relays on several hosts need no trusted clock), or the instant each
-    /// command is handed (the case file's clock, --now), as a SQLite ledger always does
-    #[arg(long, global = true, value_enum, value_name = "CLOCK")]
-    pub(crate) store_clock: Option<StoreClockArg>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The ledger's location and how long to wait for it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct LedgerArgs {
+    /// The ledger: a SQLite file's path (or sqlite:PATH) [default: toolledger.sqlite3],
+    /// or a PostgreSQL database's URL (postgres://USER@HOST:PORT/DB)
+    #[arg(long, value_name = "PATH|URL")]
+    pub(crate) db: Option<String>,
 
     /// The longest the whole command waits for locks other connections hold, in
     /// milliseconds [default: 5000]. Past it: STORE_BUSY (or OUTCOME_UNKNOWN once an
     /// intent was accepted)
-    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pub(crate) busy_timeout_ms: Option<u64>,
+}
 
-    /// The case file (persistence-case/v1). Required by dispatch, process and status
-    #[arg(long, global = true, value_name = "PATH")]
-    pub(crate) fixture: Option<PathBuf>,
+/// `--store-clock`, for the commands that take leases.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct ClockArgs {
+    /// Whose clock a PostgreSQL ledger judges leases and due times by: the database
+    /// server's (relays on several hosts need no trusted clock), or the instant each
+    /// command is handed (the case file's clock, --now), as a SQLite ledger always does
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    pub(crate) store_clock: Option<StoreClockArg>,
+}
+
+/// The case file and the claims file.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct CaseArgs {
+    /// The case file (persistence-case/v1): the call, its approval, the clock and the
+    /// order's business state. Required
+    #[arg(long = "case", visible_alias = "fixture", value_name = "PATH")]
+    pub(crate) case: Option<PathBuf>,
 
     /// A claims file with the principals' current roles, re-read at every check.
     /// Without it nobody holds a role
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub(crate) claims: Option<PathBuf>,
+}
 
+/// `--pretty`, for the commands that answer with one JSON object.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct OutputArgs {
     /// Indent the JSON answer for people (the default is the canonical single line)
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub(crate) pretty: bool,
-
-    #[command(subcommand)]
-    pub(crate) command: Command,
 }
 
 /// `--store-clock`.
@@ -101,8 +132,16 @@ pub(crate) enum Command {
     /// one replays (local_replay) or stays OUTCOME_UNKNOWN; a different one under the
     /// same key is IDEMPOTENCY_CONFLICT
     Dispatch {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        case: CaseArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
         /// Stop right after this commit, as a crash would (for recovery drills)
         #[arg(long, value_name = "POINT")]
@@ -114,11 +153,19 @@ pub(crate) enum Command {
     /// authorization and business state, call the downstream, record the receipt.
     /// Reads only clock and business_state from the case
     Process {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        case: CaseArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The operation's status_ref (sr_…)
         #[arg(long, value_name = "R")]
         status_ref: String,
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
         /// This worker's id [default: unique per process]
         #[arg(long, value_name = "W")]
@@ -132,24 +179,45 @@ pub(crate) enum Command {
     /// Ask what became of an operation and reconcile a downstream receipt
     /// (receipt_reconciled), under a derived, purpose-bound call identity
     Status {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        case: CaseArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The operation's status_ref (sr_…)
         #[arg(long, value_name = "R")]
         status_ref: String,
         /// Judge the call at this Unix time instead of the case's clock.now
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
         #[command(flatten)]
         downstream: DownstreamArgs,
     },
     /// Check the ledger from one read snapshot: integrity, foreign keys, WAL, FULL,
     /// invariants, counts, unreconciled downstream receipts. Creates nothing
-    Audit,
+    Audit {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Drain the outbox: claim due events in batches (pending ones, and processing ones
     /// whose lease ended), work each as `process` would, retry what was not sent after a
     /// backoff, and mark dead what used up its attempts. Reads business_state from the case
     /// file. Runs until SIGTERM/SIGINT (finishing what it holds), or with --once until
     /// nothing is due; progress goes to stderr, the totals to stdout
     Relay {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        case: CaseArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// Stop once a pass finds nothing due
         #[arg(long)]
         once: bool,
@@ -169,7 +237,7 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FORMAT", default_value = "text")]
         log_format: LogFormat,
         /// Judge every pass at this Unix time instead of the wall clock (for drills)
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
         /// Serve `metrics` at http://ADDR/metrics while the relay runs (a loopback address)
         #[arg(long, value_name = "ADDR")]
@@ -194,6 +262,8 @@ pub(crate) enum Command {
     /// --show-arguments). States: pending, processing, unknown (processing with an ended
     /// lease), succeeded, failed, quarantined, dead. Creates nothing
     List {
+        #[command(flatten)]
+        ledger: LedgerArgs,
         /// Only this state
         #[arg(long, value_name = "STATE", value_parser = clap::builder::PossibleValuesParser::new(["pending", "processing", "unknown", "succeeded", "failed", "quarantined", "dead"]))]
         state: Option<String>,
@@ -207,12 +277,16 @@ pub(crate) enum Command {
         #[arg(long)]
         show_arguments: bool,
         /// Judge ages at this Unix time instead of the wall clock
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
     },
     /// Show one operation's whole history: state, attempts, owner and lease, refs and
     /// digests, how it ended, every operator action. Creates nothing
     Show {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The operation's status_ref (sr_…)
         #[arg(long, value_name = "R")]
         status_ref: String,
@@ -223,6 +297,10 @@ pub(crate) enum Command {
     /// Put a dead or failed operation back to pending with a fresh attempt budget,
     /// recorded with the reason in the append-only operator log
     Requeue {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The operation's status_ref (sr_…)
         #[arg(long, value_name = "R")]
         status_ref: String,
@@ -230,30 +308,40 @@ pub(crate) enum Command {
         #[arg(long, value_name = "TEXT")]
         reason: String,
         /// Record the action at this Unix time instead of the wall clock
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
     },
     /// Print the ledger's figures in the Prometheus text format (0.0.4): operations and
     /// events by state, oldest pending and unknown ages, dead letters, claims, lease
     /// reclaims, fenced writes, reconciliations, retired operations. Creates nothing
     Metrics {
+        #[command(flatten)]
+        ledger: LedgerArgs,
         /// Judge ages at this Unix time instead of the wall clock
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
     },
     /// Retire finished operations unchanged for N days: each leaves a tombstone, so a
     /// reused key answers KEY_RETIRED instead of causing a second effect
     Gc {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// How many days a finished operation is kept
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..=36_500))]
         older_than_days: i64,
         /// Judge ages at this Unix time instead of the wall clock
-        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = canonical_integer)]
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
     },
     /// Upgrade an older store to the current schema: an online backup to a sibling file
     /// first, then one transaction. Every other command refuses an older store
     Migrate {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        output: OutputArgs,
         /// The downstream the store's existing operations belong to, as NAME@REVISION
         /// (older stores did not record it). This command's own simulation is
         /// toolledger-stand-in@1
@@ -263,6 +351,82 @@ pub(crate) enum Command {
     /// Tell the whole story in a fresh temporary directory, narrated for a person:
     /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
     Demo,
+    /// Print a completion script for a shell on stdout, e.g.
+    /// `toolledger completions bash > ~/.local/share/bash-completion/completions/toolledger`
+    Completions {
+        /// The shell
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The shared options a command takes, wherever they were written.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Takes<'a> {
+    pub(crate) ledger: Option<&'a LedgerArgs>,
+    pub(crate) clock: Option<&'a ClockArgs>,
+    pub(crate) case: Option<&'a CaseArgs>,
+    pub(crate) output: Option<&'a OutputArgs>,
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Command::Dispatch { .. } => "dispatch",
+            Command::Process { .. } => "process",
+            Command::Status { .. } => "status",
+            Command::Audit { .. } => "audit",
+            Command::Relay { .. } => "relay",
+            Command::List { .. } => "list",
+            Command::Show { .. } => "show",
+            Command::Requeue { .. } => "requeue",
+            Command::Metrics { .. } => "metrics",
+            Command::Gc { .. } => "gc",
+            Command::Migrate { .. } => "migrate",
+            Command::Demo => "demo",
+            Command::Completions { .. } => "completions",
+        }
+    }
+
+    /// The shared options this command takes, as given after its name.
+    pub(crate) fn takes(&self) -> Takes<'_> {
+        match self {
+            Command::Dispatch { ledger, clock, case, output, .. }
+            | Command::Process { ledger, clock, case, output, .. }
+            | Command::Status { ledger, clock, case, output, .. }
+            | Command::Relay { ledger, clock, case, output, .. } => Takes {
+                ledger: Some(ledger),
+                clock: Some(clock),
+                case: Some(case),
+                output: Some(output),
+            },
+            Command::Audit { ledger, output }
+            | Command::Show { ledger, output, .. }
+            | Command::Requeue { ledger, output, .. }
+            | Command::Gc { ledger, output, .. }
+            | Command::Migrate { ledger, output, .. } => {
+                Takes { ledger: Some(ledger), output: Some(output), ..Takes::default() }
+            }
+            Command::List { ledger, .. } | Command::Metrics { ledger, .. } => {
+                Takes { ledger: Some(ledger), ..Takes::default() }
+            }
+            Command::Demo | Command::Completions { .. } => Takes::default(),
+        }
+    }
+}
+
+/// The shared options written before the command: accepted where the command takes
+/// them, hidden from help.
+const BEFORE_COMMAND: [&str; 6] =
+    ["db", "busy_timeout_ms", "store_clock", "case", "claims", "pretty"];
+
+/// The command line's definition, as parsing, help, completions and the man page see it.
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory;
+    BEFORE_COMMAND
+        .iter()
+        .fold(Cli::command(), |command, id| command.mut_arg(*id, |arg| arg.hide(true)))
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -289,16 +453,30 @@ pub(crate) enum ProcessFailure {
     DownstreamCommit,
 }
 
-/// A Unix time written the one way JSON would: `-?(0|[1-9][0-9]*)`, no `+`, no leading
-/// zero, no `-0`, no spaces. Anything else is refused, never read as a near value.
-fn canonical_integer(text: &str) -> Result<i64, String> {
+/// The last instant `--now` may name: the end of year 9999 (the ledger's timestamp range)
+/// less the longest lease, so a lease taken at it still ends in range.
+pub(crate) const NOW_MAX: i64 = 253_402_300_799 - 3_600;
+
+/// Why `--now` was refused: the only value-parser reasons a usage message repeats.
+pub(crate) const NOW_REASONS: [&str; 2] = [
+    "not a canonical integer",
+    "outside the timestamp range 0..=253402297199 (1970 to 9999, less the longest lease)",
+];
+
+/// A Unix time written the one way JSON would: `(0|[1-9][0-9]*)`, no `+`, no leading
+/// zero, no spaces, within `0..=NOW_MAX`. Anything else is refused, never read as a near
+/// value.
+fn unix_time(text: &str) -> Result<i64, String> {
     let digits = text.strip_prefix('-').unwrap_or(text);
     let canonical = !digits.is_empty()
         && digits.bytes().all(|byte| byte.is_ascii_digit())
         && (digits == "0" || !digits.starts_with('0'))
         && text != "-0";
     if !canonical {
-        return Err("not a canonical integer".to_owned());
+        return Err(NOW_REASONS[0].to_owned());
     }
-    text.parse().map_err(|_| "out of range".to_owned())
+    match text.parse::<i64>() {
+        Ok(seconds) if (0..=NOW_MAX).contains(&seconds) => Ok(seconds),
+        _ => Err(NOW_REASONS[1].to_owned()),
+    }
 }

@@ -132,12 +132,12 @@ fn story(demo: &mut Demo<'_>) {
 
     let fresh = demo.step(
         "1. Dispatch the refund. The intent and its outbox event commit together (A), a worker\n   claims the lease, the downstream refunds (B), the local receipt is recorded (C).",
-        &["--db", "ledger.sqlite3", "--fixture", "case.json", "dispatch"],
+        &["dispatch", "--db", "ledger.sqlite3", "--case", "case.json"],
         |outcome, answer| outcome.code == 0 && text(answer, "/delivery") == "fresh",
     );
     demo.step(
         "2. The model retries the same call. Same key, same intent: the ledger replays its receipt.\n   No second refund; the request and result digests are byte-identical.",
-        &["--db", "ledger.sqlite3", "--fixture", "case.json", "dispatch"],
+        &["dispatch", "--db", "ledger.sqlite3", "--case", "case.json"],
         |outcome, answer| {
             outcome.code == 0
                 && text(answer, "/delivery") == "local_replay"
@@ -147,33 +147,33 @@ fn story(demo: &mut Demo<'_>) {
     );
     demo.step(
         "3. The same key with a different amount is not a retry: it is refused.",
-        &["--db", "ledger.sqlite3", "--fixture", "conflict.json", "dispatch"],
+        &["dispatch", "--db", "ledger.sqlite3", "--case", "conflict.json"],
         |outcome, answer| outcome.code == 1 && text(answer, "/code") == "IDEMPOTENCY_CONFLICT",
     );
     let unknown = demo.step(
         "4. On a new ledger, the process dies right after the downstream committed (B) and before\n   the local receipt (C). The refund happened; nothing local proves it. toolledger does not guess.",
-        &["--db", "crash.sqlite3", "--fixture", "case.json", "dispatch", "--failure", "after_downstream_commit"],
+        &["dispatch", "--db", "crash.sqlite3", "--case", "case.json", "--failure", "after_downstream_commit"],
         |outcome, answer| outcome.code == 1 && text(answer, "/code") == "OUTCOME_UNKNOWN",
     );
     let status_ref = text(&unknown, "/status_ref");
     demo.step(
         "5. Dispatching again does not retry the refund or look for it: still unknown.",
-        &["--db", "crash.sqlite3", "--fixture", "case.json", "dispatch"],
+        &["dispatch", "--db", "crash.sqlite3", "--case", "case.json"],
         |outcome, answer| outcome.code == 1 && text(answer, "/code") == "OUTCOME_UNKNOWN",
     );
     demo.step(
         "6. The audit passes and lists the downstream receipt that awaits reconciliation.",
-        &["--db", "crash.sqlite3", "audit"],
+        &["audit", "--db", "crash.sqlite3"],
         |outcome, answer| outcome.code == 0 && unreconciled(answer) == Some(1),
     );
     demo.step(
         "7. An explicit status query, under its own purpose-bound call identity, re-authorizes,\n   checks the receipt against the output contract, and records it (C).",
-        &["--db", "crash.sqlite3", "--fixture", "case.json", "status", "--status-ref", &status_ref],
+        &["status", "--db", "crash.sqlite3", "--case", "case.json", "--status-ref", &status_ref],
         |outcome, answer| outcome.code == 0 && text(answer, "/delivery") == "receipt_reconciled",
     );
     demo.step(
         "8. The audit passes with nothing left to reconcile.",
-        &["--db", "crash.sqlite3", "audit"],
+        &["audit", "--db", "crash.sqlite3"],
         |outcome, answer| outcome.code == 0 && unreconciled(answer) == Some(0),
     );
 }

@@ -2,10 +2,14 @@
 //!
 //! Nothing here prints or exits, so the demo can run commands and read their answers.
 
-use std::{ffi::OsString, path::Path, time::Duration};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use clap::{
-    Parser,
+    FromArgMatches,
     error::{ContextKind, ContextValue, ErrorKind},
 };
 use serde_json::{Value, json};
@@ -84,36 +88,130 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
         // A deliberate fault, so tests can prove the panic hook's answer.
         panic!("TOOLLEDGER_TEST_PANIC is set");
     }
-    let cli = match Cli::try_parse_from(argv) {
+    let cli = match crate::args::command()
+        .try_get_matches_from(argv)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
         Err(err) => {
             return match err.kind() {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                     Outcome { code: 0, stdout: err.to_string(), stderr: String::new() }
                 }
+                // Bare `toolledger`: the help for a person, then the error line a
+                // machine caller reads (the last line of stderr, as for every error).
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Outcome {
+                    code: 2,
+                    stdout: String::new(),
+                    stderr: format!(
+                        "{}\n{}\n",
+                        err.render().to_string().trim_end(),
+                        error_line("USAGE_ERROR", &usage_message(&err))
+                    ),
+                },
                 _ => Outcome::error("USAGE_ERROR", &usage_message(&err)),
             };
         }
     };
-    if let Err(failure) = check_options(&cli) {
-        return Outcome::error(failure.code, &failure.message);
+    let settings = match Settings::of(&cli) {
+        Ok(settings) => settings,
+        Err(failure) => return Outcome::error(failure.code, &failure.message),
+    };
+    match &cli.command {
+        Command::Demo => return crate::demo::demo(),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut crate::args::command(), "toolledger", &mut script);
+            return Outcome {
+                code: 0,
+                stdout: String::from_utf8_lossy(&script).into_owned(),
+                stderr: String::new(),
+            };
+        }
+        _ => {}
     }
-    if matches!(cli.command, Command::Demo) {
-        return crate::demo::demo();
-    }
-    match execute(&cli) {
+    match execute(&cli.command, &settings) {
         Ok(Printed::Answer(answer)) => {
             let code = match answer {
                 Answer::Pass { .. } => 0,
                 Answer::Block { .. } => 1,
             };
-            printed(&cli, answer.package(), code)
+            printed(&settings, answer.package(), code)
         }
         Ok(Printed::Package(package, passed)) => {
-            printed(&cli, &package, if passed { 0 } else { 1 })
+            printed(&settings, &package, if passed { 0 } else { 1 })
         }
         Ok(Printed::Text(text)) => Outcome { code: 0, stdout: text, stderr: String::new() },
         Err(failure) => Outcome::error(failure.code, &failure.message),
+    }
+}
+
+/// The shared options of one command, wherever they were written: after the command's
+/// name, or before it (as versions before 0.2 wrote them).
+pub(crate) struct Settings {
+    db: Option<String>,
+    busy_timeout_ms: Option<u64>,
+    store_clock: Option<StoreClockArg>,
+    case: Option<PathBuf>,
+    claims: Option<PathBuf>,
+    pretty: bool,
+}
+
+impl Settings {
+    /// Merges the options written before the command into the command's own, refusing
+    /// one the command does not take (rather than ignoring it: `--db` given to `demo`
+    /// would otherwise look as if it chose the demo's store) and one written twice.
+    fn of(cli: &Cli) -> Result<Settings, Failure> {
+        let command = cli.command.name();
+        let takes = cli.command.takes();
+        let before = [
+            ("--db", cli.ledger.db.is_some(), takes.ledger.is_some()),
+            ("--busy-timeout-ms", cli.ledger.busy_timeout_ms.is_some(), takes.ledger.is_some()),
+            ("--store-clock", cli.clock.store_clock.is_some(), takes.clock.is_some()),
+            ("--case", cli.case.case.is_some(), takes.case.is_some()),
+            ("--claims", cli.case.claims.is_some(), takes.case.is_some()),
+            ("--pretty", cli.output.pretty, takes.output.is_some()),
+        ];
+        if let Some((name, ..)) = before.iter().find(|(_, given, taken)| *given && !*taken) {
+            return Err(usage(format!("{command} does not take {name}")));
+        }
+        fn one<T: Clone>(
+            name: &str,
+            before: &Option<T>,
+            after: Option<&Option<T>>,
+        ) -> Result<Option<T>, Failure> {
+            match (before, after.and_then(Option::as_ref)) {
+                (Some(_), Some(_)) => {
+                    Err(usage(format!("{name} is given both before and after the command")))
+                }
+                (Some(value), None) | (None, Some(value)) => Ok(Some(value.clone())),
+                (None, None) => Ok(None),
+            }
+        }
+        let pretty_after = takes.output.is_some_and(|output| output.pretty);
+        if cli.output.pretty && pretty_after {
+            return Err(usage("--pretty is given both before and after the command".to_owned()));
+        }
+        Ok(Settings {
+            db: one("--db", &cli.ledger.db, takes.ledger.map(|ledger| &ledger.db))?,
+            busy_timeout_ms: one(
+                "--busy-timeout-ms",
+                &cli.ledger.busy_timeout_ms,
+                takes.ledger.map(|ledger| &ledger.busy_timeout_ms),
+            )?,
+            store_clock: one(
+                "--store-clock",
+                &cli.clock.store_clock,
+                takes.clock.map(|clock| &clock.store_clock),
+            )?,
+            case: one("--case", &cli.case.case, takes.case.map(|case| &case.case))?,
+            claims: one("--claims", &cli.case.claims, takes.case.map(|case| &case.claims))?,
+            pretty: cli.output.pretty || pretty_after,
+        })
+    }
+
+    fn busy_timeout(&self) -> Duration {
+        Duration::from_millis(self.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS))
     }
 }
 
@@ -126,8 +224,8 @@ pub(crate) enum Printed {
     Text(String),
 }
 
-fn printed(cli: &Cli, package: &Value, code: u8) -> Outcome {
-    let text = if cli.pretty {
+fn printed(settings: &Settings, package: &Value, code: u8) -> Outcome {
+    let text = if settings.pretty {
         serde_json::to_string_pretty(package).unwrap_or_default()
     } else {
         canonicalize(package)
@@ -143,9 +241,17 @@ fn usage_message(err: &clap::Error) -> String {
         _ => None,
     };
     let option = option.as_deref().unwrap_or("an argument");
-    match err.kind() {
+    let message = match err.kind() {
         ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
-            format!("invalid value for {option}")
+            // Only the reasons of this command's own parsers are repeated: clap's may
+            // quote the value.
+            let reason = std::error::Error::source(err)
+                .map(ToString::to_string)
+                .filter(|reason| crate::args::NOW_REASONS.contains(&reason.as_str()));
+            match reason {
+                Some(reason) => format!("invalid value for {option}: {reason}"),
+                None => format!("invalid value for {option}"),
+            }
         }
         ErrorKind::MissingRequiredArgument => format!("missing required option {option}"),
         ErrorKind::UnknownArgument if !is_option(err) => {
@@ -154,10 +260,46 @@ fn usage_message(err: &clap::Error) -> String {
         ErrorKind::UnknownArgument => format!("unknown option {option}"),
         ErrorKind::InvalidSubcommand => "unknown command".to_owned(),
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: one of dispatch, process, status, audit, relay, list, show, requeue, metrics, gc, migrate, demo".to_owned()
+            format!("missing command: one of {}", command_names().join(", "))
         }
         _ => format!("invalid use of {option}"),
+    };
+    // clap's suggestion names a command or an option that exists, never the input.
+    let suggestion =
+        match (err.get(ContextKind::SuggestedSubcommand), err.get(ContextKind::SuggestedArg)) {
+            (Some(ContextValue::String(name)), _) | (_, Some(ContextValue::String(name))) => {
+                Some(name.clone())
+            }
+            (Some(ContextValue::Strings(names)), _) | (_, Some(ContextValue::Strings(names))) => {
+                names.first().cloned()
+            }
+            _ => None,
+        };
+    match suggestion.filter(|name| known_name(name)) {
+        Some(name) => format!("{message}; did you mean '{name}'?"),
+        None => message,
     }
+}
+
+/// Every command's name, in the order of `--help`.
+fn command_names() -> Vec<String> {
+    crate::args::command().get_subcommands().map(|command| command.get_name().to_owned()).collect()
+}
+
+/// Whether `name` is a command or an option of the command line (`--name`), so a
+/// suggestion can be repeated without repeating input.
+fn known_name(name: &str) -> bool {
+    let command = crate::args::command();
+    let mut commands = std::iter::once(&command).chain(command.get_subcommands());
+    commands.any(|command| {
+        command.get_name() == name
+            || command.get_arguments().any(|arg| {
+                arg.get_long().is_some_and(|long| name.strip_prefix("--") == Some(long))
+                    || arg.get_all_aliases().is_some_and(|aliases| {
+                        aliases.iter().any(|alias| name.strip_prefix("--") == Some(*alias))
+                    })
+            })
+    })
 }
 
 /// Whether the argument clap refused was written as an option (`-x`, `--name`).
@@ -166,38 +308,6 @@ fn is_option(err: &clap::Error) -> bool {
         Some(ContextValue::String(text)) => text.starts_with('-'),
         Some(ContextValue::Strings(texts)) => texts.iter().any(|text| text.starts_with('-')),
         _ => true,
-    }
-}
-
-/// Refuses a global option the command does not use, rather than ignoring it: `--db`
-/// given to `demo` would otherwise look as if it chose the demo's store.
-fn check_options(cli: &Cli) -> Result<(), Failure> {
-    let given = [
-        ("--db", cli.db.is_some()),
-        ("--fixture", cli.fixture.is_some()),
-        ("--claims", cli.claims.is_some()),
-        ("--pretty", cli.pretty),
-        ("--busy-timeout-ms", cli.busy_timeout_ms.is_some()),
-    ];
-    let (command, takes): (&str, &[&str]) = match cli.command {
-        Command::Demo => ("demo", &[]),
-        Command::Audit => ("audit", &["--db", "--pretty", "--busy-timeout-ms"]),
-        Command::Migrate { .. } => ("migrate", &["--db", "--pretty", "--busy-timeout-ms"]),
-        Command::Relay { .. } => {
-            ("relay", &["--db", "--fixture", "--claims", "--pretty", "--busy-timeout-ms"])
-        }
-        Command::List { .. } => ("list", &["--db", "--busy-timeout-ms"]),
-        Command::Metrics { .. } => ("metrics", &["--db", "--busy-timeout-ms"]),
-        Command::Show { .. } | Command::Requeue { .. } | Command::Gc { .. } => {
-            ("this command", &["--db", "--pretty", "--busy-timeout-ms"])
-        }
-        Command::Dispatch { .. } | Command::Process { .. } | Command::Status { .. } => {
-            return Ok(());
-        }
-    };
-    match given.iter().find(|(name, present)| *present && !takes.contains(name)) {
-        Some((name, _)) => Err(usage(format!("{command} does not take {name}"))),
-        None => Ok(()),
     }
 }
 
@@ -214,23 +324,21 @@ fn option_name(text: &str) -> Option<String> {
     (name.starts_with('-') && name.len() > 1).then_some(name)
 }
 
-fn execute(cli: &Cli) -> Result<Printed, Failure> {
+fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
     // One bound for the whole command, from here: the open and every transaction.
-    let waits = Waits::total(Duration::from_millis(
-        cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
-    ));
-    let db = Location::parse(cli.db.as_deref().unwrap_or("toolledger.sqlite3"));
-    let clock = match cli.store_clock {
+    let waits = Waits::total(settings.busy_timeout());
+    let db = Location::parse(settings.db.as_deref().unwrap_or("toolledger.sqlite3"));
+    let clock = match settings.store_clock {
         Some(StoreClockArg::Caller) => StoreClock::Caller,
         Some(StoreClockArg::Database) | None => StoreClock::Database,
     };
-    match &cli.command {
-        Command::Audit => {
+    match command {
+        Command::Audit { .. } => {
             let audit = toolledger::audit_with(&db, waits)?;
             Ok(Printed::Package(audit.package(), audit.passed()))
         }
-        Command::Migrate { downstream } => migrate(&db, downstream, waits),
-        Command::List { state, older_than, limit, show_arguments, now } => {
+        Command::Migrate { downstream, .. } => migrate(&db, downstream, waits),
+        Command::List { state, older_than, limit, show_arguments, now, .. } => {
             let filter = toolledger::ListFilter {
                 state: state.as_deref(),
                 older_than: *older_than,
@@ -243,7 +351,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                 .collect();
             Ok(Printed::Text(lines))
         }
-        Command::Show { status_ref, show_arguments } => {
+        Command::Show { status_ref, show_arguments, .. } => {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
@@ -252,7 +360,7 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                 None => Ok(Printed::Answer(Answer::not_found())),
             }
         }
-        Command::Requeue { status_ref, reason, now } => {
+        Command::Requeue { status_ref, reason, now, .. } => {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
@@ -273,8 +381,8 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                 )),
             }
         }
-        Command::Metrics { now } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
-        Command::Gc { older_than_days, now } => {
+        Command::Metrics { now, .. } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
+        Command::Gc { older_than_days, now, .. } => {
             let retired = toolledger::gc(&db, *older_than_days, *now)?;
             Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "retired": retired}), true))
         }
@@ -292,12 +400,11 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             simulate_delay_ms,
             simulate_seed,
             downstream,
+            ..
         } => {
-            let (case, claims) = inputs(cli, None)?;
+            let (case, claims) = inputs(settings, None)?;
             // A relay runs for long: every wait is bounded, but there is no overall deadline.
-            let per_wait = Duration::from_millis(
-                cli.busy_timeout_ms.unwrap_or(toolledger::DEFAULT_BUSY_TIMEOUT_MS),
-            );
+            let per_wait = settings.busy_timeout();
             let mut relay = toolledger::Relay::new(&db)
                 .store_clock(clock)
                 .tool(RefundOrder::default().tool().with_max_attempts(*max_attempts))
@@ -324,9 +431,11 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
                 crate::relay::run(&relay, &db, claims, &case.business_state, &options)
             }
         }
-        Command::Demo => Err(usage("demo takes no options".to_owned())),
-        Command::Dispatch { now, failure, downstream } => {
-            let (case, claims) = inputs(cli, *now)?;
+        Command::Demo | Command::Completions { .. } => {
+            Err(usage("this command runs on its own".to_owned()))
+        }
+        Command::Dispatch { now, failure, downstream, .. } => {
+            let (case, claims) = inputs(settings, *now)?;
             let worker = default_worker();
             let mut ledger = open(&db, clock, claims, waits, downstream)?;
             let engine = ledger.engine();
@@ -344,13 +453,15 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             };
             Ok(Printed::Answer(answer))
         }
-        Command::Process { status_ref, now, worker_id, failure, downstream } => {
+        Command::Process { status_ref, now, worker_id, failure, downstream, .. } => {
             let worker = match worker_id {
                 Some(text) => Identifier::new(text)
                     .map_err(|_| usage("invalid value for --worker-id".to_owned()))?,
                 None => default_worker(),
             };
-            let (case, claims) = inputs(cli, *now)?;
+            let (case, claims) = inputs(settings, *now)?;
+            // A worker takes an operation that exists; it never creates a ledger.
+            drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
@@ -368,8 +479,10 @@ fn execute(cli: &Cli) -> Result<Printed, Failure> {
             let answer = engine.process(&status_ref, &case.clock, &case.business_state, &worker)?;
             Ok(Printed::Answer(answer))
         }
-        Command::Status { status_ref, now, downstream } => {
-            let (case, claims) = inputs(cli, *now)?;
+        Command::Status { status_ref, now, downstream, .. } => {
+            let (case, claims) = inputs(settings, *now)?;
+            // A status query reconciles what exists; it never creates a ledger.
+            drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
@@ -423,11 +536,11 @@ fn migrate(db: &Location, downstream: &str, waits: Waits) -> Result<Printed, Fai
 
 /// Reads and validates the case and claims files, before the store is opened: a bad
 /// case creates no database. Each is read at most one byte past the parser's limit.
-fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
-    let path: &Path = cli
-        .fixture
+fn inputs(settings: &Settings, now: Option<i64>) -> Result<(Case, Claims), Failure> {
+    let path: &Path = settings
+        .case
         .as_deref()
-        .ok_or_else(|| usage("missing required option --fixture".to_owned()))?;
+        .ok_or_else(|| usage("missing required option --case".to_owned()))?;
     let limit = Limits::default().size_bytes_max;
     let bytes = read_bounded(path, limit).map_err(|why| Failure {
         code: match why {
@@ -437,7 +550,7 @@ fn inputs(cli: &Cli, now: Option<i64>) -> Result<(Case, Claims), Failure> {
         message: format!("the case file {}", why.reason()),
     })?;
     let case = load_case(&bytes, &Registry::builtin(), now)?;
-    let claims = cli.claims.clone().map_or(Claims::None, Claims::File);
+    let claims = settings.claims.clone().map_or(Claims::None, Claims::File);
     claims.check().map_err(|why| Failure {
         code: match why {
             crate::claims::Refused::Unreadable(crate::files::Unreadable::TooLarge) => {

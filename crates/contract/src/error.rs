@@ -53,6 +53,9 @@ pub enum ErrorCode {
     StoreError,
     /// Another connection held a lock past the wait bound.
     StoreBusy,
+    /// A command that never creates a ledger (`status`, `process`, `audit`, `list`,
+    /// `show`, `metrics`, …) was pointed at a location that holds none.
+    StoreNotFound,
     /// The file is not a store of this schema version (an older one needs `migrate`).
     SchemaUnsupported,
     /// A stored row contradicts itself.
@@ -65,13 +68,14 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::FixtureIoError,
         ErrorCode::FixtureInvalid,
         ErrorCode::ClaimsIoError,
         ErrorCode::ClaimsInvalid,
         ErrorCode::StoreError,
         ErrorCode::StoreBusy,
+        ErrorCode::StoreNotFound,
         ErrorCode::SchemaUnsupported,
         ErrorCode::StoreContractViolation,
         ErrorCode::UsageError,
@@ -87,6 +91,7 @@ impl ErrorCode {
             ErrorCode::ClaimsInvalid => "CLAIMS_INVALID",
             ErrorCode::StoreError => "STORE_ERROR",
             ErrorCode::StoreBusy => "STORE_BUSY",
+            ErrorCode::StoreNotFound => "STORE_NOT_FOUND",
             ErrorCode::SchemaUnsupported => "SCHEMA_UNSUPPORTED",
             ErrorCode::StoreContractViolation => "STORE_CONTRACT_VIOLATION",
             ErrorCode::UsageError => "USAGE_ERROR",

@@ -50,9 +50,9 @@ pub enum StoreError {
     /// recompute, a receipt not bound to its operation.
     #[error("stored data violates the contract: {0}")]
     ContractViolation(&'static str),
-    /// A command that only reads was pointed at no store (a missing or empty file, a
-    /// database without toolledger's tables).
-    #[error("no store there")]
+    /// A command that never creates a store was pointed at none (a missing or empty
+    /// file, a database without toolledger's tables). The code is `STORE_NOT_FOUND`.
+    #[error("no ledger there: dispatch, relay and the library's open create one")]
     Missing,
     /// The database found its own data corrupt (a damaged page, a broken index).
     #[error("the database is corrupt")]
@@ -87,13 +87,12 @@ impl StoreError {
         StoreError::CommitUnknown { backend, cause: Some(Cause(Arc::new(err))) }
     }
 
-    /// The stable code: `STORE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`
-    /// or `STORE_BUSY`.
+    /// The stable code: `STORE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`,
+    /// `STORE_BUSY` or `STORE_NOT_FOUND`.
     pub fn code(&self) -> ErrorCode {
         match self {
             StoreError::Backend { .. }
             | StoreError::CommitUnknown { .. }
-            | StoreError::Missing
             | StoreError::Corrupt
             | StoreError::Internal(_) => ErrorCode::StoreError,
             StoreError::SchemaUnsupported | StoreError::SchemaOutdated { .. } => {
@@ -101,6 +100,7 @@ impl StoreError {
             }
             StoreError::ContractViolation(_) => ErrorCode::StoreContractViolation,
             StoreError::Busy => ErrorCode::StoreBusy,
+            StoreError::Missing => ErrorCode::StoreNotFound,
         }
     }
 }

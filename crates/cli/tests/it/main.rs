@@ -9,6 +9,7 @@
 
 mod blocks;
 mod concurrency;
+mod conventions;
 mod crash;
 mod errors;
 mod flows;
@@ -114,10 +115,15 @@ impl Dir {
             "dispatch", "process", "status", "audit", "migrate", "relay", "list", "show",
             "requeue", "metrics", "gc",
         ];
+        // The commands that take leases, and so `--store-clock`.
+        const LEASE_COMMANDS: [&str; 4] = ["dispatch", "process", "status", "relay"];
         if let Some(postgres) = &self.1 {
             let opens_ledger = args.iter().any(|arg| LEDGER_COMMANDS.contains(arg));
             if opens_ledger && !args.contains(&"--db") {
-                command.args(["--db", postgres.url(), "--store-clock", "caller"]);
+                command.args(["--db", postgres.url()]);
+                if args.iter().any(|arg| LEASE_COMMANDS.contains(arg)) {
+                    command.args(["--store-clock", "caller"]);
+                }
             }
         }
         command

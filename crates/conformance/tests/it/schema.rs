@@ -131,12 +131,12 @@ fn a_file_that_is_not_sqlite_is_a_sqlite_error_and_untouched() {
 fn an_empty_file_is_initialised_and_audit_creates_nothing() {
     let dir = TempDir::new();
     let missing = dir.path().join("missing.sqlite3");
-    assert_eq!(audit_sqlite(&missing).unwrap_err().code(), "STORE_ERROR");
+    assert_eq!(audit_sqlite(&missing).unwrap_err().code(), "STORE_NOT_FOUND");
     assert!(!missing.exists(), "audit created a file");
 
     let empty = dir.path().join("empty.sqlite3");
     std::fs::write(&empty, b"").unwrap();
-    assert_eq!(audit_sqlite(&empty).unwrap_err().code(), "STORE_ERROR");
+    assert_eq!(audit_sqlite(&empty).unwrap_err().code(), "STORE_NOT_FOUND");
     assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "audit wrote to an empty file");
 
     let mut engine = open_sqlite(&empty, Roles::default(), Registry::builtin()).unwrap();
