@@ -21,6 +21,7 @@ mod library;
 mod liveness;
 mod multihost;
 mod operators;
+mod readme;
 mod relay;
 
 use std::{
