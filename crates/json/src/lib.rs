@@ -39,10 +39,12 @@ mod domain;
 mod error;
 mod number;
 mod parse;
+mod ser;
 
 pub use crate::{
     canon::{canonicalize, canonicalize_into, canonicalize_str_into},
     domain::{V2_INTEGER_MAX, V2_INTEGER_MIN, check_v2_domain},
     error::JsonError,
     parse::{Limits, parse_strict},
+    ser::{to_string, to_string_v2, to_vec, to_vec_v2, to_writer, to_writer_v2},
 };
