@@ -459,6 +459,35 @@ fn errors_never_quote_the_value() {
     }
 }
 
+/// A map that breaks serde's protocol: a key without a value, or a value without a key.
+enum Broken {
+    KeyTwice,
+    ValueAlone,
+    KeyLast,
+}
+
+impl Serialize for Broken {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            Broken::KeyTwice => {
+                map.serialize_key("a")?;
+                map.serialize_key("b")?;
+            }
+            Broken::ValueAlone => map.serialize_value(&1)?,
+            Broken::KeyLast => map.serialize_key("a")?,
+        }
+        map.end()
+    }
+}
+
+#[test]
+fn a_map_that_breaks_serdes_protocol_is_serialize_failed_not_a_member_lost() {
+    for broken in [Broken::KeyTwice, Broken::ValueAlone, Broken::KeyLast] {
+        assert_eq!(refusal(&broken), "serialize_failed");
+    }
+}
+
 /// Everything generated here has no NaN (a `Value` cannot hold one) and `text()` names.
 #[derive(Serialize, Debug, Clone)]
 struct Generated {
