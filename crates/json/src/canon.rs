@@ -126,7 +126,8 @@ pub fn canonicalize_str_into(text: &str, out: &mut String) {
     write_string(text, out);
 }
 
-fn write_string(text: &str, out: &mut String) {
+/// Appends `text` as an RFC 8785 JSON string, quotes included.
+pub(crate) fn write_string(text: &str, out: &mut String) {
     // Most strings need no escape: one scan, one copy.
     if !needs_escape(text.as_bytes()) {
         out.reserve(text.len() + 2);

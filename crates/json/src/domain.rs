@@ -10,6 +10,19 @@ pub const V2_INTEGER_MAX: i64 = (1 << 53) - 1;
 /// The smallest integer in the v2 domain, `-(2^53 - 1)`.
 pub const V2_INTEGER_MIN: i64 = -V2_INTEGER_MAX;
 
+/// Why a float is outside the v2 domain, however it was written.
+pub(crate) const NOT_AN_INTEGER: &str = "number with a fraction or an exponent";
+
+/// Refuses an integer of magnitude `magnitude` (of either sign) if it lies outside
+/// `[V2_INTEGER_MIN, V2_INTEGER_MAX]`. The range is symmetric, so the sign does not matter.
+pub(crate) fn check_v2_integer(magnitude: u128) -> Result<(), JsonError> {
+    if magnitude <= V2_INTEGER_MAX.unsigned_abs().into() {
+        Ok(())
+    } else {
+        Err(JsonError::OutsideV2Domain { reason: "integer beyond 2^53 - 1 in magnitude" })
+    }
+}
+
 /// Checks that `value` lies in the v2 domain: null, booleans, strings, arrays, objects,
 /// and integers in `[V2_INTEGER_MIN, V2_INTEGER_MAX]`. Numbers written with a fraction
 /// or an exponent (`2599.0`, `1e3`) are outside it, even when integral, because two
@@ -26,20 +39,12 @@ pub fn check_v2_domain(value: &Value) -> Result<(), JsonError> {
         match value {
             Value::Null | Value::Bool(_) | Value::String(_) => {}
             Value::Number(number) => {
-                if let Some(signed) = number.as_i64() {
-                    if !(V2_INTEGER_MIN..=V2_INTEGER_MAX).contains(&signed) {
-                        return Err(JsonError::OutsideV2Domain {
-                            reason: "integer beyond 2^53 - 1 in magnitude",
-                        });
-                    }
-                } else if number.is_u64() {
-                    return Err(JsonError::OutsideV2Domain {
-                        reason: "integer beyond 2^53 - 1 in magnitude",
-                    });
+                if let Some(unsigned) = number.as_u64() {
+                    check_v2_integer(u128::from(unsigned))?;
+                } else if let Some(signed) = number.as_i64() {
+                    check_v2_integer(u128::from(signed.unsigned_abs()))?;
                 } else {
-                    return Err(JsonError::OutsideV2Domain {
-                        reason: "number with a fraction or an exponent",
-                    });
+                    return Err(JsonError::OutsideV2Domain { reason: NOT_AN_INTEGER });
                 }
             }
             Value::Array(items) => pending.extend(items),

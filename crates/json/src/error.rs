@@ -1,10 +1,16 @@
 //! The one error type of the crate.
 
-/// Why input was refused.
+/// Why input was refused, or why a Rust value could not be written.
 ///
 /// Every variant has a stable [`code`](JsonError::code) and, where the failure has a
 /// place in the input, a byte [`offset`](JsonError::offset). Messages describe the
-/// failure in fixed words and never quote the input.
+/// failure in fixed words and never quote the input or the value.
+///
+/// The serializer ([`to_string`](crate::to_string) and its siblings) refuses what the
+/// parser refuses with the same codes, through variants of its own that have no offset,
+/// since it reads no input: [`NonFiniteFloat`](JsonError::NonFiniteFloat) is
+/// `number_out_of_range` and [`DuplicateMapKey`](JsonError::DuplicateMapKey) is
+/// `duplicate_key`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JsonError {
@@ -63,13 +69,40 @@ pub enum JsonError {
         /// What was wrong, in fixed words.
         reason: &'static str,
     },
+    /// The serializer was given a NaN or an infinity, which JSON cannot write (code
+    /// `number_out_of_range`, like a literal the parser cannot fit in a finite double).
+    #[error("number out of range: not finite")]
+    NonFiniteFloat,
+    /// The serializer was given a map key that is not a string (an integer, a bool, a
+    /// sequence, `None`…). Strings, `char`s, unit enum variants and newtype structs around
+    /// those are keys; nothing is turned into a string behind the caller's back.
+    #[error("map key is not a string")]
+    KeyNotString,
+    /// The serializer was given a map or struct that produced one member name twice (a
+    /// map serializing a key again, a flattened struct repeating a field). Code
+    /// `duplicate_key`, as the parser would refuse the output.
+    #[error("duplicate object member name")]
+    DuplicateMapKey,
+    /// The value's own `Serialize` implementation failed (a `RefCell` already borrowed, a
+    /// path that is not UTF-8, a `serialize_with` function's error). Its message is
+    /// dropped, because it may quote the value.
+    #[error("the value's Serialize implementation failed")]
+    SerializeFailed,
+    /// The writer given to [`to_writer`](crate::to_writer) failed. Only the kind is kept:
+    /// an I/O error's text may carry paths or OS wording.
+    #[error("writing the output failed: {kind}")]
+    Io {
+        /// What kind of failure the writer reported.
+        kind: std::io::ErrorKind,
+    },
 }
 
 impl JsonError {
     /// The stable, machine-readable name of this kind of failure.
     ///
     /// One of `too_large`, `too_deep`, `invalid_utf8`, `duplicate_key`, `lone_surrogate`,
-    /// `number_out_of_range`, `syntax`, `outside_v2_domain`. These never change meaning.
+    /// `number_out_of_range`, `syntax`, `outside_v2_domain`, `key_not_string`,
+    /// `serialize_failed`, `io`. These never change meaning.
     pub fn code(&self) -> &'static str {
         match self {
             JsonError::TooLarge { .. } => "too_large",
@@ -80,13 +113,19 @@ impl JsonError {
             JsonError::NumberOutOfRange { .. } => "number_out_of_range",
             JsonError::Syntax { .. } => "syntax",
             JsonError::OutsideV2Domain { .. } => "outside_v2_domain",
+            JsonError::NonFiniteFloat => "number_out_of_range",
+            JsonError::KeyNotString => "key_not_string",
+            JsonError::DuplicateMapKey => "duplicate_key",
+            JsonError::SerializeFailed => "serialize_failed",
+            JsonError::Io { .. } => "io",
         }
     }
 
     /// The byte offset in the input where the failure was found, if it has one.
     ///
     /// Whole-input and whole-value failures ([`TooLarge`](JsonError::TooLarge),
-    /// [`OutsideV2Domain`](JsonError::OutsideV2Domain)) have none.
+    /// [`OutsideV2Domain`](JsonError::OutsideV2Domain)) have none, and neither has any
+    /// failure of the serializer, which reads no input.
     pub fn offset(&self) -> Option<usize> {
         match *self {
             JsonError::TooDeep { offset, .. }
@@ -95,7 +134,13 @@ impl JsonError {
             | JsonError::LoneSurrogate { offset }
             | JsonError::NumberOutOfRange { offset }
             | JsonError::Syntax { offset, .. } => Some(offset),
-            JsonError::TooLarge { .. } | JsonError::OutsideV2Domain { .. } => None,
+            JsonError::TooLarge { .. }
+            | JsonError::OutsideV2Domain { .. }
+            | JsonError::NonFiniteFloat
+            | JsonError::KeyNotString
+            | JsonError::DuplicateMapKey
+            | JsonError::SerializeFailed
+            | JsonError::Io { .. } => None,
         }
     }
 }

@@ -11,19 +11,31 @@ const EXACT_INTEGER_MAX: u64 = 1 << 53;
 
 pub(crate) fn write_number(number: &Number, out: &mut String) {
     if let Some(unsigned) = number.as_u64() {
-        if unsigned <= EXACT_INTEGER_MAX {
-            write_u64(unsigned, out);
-            return;
-        }
+        write_integer(false, u128::from(unsigned), out);
     } else if let Some(signed) = number.as_i64() {
-        if signed.unsigned_abs() <= EXACT_INTEGER_MAX {
-            out.push('-');
-            write_u64(signed.unsigned_abs(), out);
-            return;
+        write_integer(signed < 0, u128::from(signed.unsigned_abs()), out);
+    } else {
+        write_f64(number.as_f64().unwrap_or(f64::NAN), out);
+    }
+}
+
+/// Writes the integer `±magnitude` as RFC 8785 writes a number: its decimal digits when a
+/// double holds it exactly, else the ECMAScript form of the nearest double (as ECMAScript
+/// itself would read and write it). Any width fits: `u128::MAX` is a finite double.
+pub(crate) fn write_integer(negative: bool, magnitude: u128, out: &mut String) {
+    match u64::try_from(magnitude) {
+        Ok(exact) if exact <= EXACT_INTEGER_MAX => {
+            if negative && exact != 0 {
+                out.push('-');
+            }
+            write_u64(exact, out);
+        }
+        // `as` rounds to nearest, ties to even, as reading the digits as a double would.
+        _ => {
+            let double = magnitude as f64;
+            write_f64(if negative { -double } else { double }, out);
         }
     }
-    // Larger integers are what a double makes of them, as in ECMAScript.
-    write_f64(number.as_f64().unwrap_or(f64::NAN), out);
 }
 
 fn write_u64(mut value: u64, out: &mut String) {

@@ -11,8 +11,24 @@ use crate::JsonError;
 
 /// Bounds on what [`parse_strict`] will read.
 ///
+/// The defaults, 65,536 bytes and depth 32, are meant for untrusted input: toolledger
+/// reads case files, claims and stored rows with them. Nothing in this crate raises them;
+/// raising one is the caller's decision, for input it has reason to trust that far. Change one limit with struct-update syntax, so every
+/// other keeps its default:
+///
+/// ```
+/// use toolledger_json::Limits;
+///
+/// let limits = Limits { size_bytes_max: 1 << 20, ..Limits::default() };
+/// assert_eq!(limits.depth_max, Limits::default().depth_max);
+/// ```
+///
 /// `depth_max` also bounds the decoder's recursion: each level costs a few hundred bytes
 /// of stack, so keep it in the hundreds, not the hundreds of thousands.
+///
+/// The serializer ([`to_string`](crate::to_string) and its siblings) takes no limits: it
+/// writes trusted Rust values, and what it writes may be larger or deeper than a reader
+/// with the default limits accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// The longest input accepted, in bytes. Inputs of exactly this length pass.
@@ -24,7 +40,7 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 65,536 bytes and depth 32.
+    /// 65,536 bytes and depth 32: the limits for untrusted input.
     fn default() -> Limits {
         Limits { size_bytes_max: 65_536, depth_max: 32 }
     }

@@ -5,6 +5,7 @@ mod domain;
 mod limits;
 mod properties;
 mod rfc8785;
+mod serialize;
 mod suite;
 
 use std::path::PathBuf;

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 use toolledger_json::{Limits, canonicalize, parse_strict};
 
-fn text() -> impl Strategy<Value = String> {
+pub(crate) fn text() -> impl Strategy<Value = String> {
     prop_oneof![
         "[a-z]{0,6}",
         any::<String>().prop_map(|s| s.chars().take(8).collect()),
@@ -35,7 +35,7 @@ fn number() -> impl Strategy<Value = Number> {
     ]
 }
 
-fn value() -> impl Strategy<Value = Value> {
+pub(crate) fn value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
