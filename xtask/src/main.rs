@@ -1,9 +1,9 @@
 //! `cargo xtask`: the project's one entry point for checks and benchmarks.
 //!
-//! - `cargo xtask ci` runs every check CI runs, in order (the library's runnable host
-//!   examples among them), prints one summary line per step, and exits non-zero if any
-//!   step failed. Steps run even after a failure, so one
-//!   run shows everything that is wrong.
+//! - `cargo xtask ci` runs every check CI runs, in order (`cargo package` of every
+//!   publishable crate and the library's runnable host examples among them), prints one
+//!   summary line per step, and exits non-zero if any step failed. Steps run even after
+//!   a failure, so one run shows everything that is wrong.
 //! - `cargo xtask bench [json] [--quick]` builds in release and runs the benchmarks,
 //!   writing their figures under `target/bench/`.
 //! - `cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres]` runs the
@@ -174,6 +174,7 @@ fn ci(root: &Path) -> ExitCode {
         step("deny (licenses bans sources)", || deny(root)),
         step("tidy (crate graph, facade doc examples)", || tidy::check(root)),
         step("contract vectors (independent python)", || contract_vectors(root)),
+        step("package (cargo package)", || package(root)),
     ];
     // Each mode has its own target dir: RUSTFLAGS changes every fingerprint, and sharing
     // one dir would rebuild the world at each switch.
@@ -362,6 +363,30 @@ impl Campaign {
         }
         cargo(root, &args, &env)
     }
+}
+
+/// `cargo package --workspace` of every crate whose manifest lets it publish, each built
+/// from its packaged sources; the `publish = false` crates (benches, conformance suite,
+/// xtask) are excluded by name, read from the manifests, so `publish` is the one place
+/// the decision lives. Verification builds in the debug test mode's target dir, so
+/// dependencies compiled for the tests are reused.
+fn package(root: &Path) -> Result<String, String> {
+    let metadata = tidy::workspace_metadata(root)?;
+    let packages = metadata["packages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    // `publish = false` reads as an empty list of registries; a publishable crate's is null.
+    let unpublished: Vec<&str> = packages
+        .iter()
+        .filter(|package| package["publish"].as_array().is_some_and(|to| to.is_empty()))
+        .filter_map(|package| package["name"].as_str())
+        .collect();
+    let mut args =
+        vec!["package", "--workspace", "--locked", "--target-dir", "target/ci/test-debug"];
+    for name in &unpublished {
+        args.extend(["--exclude", name]);
+    }
+    cargo(root, &args, &[("RUSTFLAGS", "")]).map(|_| {
+        format!("{} crates, {} unpublished", packages.len() - unpublished.len(), unpublished.len())
+    })
 }
 
 /// `docs/contract-vectors.json` checked by a second implementation written from

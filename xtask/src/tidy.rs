@@ -81,16 +81,7 @@ fn dev_only(krate: &str) -> &'static [&'static str] {
 }
 
 pub(crate) fn check(root: &Path) -> Result<String, String> {
-    let output = Command::new("cargo")
-        .current_dir(root)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
-        .output()
-        .map_err(|err| format!("could not run cargo metadata: {err}"))?;
-    if !output.status.success() {
-        return Err("cargo metadata failed".to_owned());
-    }
-    let metadata: Value = serde_json::from_slice(&output.stdout)
-        .map_err(|err| format!("cargo metadata printed something unreadable: {err}"))?;
+    let metadata = workspace_metadata(root)?;
     let (crates, mut violations) = violations(&metadata);
     let facade = root.join("crates/toolledger/src");
     let mut files: Vec<_> = std::fs::read_dir(&facade)
@@ -117,6 +108,20 @@ pub(crate) fn check(root: &Path) -> Result<String, String> {
         }
         Err(format!("{} tidy violations", violations.len()))
     }
+}
+
+/// `cargo metadata --no-deps`: the workspace's own packages and their manifests.
+pub(crate) fn workspace_metadata(root: &Path) -> Result<Value, String> {
+    let output = Command::new("cargo")
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .output()
+        .map_err(|err| format!("could not run cargo metadata: {err}"))?;
+    if !output.status.success() {
+        return Err("cargo metadata failed".to_owned());
+    }
+    serde_json::from_slice(&output.stdout)
+        .map_err(|err| format!("cargo metadata printed something unreadable: {err}"))
 }
 
 /// Every breach of the crate graph in `metadata` (the output of `cargo metadata

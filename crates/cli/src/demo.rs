@@ -9,7 +9,10 @@ use serde_json::Value;
 use crate::run::{Outcome, error_line, run};
 
 /// The PASS case (`docs/contract.md`), built into the binary so the demo needs no setup.
-const CASE: &str = include_str!("../../../fixtures/persistence-case.json");
+/// `demo-case.json` is a symbolic link to `fixtures/persistence-case.json`: one file to
+/// bless, and `cargo package` stores its contents inside the crate, where a path out of
+/// the crate directory would not resolve.
+const CASE: &str = include_str!("demo-case.json");
 
 struct Demo<'a> {
     dir: &'a Path,
