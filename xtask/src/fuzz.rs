@@ -76,29 +76,7 @@ pub(crate) fn run_targets(root: &Path, minutes: f64, targets: &[&str]) -> Result
 
 /// `target/tools/bin/cargo-fuzz` at [`CARGO_FUZZ_VERSION`], installed when it is not.
 fn install(root: &Path) -> Result<PathBuf, String> {
-    let tools = root.join("target/tools");
-    let binary = tools.join("bin/cargo-fuzz");
-    let installed = Command::new(&binary)
-        .args(["fuzz", "--version"])
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(CARGO_FUZZ_VERSION));
-    if !installed {
-        println!("cargo-fuzz {CARGO_FUZZ_VERSION} is missing: installing it under target/tools");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-            .current_dir(root)
-            // A debug build: cargo-fuzz only drives cargo and libFuzzer, and it compiles
-            // in about half the time.
-            .args(["install", "cargo-fuzz", "--locked", "--force", "--debug", "--version"])
-            .arg(CARGO_FUZZ_VERSION)
-            .arg("--root")
-            .arg(&tools)
-            .status()
-            .map_err(|err| format!("could not start cargo install: {err}"))?;
-        if !status.success() {
-            return Err(format!("cargo install cargo-fuzz exited with {status}"));
-        }
-    }
-    Ok(binary)
+    crate::tool(root, "cargo-fuzz", CARGO_FUZZ_VERSION, &["fuzz", "--version"])
 }
 
 /// `cargo fuzz` from `target/tools`, in the workspace root.
