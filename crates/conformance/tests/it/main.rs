@@ -1,5 +1,6 @@
-//! The one integration-test binary of the engine with its stores: the seed's test
-//! matrix, row by row. The conformance suite (`suite!` below) runs on every backend; the
+//! The one integration-test binary of the engine with its stores: a test matrix, one
+//! module per row (idempotency, crash recovery, rechecks, races, tampering, schema, audit,
+//! v2 compatibility). The conformance suite (`suite!` below) runs on every backend; the
 //! other modules prove the flows and the embedded store on real SQLite files.
 
 mod audit;

@@ -1,7 +1,8 @@
-//! Crash-recovery row: each failure point leaves exactly the seed's crash-table state;
-//! re-dispatch of an unfinished intent is OUTCOME_UNKNOWN and touches nothing; a live
-//! lease is LEASE_HELD, an expired one is reclaimed; a status query reconciles after
-//! the downstream commit; a stale lease holder never finalizes.
+//! Crash-recovery row: each failure point leaves exactly the state of its row in the
+//! crash table of `docs/schema.md` ("Commit points"); re-dispatch of an unfinished intent
+//! is OUTCOME_UNKNOWN and touches nothing; a live lease is LEASE_HELD, an expired one is
+//! reclaimed; a status query reconciles after the downstream commit; a stale lease holder
+//! never finalizes.
 
 use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, StatusRef, digest::downstream_request_ref};

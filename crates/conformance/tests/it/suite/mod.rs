@@ -1,5 +1,5 @@
 //! The conformance suite: every test here is written once over [`Backend`] and runs on
-//! every store, so SQLite and PostgreSQL are held to the same rows of the seed's matrix:
+//! every store, so SQLite and PostgreSQL are held to the same rows of the matrix:
 //! races, crashes at each commit point, leases and fencing, tampering, the audit.
 //!
 //! [`Backend`]: toolledger_conformance::Backend
