@@ -13,11 +13,15 @@
 //! - `cargo xtask fuzz [--minutes M] [--target NAME]` runs the fuzz targets in `fuzz/`,
 //!   M minutes each (default 1), and fails on a crash (see `fuzz.rs`).
 //!
-//! xtask depends on `serde_json` alone: it drives cargo and reads its output.
+//! - `cargo xtask man` writes the command's man pages under `target/man/` (`man.rs`).
+//!
+//! xtask depends on `serde_json` and, for the man pages, clap's own generators: it
+//! drives cargo and reads its output.
 
 #![allow(clippy::print_stderr, reason = "xtask is a command: usage errors go to stderr")]
 
 mod fuzz;
+mod man;
 mod tidy;
 
 use std::{
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
         Some("ci") if args.len() == 1 => ci(&root),
         Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
+        Some("man") if args.len() == 1 => report(&[step("man pages", || man::write(&root))]),
         Some(command @ ("crash" | "simulate")) => match Campaign::parse(command, &args[1..]) {
             Ok(campaign) => report(&[campaign.step(&root)]),
             Err(message) => {
@@ -57,7 +62,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy \
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man \
                  | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
                  | cargo xtask simulate [--seed S] [--cases N] | cargo xtask fuzz [--minutes M] [--target NAME]"
             );
@@ -171,8 +176,9 @@ fn ci(root: &Path) -> ExitCode {
                 &[("RUSTDOCFLAGS", "-D warnings")],
             )
         }),
-        step("deny (licenses bans sources)", || deny(root)),
+        step("deny (licenses bans sources advisories)", || deny(root)),
         step("tidy (crate graph, facade doc examples)", || tidy::check(root)),
+        step("man pages", || man::write(root)),
         step("contract vectors (independent python)", || contract_vectors(root)),
         step("package (cargo package)", || package(root)),
     ];
