@@ -49,7 +49,8 @@ const DEV_GRAPH: [(&str, &[&str]); 1] = [(CLI, &["toolledger-conformance"])];
 fn allowed_external(krate: &str) -> &'static [&'static str] {
     const BASE: &[&str] = &["serde", "serde_json", "sha2", "thiserror", "jiff"];
     match krate {
-        "toolledger-json" => &["serde_json", "thiserror"],
+        // serde for the canonical serializer (`to_string` of any `Serialize`).
+        "toolledger-json" => &["serde", "serde_json", "thiserror"],
         "toolledger-contract" | "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
@@ -61,19 +62,28 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
         "toolledger-bench" => &["serde_json", "rusqlite", "postgres", "ureq", "tempfile"],
-        "toolledger-cli" => {
-            &["serde", "serde_json", "sha2", "thiserror", "jiff", "clap", "signal-hook", "libc"]
-        }
+        "toolledger-cli" => &[
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "jiff",
+            "clap",
+            "clap_complete",
+            "signal-hook",
+            "libc",
+        ],
         _ => &[],
     }
 }
 
 /// External crates a crate may add for tests only: proptest and tempfile anywhere;
 /// rusqlite in the crates above the store, whose tests tamper with rows through a raw
-/// connection; tokio in the facade, whose async-host example and test run on it.
+/// connection; tokio in the facade, whose async-host example and test run on it;
+/// snapbox in the command line, whose tests check the documentation's examples.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
-        "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq"],
+        "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq", "snapbox"],
         "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
         "toolledger-refundd" => &["tempfile", "ureq"],
         _ => &["proptest", "tempfile"],

@@ -222,3 +222,17 @@ fn completions_for_every_shell_name_every_command() {
     dir.run(&["completions", "tcsh"]).assert_error("USAGE_ERROR");
     dir.run(&["completions"]).assert_error("USAGE_ERROR");
 }
+
+#[test]
+fn the_example_claims_file_grants_what_the_readme_says() {
+    let dir = Dir::new();
+    dir.write_case("agent.json", |case| case["principal"]["subject_id"] = Value::from("agent-7"));
+    let claims = crate::workspace("fixtures/claims.json");
+    let claims = claims.to_str().unwrap();
+    // Without the file nobody holds a role, and agent-7 does not own the order.
+    let denied = dir.run(&["dispatch", "--case", "agent.json", "--db", "a.sqlite3"]);
+    assert_eq!(denied.text("/code"), "NOT_FOUND", "{denied:?}");
+    let granted =
+        dir.run(&["dispatch", "--case", "agent.json", "--db", "b.sqlite3", "--claims", claims]);
+    assert_eq!(granted.text("/delivery"), "fresh", "{granted:?}");
+}
