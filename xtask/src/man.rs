@@ -8,7 +8,13 @@ use std::path::Path;
 // The command line's definition, compiled here from the command's own source file:
 // xtask must not build the engine and its stores to write a man page. The file depends
 // on clap alone.
-#[allow(dead_code, unreachable_pub, reason = "only the definition is used here")]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    rustdoc::broken_intra_doc_links,
+    reason = "only the definition is used here, and its doc comments are clap's help text \
+              (`[default: …]`), not rustdoc"
+)]
 #[path = "../../crates/cli/src/args.rs"]
 mod args;
 
