@@ -139,7 +139,7 @@ impl Error {
     /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-err-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
     /// let missing = toolledger::audit(&dir.join("none.sqlite3")).unwrap_err();
-    /// assert_eq!(missing.code(), toolledger::ErrorCode::StoreError);
+    /// assert_eq!(missing.code(), toolledger::ErrorCode::StoreNotFound);
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// ```
     pub fn code(&self) -> ErrorCode {
