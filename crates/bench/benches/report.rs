@@ -212,7 +212,7 @@ fn main() {
                 .collect(),
         )
     };
-    let filter = toolledger::ListFilter { state: Some("succeeded"), older_than: 0, limit: 100 };
+    let filter = toolledger::ListFilter { state: Some("succeeded"), ..Default::default() };
     let list_s = timed(&|| {
         assert_eq!(toolledger::list(&big, &filter, false, Some(at)).unwrap().len(), 100);
     });

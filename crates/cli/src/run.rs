@@ -343,6 +343,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 state: state.as_deref(),
                 older_than: *older_than,
                 limit: usize::try_from(*limit).unwrap_or(100),
+                ..Default::default()
             };
             let listed = toolledger::list(&db, &filter, *show_arguments, *now)?;
             let lines: String = listed

@@ -8,7 +8,8 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, Listed, Now, OperatorStore, Requeued, STATES, Shown, StoreError,
+    Figures, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued, STATES, Shown,
+    StoreError,
     pg::{BY_STATUS_REF, PgStore, bump, select_operation_in, shifted},
     session::{Db, Params, get},
 };
@@ -20,10 +21,20 @@ const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE statu
 const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
      WHERE o.status = 'processing' AND b.lease_until <= $1";
 const COUNTER: &str = "SELECT coalesce(sum(value), 0)::bigint FROM counters WHERE name = $1";
-const LIST: &str = "SELECT o.status_ref, o.tool_name, o.status, b.attempt_count, o.created_at, o.updated_at, \
-     coalesce(t.reason, b.last_reason), o.arguments_json, b.lease_until \
+/// One page of one listed state: $1 the stored status, $2 the cutoff (unchanged since),
+/// ($3, $4) the position (`updated_at`, id) to continue after ((-1, 0) from the state's
+/// start), $5 the tool (NULL: every tool), $6 whether the lease must have ended (NULL: no
+/// split; `processing` and `unknown` share a stored status and are told apart here, so
+/// the limit counts only what is listed), $7 now, $8 the limit. The row value seeks
+/// `operations_status` from `updated_at >= $3` and ends at the cutoff; the index holds no
+/// id, so the rest of the position's second is read from the table either way.
+const LIST: &str = "SELECT o.status_ref, o.tool_name, b.attempt_count, o.created_at, o.updated_at, \
+     coalesce(t.reason, b.last_reason), o.arguments_json, o.id \
      FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
-     WHERE o.status = $1 AND o.updated_at <= $2 ORDER BY o.updated_at, o.id LIMIT $3";
+     WHERE o.status = $1 AND o.updated_at <= $2 AND (o.updated_at, o.id) > ($3, $4) \
+     AND ($5::text IS NULL OR o.tool_name = $5) \
+     AND ($6::boolean IS NULL OR coalesce(b.lease_until <= $7, false) = $6) \
+     ORDER BY o.updated_at, o.id LIMIT $8";
 const LOG: &str = "SELECT action, from_state, reason, was, at FROM operator_log WHERE status_ref = $1 ORDER BY id";
 /// The requeue's first step: the event's row locked (as every commit point locks it),
 /// so the state it is judged in is the one it changes.
@@ -59,6 +70,16 @@ fn stored(state: &str) -> &str {
     if state == "unknown" { "processing" } else { state }
 }
 
+/// Whether a listed state's lease must have ended: `unknown` is processing with an ended
+/// lease, `processing` one with a live lease; other states have no lease to judge.
+fn lease_ended(state: &str) -> Option<bool> {
+    match state {
+        "processing" => Some(false),
+        "unknown" => Some(true),
+        _ => None,
+    }
+}
+
 impl OperatorStore for PgStore {
     fn list(
         &mut self,
@@ -66,38 +87,42 @@ impl OperatorStore for PgStore {
         show_arguments: bool,
         now: Now,
     ) -> Result<Vec<Listed>, StoreError> {
-        let states: Vec<&'static str> = match filter.state {
-            Some(state) => STATES.iter().copied().filter(|known| *known == state).collect(),
-            None => STATES.to_vec(),
-        };
+        let walk = filter.walk()?;
         let limit = filter.limit.clamp(1, 10_000);
         let cutoff = now.get().saturating_sub(filter.older_than.max(0));
-        let limit_param = i64::try_from(limit).unwrap_or(10_000);
         self.read(|db| {
             let mut listed = Vec::new();
-            for state in &states {
+            for (state, after) in &walk {
                 let state = *state;
-                // `processing` and `unknown` share a stored status: fetch, then split by lease.
-                for row in db.query(LIST, &[&stored(state), &cutoff, &limit_param])? {
-                    if listed.len() >= limit {
-                        return Ok(listed);
-                    }
-                    let lease_until: Option<i64> = get(&row, 8)?;
-                    let ended = lease_until.is_some_and(|until| until <= now.get());
-                    if (state == "processing" && ended) || (state == "unknown" && !ended) {
-                        continue;
-                    }
-                    let created: i64 = get(&row, 4)?;
-                    let updated: i64 = get(&row, 5)?;
+                let start = after.unwrap_or(ListPosition { updated_at: -1, id: 0 });
+                let left = i64::try_from(limit - listed.len()).unwrap_or(10_000);
+                if left == 0 {
+                    break;
+                }
+                let params: [&(dyn postgres::types::ToSql + Sync); 8] = [
+                    &stored(state),
+                    &cutoff,
+                    &start.updated_at,
+                    &start.id,
+                    &filter.tool,
+                    &lease_ended(state),
+                    &now.get(),
+                    &left,
+                ];
+                for row in db.query(LIST, &params)? {
+                    let created: i64 = get(&row, 3)?;
+                    let updated: i64 = get(&row, 4)?;
+                    let position = ListPosition { updated_at: updated, id: get(&row, 7)? };
                     listed.push(Listed {
                         status_ref: get(&row, 0)?,
                         tool: get(&row, 1)?,
                         state,
-                        attempts: get(&row, 3)?,
+                        attempts: get(&row, 2)?,
                         age: now.get().saturating_sub(created).max(0),
                         idle: now.get().saturating_sub(updated).max(0),
-                        reason: get(&row, 6)?,
-                        arguments: if show_arguments { Some(get(&row, 7)?) } else { None },
+                        reason: get(&row, 5)?,
+                        arguments: if show_arguments { Some(get(&row, 6)?) } else { None },
+                        cursor: filter.cursor(state, position),
                     });
                 }
             }

@@ -20,8 +20,8 @@ mod sqlite;
 // The boundary's names, in scope under `crate::` for this crate's modules.
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
-    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
-    Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
+    Finalize, Finalizer, LedgerStore, ListFilter, ListPosition, Listed, LocalReceipt, NewOperation,
+    Now, Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
     Reservation, STAND_IN_NAME, STAND_IN_REVISION, STATES, Shown, StandInReceipts, StoreError,
     Waits, verify,
 };

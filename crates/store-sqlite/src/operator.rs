@@ -9,7 +9,8 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, Listed, Now, OperatorStore, Requeued, STATES, Shown, StoreError,
+    Figures, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued, STATES, Shown,
+    StoreError,
     error::sqlite,
     sqlite::{BY_STATUS_REF, SqliteStore, select_operation_in},
 };
@@ -21,10 +22,33 @@ const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE statu
 const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
      WHERE o.status = 'processing' AND b.lease_until <= ?1";
 const COUNTER: &str = "SELECT coalesce((SELECT value FROM counters WHERE name = ?1), 0)";
-const LIST: &str = "SELECT o.status_ref, o.tool_name, o.status, b.attempt_count, o.created_at, o.updated_at, \
-     coalesce(t.reason, b.last_reason), o.arguments_json, b.lease_until \
-     FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
-     WHERE o.status = ?1 AND o.updated_at <= ?2 ORDER BY o.updated_at, o.id LIMIT ?3";
+/// `list`'s columns, tables and filters around a keyset (`$keyset`, in `$order`):
+/// ?1 the stored status, ?2 the cutoff (unchanged since), ?3 and ?4 the position
+/// (`updated_at`, id) to continue after, ?5 the tool (NULL: every tool), ?6 whether the
+/// lease must have ended (NULL: no split; `processing` and `unknown` share a stored status
+/// and are told apart here, so the limit counts only what is listed), ?7 now, ?8 the limit.
+macro_rules! list {
+    ($keyset:literal, $order:literal) => {
+        concat!(
+            "SELECT o.status_ref, o.tool_name, b.attempt_count, o.created_at, o.updated_at, \
+             coalesce(t.reason, b.last_reason), o.arguments_json, o.id \
+             FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
+             WHERE o.status = ?1 AND o.updated_at <= ?2 AND ",
+            $keyset,
+            " AND (?5 IS NULL OR o.tool_name = ?5) \
+             AND (?6 IS NULL OR coalesce(b.lease_until <= ?7, 0) = ?6) ORDER BY ",
+            $order,
+            " LIMIT ?8"
+        )
+    };
+}
+/// The rest of the second a page stopped in: a seek on `(status, updated_at, rowid)`,
+/// the index's implicit last column. The row value `(updated_at, id) > (?3, ?4)` would
+/// read the same rows, but SQLite seeks it on `updated_at` alone and filters the ids, so
+/// every operation changed in that second would be read again on each page.
+const LIST_TIES: &str = list!("o.updated_at = ?3 AND o.id > ?4", "o.id");
+/// The operations changed after that second; from a state's start, ?3 is -1.
+const LIST_AFTER: &str = list!("o.updated_at > ?3", "o.updated_at, o.id");
 const LOG: &str = "SELECT action, from_state, reason, was, at FROM operator_log WHERE status_ref = ?1 ORDER BY id";
 const REQUEUE_OUTBOX: &str = "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL, \
      next_attempt_at = ?2, last_reason = NULL, attempts_before = attempt_count, updated_at = ?2 \
@@ -48,7 +72,8 @@ pub(crate) fn statements() -> Vec<(&'static str, String)> {
         ("metrics: oldest pending", OLDEST_PENDING),
         ("metrics: oldest unknown", OLDEST_UNKNOWN),
         ("metrics: counter", COUNTER),
-        ("list", LIST),
+        ("list: the rest of a second", LIST_TIES),
+        ("list: after a second", LIST_AFTER),
         ("show: operator log", LOG),
         ("show: tombstone", TOMBSTONE_OF),
         ("requeue: outbox", REQUEUE_OUTBOX),
@@ -66,6 +91,16 @@ fn stored(state: &str) -> &str {
     if state == "unknown" { "processing" } else { state }
 }
 
+/// Whether a listed state's lease must have ended: `unknown` is processing with an ended
+/// lease, `processing` one with a live lease; other states have no lease to judge.
+fn lease_ended(state: &str) -> Option<bool> {
+    match state {
+        "processing" => Some(false),
+        "unknown" => Some(true),
+        _ => None,
+    }
+}
+
 impl OperatorStore for SqliteStore {
     fn list(
         &mut self,
@@ -74,45 +109,57 @@ impl OperatorStore for SqliteStore {
         now: Now,
     ) -> Result<Vec<Listed>, StoreError> {
         self.arm_waits()?;
-        let states: Vec<&'static str> = match filter.state {
-            Some(state) => STATES.iter().copied().filter(|known| *known == state).collect(),
-            None => STATES.to_vec(),
-        };
+        let walk = filter.walk()?;
         let limit = filter.limit.clamp(1, 10_000);
         let cutoff = now.get().saturating_sub(filter.older_than.max(0));
         let conn = self.connection();
         let mut listed = Vec::new();
-        for state in states {
-            // `processing` and `unknown` share a stored status: fetch, then split by lease.
-            let mut statement = conn.prepare_cached(LIST).map_err(sqlite)?;
-            let mut rows = statement
-                .query(params![stored(state), cutoff, i64::try_from(limit).unwrap_or(10_000)])
-                .map_err(sqlite)?;
-            while let Some(row) = rows.next().map_err(sqlite)? {
-                if listed.len() >= limit {
+        for (state, after) in walk {
+            // The rest of the cursor's second first, then every later second.
+            let mut steps = Vec::with_capacity(2);
+            if let Some(position) = after {
+                steps.push((LIST_TIES, position.updated_at, position.id));
+            }
+            steps.push((LIST_AFTER, after.map_or(-1, |position| position.updated_at), 0));
+            for (sql, updated_at, id) in steps {
+                let left = i64::try_from(limit - listed.len()).unwrap_or(10_000);
+                if left == 0 {
                     return Ok(listed);
                 }
-                let lease_until: Option<i64> = row.get(8).map_err(sqlite)?;
-                let ended = lease_until.is_some_and(|until| until <= now.get());
-                if (state == "processing" && ended) || (state == "unknown" && !ended) {
-                    continue;
+                let mut statement = conn.prepare_cached(sql).map_err(sqlite)?;
+                let mut rows = statement
+                    .query(params![
+                        stored(state),
+                        cutoff,
+                        updated_at,
+                        id,
+                        filter.tool,
+                        lease_ended(state),
+                        now.get(),
+                        left
+                    ])
+                    .map_err(sqlite)?;
+                while let Some(row) = rows.next().map_err(sqlite)? {
+                    let created: i64 = row.get(3).map_err(sqlite)?;
+                    let updated: i64 = row.get(4).map_err(sqlite)?;
+                    let position =
+                        ListPosition { updated_at: updated, id: row.get(7).map_err(sqlite)? };
+                    listed.push(Listed {
+                        status_ref: row.get(0).map_err(sqlite)?,
+                        tool: row.get(1).map_err(sqlite)?,
+                        state,
+                        attempts: row.get(2).map_err(sqlite)?,
+                        age: now.get().saturating_sub(created).max(0),
+                        idle: now.get().saturating_sub(updated).max(0),
+                        reason: row.get(5).map_err(sqlite)?,
+                        arguments: if show_arguments {
+                            Some(row.get(6).map_err(sqlite)?)
+                        } else {
+                            None
+                        },
+                        cursor: filter.cursor(state, position),
+                    });
                 }
-                let created: i64 = row.get(4).map_err(sqlite)?;
-                let updated: i64 = row.get(5).map_err(sqlite)?;
-                listed.push(Listed {
-                    status_ref: row.get(0).map_err(sqlite)?,
-                    tool: row.get(1).map_err(sqlite)?,
-                    state,
-                    attempts: row.get(3).map_err(sqlite)?,
-                    age: now.get().saturating_sub(created).max(0),
-                    idle: now.get().saturating_sub(updated).max(0),
-                    reason: row.get(6).map_err(sqlite)?,
-                    arguments: if show_arguments {
-                        Some(row.get(7).map_err(sqlite)?)
-                    } else {
-                        None
-                    },
-                });
             }
         }
         Ok(listed)

@@ -61,6 +61,11 @@ pub enum StoreError {
     /// Nothing was written by the refused step.
     #[error("the store stayed locked by another connection for longer than the wait bound")]
     Busy,
+    /// A list cursor that no listing of the same state and tool handed out: malformed,
+    /// edited, truncated or carried over from another listing. The code is `USAGE_ERROR`;
+    /// the message never repeats the cursor.
+    #[error("the list cursor is not one a listing of this state and tool handed out")]
+    InvalidCursor,
     /// Something the store relies on between two of its own statements did not hold
     /// (a row deleted by hand under a running command).
     #[error("the store's state changed under it: {0}")]
@@ -88,7 +93,7 @@ impl StoreError {
     }
 
     /// The stable code: `STORE_ERROR`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`,
-    /// `STORE_BUSY` or `STORE_NOT_FOUND`.
+    /// `STORE_BUSY`, `STORE_NOT_FOUND` or `USAGE_ERROR`.
     pub fn code(&self) -> ErrorCode {
         match self {
             StoreError::Backend { .. }
@@ -101,6 +106,7 @@ impl StoreError {
             StoreError::ContractViolation(_) => ErrorCode::StoreContractViolation,
             StoreError::Busy => ErrorCode::StoreBusy,
             StoreError::Missing => ErrorCode::StoreNotFound,
+            StoreError::InvalidCursor => ErrorCode::UsageError,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! ones (tombstoned), and the figures `metrics` exposes.
 
 use serde_json::Value;
-use toolledger_contract::StatusRef;
+use toolledger_contract::{StatusRef, UnixSeconds};
 
 use crate::{Now, Operation, OperationStatus, StoreError, TerminalOutcome};
 
@@ -13,15 +13,128 @@ use crate::{Now, Operation, OperationStatus, StoreError, TerminalOutcome};
 pub const STATES: [&str; 7] =
     ["pending", "processing", "unknown", "succeeded", "failed", "quarantined", "dead"];
 
-/// Which operations `list` answers.
+/// Which operations `list` answers, and from where.
+///
+/// ```
+/// # use toolledger_store::ListFilter;
+/// let dead = ListFilter { state: Some("dead"), tool: Some("refund_order"), ..ListFilter::default() };
+/// assert_eq!((dead.limit, dead.after), (100, None));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListFilter<'a> {
     /// One of [`STATES`]; `None` for all.
     pub state: Option<&'a str>,
+    /// Only operations of this tool; `None` for every tool.
+    pub tool: Option<&'a str>,
     /// Only operations unchanged since at least this many seconds.
     pub older_than: i64,
     /// At most this many (1–10,000).
     pub limit: usize,
+    /// The [`Listed::cursor`] of an operation an earlier page of this same listing (same
+    /// `state` and `tool`) answered: the listing continues right after it. `None` starts
+    /// at the beginning.
+    pub after: Option<&'a str>,
+}
+
+impl Default for ListFilter<'_> {
+    /// Every state and tool, from the beginning, 100 at a time.
+    fn default() -> Self {
+        ListFilter { state: None, tool: None, older_than: 0, limit: 100, after: None }
+    }
+}
+
+/// Where in one state a listing stands: after the operation with row id `id`, last
+/// changed at `updated_at`. Listings are ordered by state (in [`STATES`] order), then
+/// `updated_at`, then id, so a position is a keyset: a store seeks to it through its
+/// `(status, updated_at)` index, and a page costs the same wherever it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListPosition {
+    /// The operation's last change, Unix seconds.
+    pub updated_at: i64,
+    /// The operation's row id (the order's tie-break).
+    pub id: i64,
+}
+
+/// The first word of every cursor: the format's version.
+const CURSOR_VERSION: &str = "c1";
+/// No cursor is longer than this; a longer text is refused before it is parsed.
+const CURSOR_BYTES_MAX: usize = 64;
+
+impl ListFilter<'_> {
+    /// The states this listing walks, in [`STATES`] order, each with the position to
+    /// continue after in it: without `after`, every state of the filter from its start;
+    /// with it, the cursor's state from the cursor's position, then each later state from
+    /// its start.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidCursor`] when `after` is not a cursor a listing of this
+    /// `state` and `tool` handed out (malformed, edited, or from another listing).
+    pub fn walk(&self) -> Result<Vec<(&'static str, Option<ListPosition>)>, StoreError> {
+        let states = STATES.iter().enumerate().filter(|(_, known)| match self.state {
+            Some(state) => **known == state,
+            None => true,
+        });
+        let Some(text) = self.after else {
+            return Ok(states.map(|(_, state)| (*state, None)).collect());
+        };
+        let (from, position) = self.decode(text).ok_or(StoreError::InvalidCursor)?;
+        let walk: Vec<_> = states
+            .filter(|(index, _)| *index >= from)
+            .map(|(index, state)| (*state, (index == from).then_some(position)))
+            .collect();
+        // A cursor names a state the filter walks: one of another state is refused, not
+        // silently answered with the states after it.
+        match walk.first() {
+            Some((_, Some(_))) => Ok(walk),
+            _ => Err(StoreError::InvalidCursor),
+        }
+    }
+
+    /// The cursor of an operation listed in `state` at `position`: passed back as `after`
+    /// with this same `state` and `tool`, the listing continues right after it.
+    ///
+    /// The text is opaque to callers: `c1.<state>.<updated_at>.<id>.<check>`, where the
+    /// check is the first 16 hex digits of a SHA-256 over the position and the filter's
+    /// `state` and `tool`. It is not a secret (a forged cursor only reaches a place in a
+    /// listing the operator may read anyway); it makes an edited, truncated or misplaced
+    /// cursor a clean refusal instead of a silently different page.
+    pub fn cursor(&self, state: &str, position: ListPosition) -> String {
+        let index = STATES.iter().position(|known| *known == state).unwrap_or(STATES.len());
+        self.encode(index, position)
+    }
+
+    fn encode(&self, index: usize, position: ListPosition) -> String {
+        let ListPosition { updated_at, id } = position;
+        let preimage = serde_json::json!({
+            "domain": "toolledger-list-cursor/v1",
+            "filter": {"state": self.state, "tool": self.tool},
+            "position": [index, updated_at, id],
+        });
+        let digest = toolledger_contract::digest::sha256_canonical(&preimage);
+        let check = digest.as_str().get(..16).unwrap_or_default();
+        format!("{CURSOR_VERSION}.{index}.{updated_at}.{id}.{check}")
+    }
+
+    /// The state index and position of `text`, when it is exactly the cursor this filter
+    /// makes for them: re-encoding refuses leading zeros, signs and a wrong check alike.
+    fn decode(&self, text: &str) -> Option<(usize, ListPosition)> {
+        if text.len() > CURSOR_BYTES_MAX {
+            return None;
+        }
+        let mut words = text.split('.');
+        let (Some(CURSOR_VERSION), Some(index), Some(updated_at), Some(id), Some(_), None) =
+            (words.next(), words.next(), words.next(), words.next(), words.next(), words.next())
+        else {
+            return None;
+        };
+        let index: usize = index.parse().ok().filter(|index| *index < STATES.len())?;
+        let updated_at: i64 = updated_at.parse().ok()?;
+        UnixSeconds::new(updated_at).ok()?;
+        let id: i64 = id.parse().ok().filter(|id| *id >= 0)?;
+        let position = ListPosition { updated_at, id };
+        (self.encode(index, position) == text).then_some((index, position))
+    }
 }
 
 /// One line of `list`: opaque refs, ages, reasons; arguments only when asked for.
@@ -43,6 +156,9 @@ pub struct Listed {
     pub reason: Option<String>,
     /// The arguments, canonical JSON (only with `show_arguments`).
     pub arguments: Option<String>,
+    /// An opaque text that, passed back as [`ListFilter::after`] with the same `state` and
+    /// `tool`, continues the listing right after this operation.
+    pub cursor: String,
 }
 
 /// The figures `metrics` exposes.
@@ -91,12 +207,19 @@ pub enum Requeued {
 /// What an operator reads of a ledger and does to it. Every statement behind it is
 /// index-backed, and every write is one transaction recorded in the operator log.
 pub trait OperatorStore {
-    /// Operations in `filter.state` (all states, one after another, when `None`), oldest
-    /// change first.
+    /// Operations in `filter.state` (all states, one after another in [`STATES`] order,
+    /// when `None`) and of `filter.tool`, oldest change first (ties by row id), at most
+    /// `filter.limit`, starting right after `filter.after`. A page is a keyset seek on
+    /// `operations_status (status, updated_at)`, never an offset: it costs the same on
+    /// page 1 and page 10,000. The walk reads no snapshot across pages: an operation that
+    /// changes between two pages moves to its new place (later in its state, or into
+    /// another state), so a walk may meet it twice or not at all, but never lists one
+    /// twice within one state's run of pages.
     ///
     /// # Errors
     ///
-    /// [`StoreError`].
+    /// [`StoreError`]; [`StoreError::InvalidCursor`] when `filter.after` is not a cursor
+    /// a listing of this `state` and `tool` handed out.
     fn list(
         &mut self,
         filter: &ListFilter<'_>,
@@ -175,4 +298,93 @@ pub fn bounded_reason(reason: &str) -> String {
         end -= 1;
     }
     reason.get(..end).unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ListFilter, ListPosition, STATES};
+    use crate::StoreError;
+
+    const AT: ListPosition = ListPosition { updated_at: 1_767_225_600, id: 42 };
+
+    fn after<'a>(filter: ListFilter<'a>, cursor: &'a str) -> ListFilter<'a> {
+        ListFilter { after: Some(cursor), ..filter }
+    }
+
+    #[test]
+    fn a_cursor_continues_in_its_state_then_walks_the_later_ones_from_their_start() {
+        let all = ListFilter::default();
+        let cursor = all.cursor("unknown", AT);
+        assert!(cursor.starts_with("c1.2.1767225600.42."), "{cursor}");
+        let walk = after(all, &cursor).walk().unwrap();
+        assert_eq!(walk.first(), Some(&("unknown", Some(AT))));
+        let rest: Vec<_> = walk.iter().skip(1).map(|(state, at)| (*state, *at)).collect();
+        let later: Vec<_> = STATES.iter().skip(3).map(|state| (*state, None)).collect();
+        assert_eq!(rest, later);
+        // Without a cursor: every state from its start.
+        assert_eq!(all.walk().unwrap().len(), STATES.len());
+        let dead = ListFilter { state: Some("dead"), ..all };
+        assert_eq!(dead.walk().unwrap(), [("dead", None)]);
+        let cursor = dead.cursor("dead", AT);
+        assert_eq!(after(dead, &cursor).walk().unwrap(), [("dead", Some(AT))]);
+    }
+
+    #[test]
+    fn an_edited_truncated_or_misplaced_cursor_is_refused() {
+        let filter = ListFilter { tool: Some("refund_order"), ..ListFilter::default() };
+        let cursor = filter.cursor("pending", AT);
+        let check = cursor.rsplit('.').next().unwrap();
+        let mut refused = vec![
+            String::new(),
+            "c1".to_owned(),
+            cursor[..cursor.len() - 1].to_owned(),
+            format!("{cursor}."),
+            format!("{cursor}0"),
+            cursor.replace("c1.", "c2."),
+            cursor.replace(".42.", ".43."),
+            cursor.replace(".42.", ".042."),
+            cursor.replace(".42.", ".+42."),
+            cursor.replace(".1767225600.", ".1767225601."),
+            cursor.replace("c1.0.", "c1.1."),
+            cursor.replace(check, &check.to_uppercase()),
+            format!("c1.9.1767225600.42.{check}"),
+            format!("c1.0.-1.42.{check}"),
+            format!("c1.0.1767225600.-42.{check}"),
+            format!("c1.0.99999999999999999999.42.{check}"),
+            "x".repeat(10_000),
+            "c1.0.1767225600.42.é".to_owned(),
+        ];
+        // Carried to a listing of another tool or state, or read without its tool.
+        for other in [
+            ListFilter { tool: Some("open_ticket"), ..filter },
+            ListFilter { tool: None, ..filter },
+            ListFilter { state: Some("pending"), ..filter },
+        ] {
+            assert_eq!(after(other, &cursor).walk(), Err(StoreError::InvalidCursor));
+        }
+        // A cursor of a state the filter does not walk, even when its check is right.
+        let dead = ListFilter { state: Some("dead"), ..ListFilter::default() };
+        let pending_under_dead = dead.cursor("pending", AT);
+        refused.push(pending_under_dead);
+        for text in &refused {
+            let walked = after(ListFilter { state: Some("dead"), ..filter }, text).walk();
+            assert_eq!(walked, Err(StoreError::InvalidCursor), "{text}");
+            assert_eq!(after(filter, text).walk(), Err(StoreError::InvalidCursor), "{text}");
+            assert_eq!(after(dead, text).walk(), Err(StoreError::InvalidCursor), "{text}");
+        }
+        // The code is a usage error's, and the message does not repeat the cursor.
+        let err = after(filter, "c1.0.1.1.secret").walk().unwrap_err();
+        assert_eq!(err.code(), "USAGE_ERROR");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        // The untouched cursor, under its own filter, is accepted.
+        assert_eq!(after(filter, &cursor).walk().unwrap().first(), Some(&("pending", Some(AT))));
+    }
+
+    #[test]
+    fn the_default_filter_lists_every_state_and_tool_from_the_start_a_hundred_at_a_time() {
+        assert_eq!(
+            ListFilter::default(),
+            ListFilter { state: None, tool: None, older_than: 0, limit: 100, after: None }
+        );
+    }
 }

@@ -23,18 +23,35 @@ fn existing(location: impl Into<Location>, now: Option<i64>) -> Result<Store, Er
     Store::open_existing(&location.into(), Waits::default(), clock)
 }
 
-/// Operations by state, oldest change first, judged at `now` (default: the wall clock).
+/// Operations by state, oldest change first, judged at `now` (default: the wall clock):
+/// of one state and one tool when the filter names them, a page at a time. Each
+/// [`Listed::cursor`] passed back as [`ListFilter::after`] (with the same state and tool)
+/// continues right after that operation; a page is a keyset seek, so page 10,000 costs
+/// what page 1 does.
 ///
 /// # Errors
 ///
-/// An [`Error`] when there is no store at `location` or it cannot be read.
+/// An [`Error`] when there is no store at `location` or it cannot be read; `USAGE_ERROR`
+/// when `after` is not a cursor a listing of this state and tool handed out.
 ///
 /// ```
 /// # let (mut ledger, call, dir) = toolledger::doc_fixture("list");
 /// ledger.enqueue(&call)?;
-/// let filter = toolledger::ListFilter { state: Some("pending"), older_than: 0, limit: 10 };
-/// let listed = toolledger::list(&dir.join("ledger.sqlite3"), &filter, false, Some(1_767_225_600))?;
+/// let db = dir.join("ledger.sqlite3");
+/// let now = Some(1_767_225_600);
+/// let filter = toolledger::ListFilter { state: Some("pending"), limit: 10, ..Default::default() };
+/// let listed = toolledger::list(&db, &filter, false, now)?;
 /// assert_eq!(listed.len(), 1);
+/// // The next page starts after the last operation listed: here, there is none.
+/// let next = toolledger::ListFilter { after: Some(&listed[0].cursor), ..filter };
+/// assert!(toolledger::list(&db, &next, false, now)?.is_empty());
+/// // Only the tool's operations.
+/// let other = toolledger::ListFilter { tool: Some("open_ticket"), ..filter };
+/// assert!(toolledger::list(&db, &other, false, now)?.is_empty());
+/// // A cursor is checked: edited, or carried to another listing, it is refused.
+/// let moved = toolledger::ListFilter { after: Some(&listed[0].cursor), ..other };
+/// let refused = toolledger::list(&db, &moved, false, now).unwrap_err();
+/// assert_eq!(refused.code(), toolledger::ErrorCode::UsageError);
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
@@ -48,12 +65,13 @@ pub fn list(
     Ok(existing(location, given)?.list(filter, show_arguments, now)?)
 }
 
-/// One listed operation as the JSON object `list` prints.
+/// One listed operation as the JSON object `list` prints. The cursor is not in it: the
+/// command line prints no pages.
 ///
 /// ```
 /// # let (mut ledger, call, dir) = toolledger::doc_fixture("listed");
 /// # ledger.enqueue(&call)?;
-/// # let filter = toolledger::ListFilter { state: None, older_than: 0, limit: 10 };
+/// # let filter = toolledger::ListFilter::default();
 /// let listed = toolledger::list(&dir.join("ledger.sqlite3"), &filter, false, Some(1_767_225_600))?;
 /// assert_eq!(toolledger::listed_json(&listed[0])["state"], "pending");
 /// # std::fs::remove_dir_all(dir).unwrap();

@@ -101,12 +101,11 @@ fn list_figures_and_retention_read_and_retire_as_sqlite_does() {
     assert_eq!(figures.oldest_unknown_age, 69);
     assert_eq!(figures.attempts, 2);
 
-    let all =
-        store.list(&ListFilter { state: None, older_than: 0, limit: 100 }, false, now).unwrap();
+    let all = store.list(&ListFilter::default(), false, now).unwrap();
     let states: Vec<_> = all.iter().map(|listed| listed.state).collect();
     assert_eq!(states, ["pending", "unknown", "succeeded"]);
     let unknown_only = store
-        .list(&ListFilter { state: Some("unknown"), older_than: 0, limit: 100 }, true, now)
+        .list(&ListFilter { state: Some("unknown"), ..ListFilter::default() }, true, now)
         .unwrap();
     assert_eq!(unknown_only.len(), 1);
     assert_eq!(unknown_only[0].status_ref, sr(&unknown).as_str());
