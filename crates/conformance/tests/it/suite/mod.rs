@@ -1,12 +1,14 @@
 //! The conformance suite: every test here is written once over [`Backend`] and runs on
 //! every store, so SQLite and PostgreSQL are held to the same rows of the matrix:
-//! races, crashes at each commit point, leases and fencing, tampering, the audit.
+//! races, crashes at each commit point, leases and fencing, tampering, the audit, and
+//! the operator's paged `list`.
 //!
 //! [`Backend`]: toolledger_conformance::Backend
 
 pub(crate) mod audit;
 pub(crate) mod concurrency;
 pub(crate) mod crash;
+pub(crate) mod list;
 pub(crate) mod tampering;
 
 /// One `#[test]` per backend for each listed suite test.
@@ -53,4 +55,9 @@ suite!(
     audit::a_local_receipts_downstream_request_ref_must_recompute,
     audit::call_identities_must_be_bound_to_their_operation,
     audit::a_succeeded_operation_needs_its_downstream_receipt,
+    list::pages_of_any_size_add_up_to_the_unpaged_listing,
+    list::the_tool_filter_and_its_combination_with_state_and_age_walk_by_pages,
+    list::a_page_boundary_inside_the_processing_unknown_split_loses_and_repeats_nothing,
+    list::an_operation_that_moves_between_pages_does_not_break_the_walk,
+    list::a_malformed_edited_or_misplaced_cursor_is_a_usage_error,
 );
