@@ -14,6 +14,8 @@
 //!   M minutes each (default 1), and fails on a crash (see `fuzz.rs`).
 //!
 //! - `cargo xtask man` writes the command's man pages under `target/man/` (`man.rs`).
+//! - `cargo xtask screenshots` runs the dashboard's browser test and copies its overview
+//!   screenshot to `docs/dashboard-overview.png`, the image the README shows.
 //!
 //! xtask depends on `serde_json` and, for the man pages, clap's own generators: it
 //! drives cargo and reads its output.
@@ -41,6 +43,9 @@ fn main() -> ExitCode {
         Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
         Some("man") if args.len() == 1 => report(&[step("man pages", || man::write(&root))]),
+        Some("screenshots") if args.len() == 1 => {
+            report(&[step("dashboard screenshots", || screenshots(&root))])
+        }
         Some(command @ ("crash" | "simulate")) => match Campaign::parse(command, &args[1..]) {
             Ok(campaign) => report(&[campaign.step(&root)]),
             Err(message) => {
@@ -62,7 +67,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man \
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man | cargo xtask screenshots \
                  | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
                  | cargo xtask simulate [--seed S] [--cases N] | cargo xtask fuzz [--minutes M] [--target NAME]"
             );
@@ -395,6 +400,28 @@ fn package(root: &Path) -> Result<String, String> {
     })
 }
 
+/// The browser test of the dashboard (headless Chromium), then its overview screenshot
+/// copied to where the README shows it.
+fn screenshots(root: &Path) -> Result<String, String> {
+    let args = [
+        "test",
+        "--locked",
+        "-p",
+        "toolledger-cli",
+        "--test",
+        "it",
+        "--",
+        "browser::an_operator_filters_opens_and_requeues_a_dead_letter_in_chromium",
+        "--exact",
+    ];
+    cargo(root, &args, &[])?;
+    let shot = root.join("target/screenshots/overview.png");
+    let image = root.join("docs/dashboard-overview.png");
+    std::fs::copy(&shot, &image).map_err(|err| format!("copying {}: {err}", shot.display()))?;
+    Ok("docs/dashboard-overview.png updated; every page's screenshot is in target/screenshots"
+        .to_owned())
+}
+
 /// `docs/contract-vectors.json` checked by a second implementation written from
 /// `docs/contract.md` alone, in Python: the digests must agree across languages.
 fn contract_vectors(root: &Path) -> Result<String, String> {
@@ -436,7 +463,7 @@ fn deny(root: &Path) -> Result<String, String> {
             .lines()
             .rev()
             .find_map(|line| line.strip_prefix("fatal: "))
-            .and_then(|line| line.rsplit(": ").next())
+            .map(|line| line.rsplit_once("': ").map_or(line, |(_, why)| why))
             .unwrap_or("the fetch failed");
         return Ok(format!(
             "advisories not checked: the RustSec database could not be fetched from github.com ({why})"

@@ -70,6 +70,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "jiff",
             "clap",
             "clap_complete",
+            "tiny_http",
             "signal-hook",
             "libc",
         ],

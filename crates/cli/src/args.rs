@@ -348,6 +348,37 @@ pub(crate) enum Command {
         #[arg(long, value_name = "NAME@REVISION")]
         downstream: String,
     },
+    /// Serve the operator's dashboard over HTTP: the overview (counts by state, oldest
+    /// pending and unknown ages, the relay's lag over time, dead letters, quarantined and
+    /// unknown operations), a filtered, paged list of operations, each operation's whole
+    /// history, /metrics and /healthz. Read-only unless --allow-actions. Prints
+    /// `listening on ADDR` first; runs until SIGTERM/SIGINT. Creates nothing
+    Serve {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        /// The address to listen on; port 0 chooses a free one
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8780")]
+        listen: std::net::SocketAddr,
+        /// Allow a non-loopback --listen address; every request must then carry the token
+        /// (Authorization: Bearer TOKEN)
+        #[arg(long)]
+        allow_remote: bool,
+        /// Enable actions (requeue a dead or failed operation); each needs the token
+        #[arg(long)]
+        allow_actions: bool,
+        /// A file whose first line is the token (at least 16 visible ASCII characters)
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
+        /// Show operations' arguments (hidden by default)
+        #[arg(long)]
+        show_arguments: bool,
+        /// How often the relay's lag is sampled for the overview's plot
+        #[arg(long, value_name = "S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        sample_seconds: u64,
+        /// Judge ages from this Unix time instead of the wall clock (for drills)
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
+        now: Option<i64>,
+    },
     /// Tell the whole story in a fresh temporary directory, narrated for a person:
     /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
     Demo,
@@ -384,6 +415,7 @@ impl Command {
             Command::Metrics { .. } => "metrics",
             Command::Gc { .. } => "gc",
             Command::Migrate { .. } => "migrate",
+            Command::Serve { .. } => "serve",
             Command::Demo => "demo",
             Command::Completions { .. } => "completions",
         }
@@ -408,9 +440,9 @@ impl Command {
             | Command::Migrate { ledger, output, .. } => {
                 Takes { ledger: Some(ledger), output: Some(output), ..Takes::default() }
             }
-            Command::List { ledger, .. } | Command::Metrics { ledger, .. } => {
-                Takes { ledger: Some(ledger), ..Takes::default() }
-            }
+            Command::List { ledger, .. }
+            | Command::Metrics { ledger, .. }
+            | Command::Serve { ledger, .. } => Takes { ledger: Some(ledger), ..Takes::default() },
             Command::Demo | Command::Completions { .. } => Takes::default(),
         }
     }

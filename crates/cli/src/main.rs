@@ -11,8 +11,10 @@ mod claims;
 mod clock;
 mod demo;
 mod files;
+mod html;
 mod relay;
 mod run;
+mod serve;
 mod wire;
 
 use std::{

@@ -432,6 +432,27 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 crate::relay::run(&relay, &db, claims, &case.business_state, &options)
             }
         }
+        Command::Serve {
+            listen,
+            allow_remote,
+            allow_actions,
+            token_file,
+            show_arguments,
+            sample_seconds,
+            now,
+            ..
+        } => crate::serve::run(
+            &db,
+            crate::serve::Options {
+                listen: *listen,
+                allow_remote: *allow_remote,
+                allow_actions: *allow_actions,
+                token_file: token_file.clone(),
+                show_arguments: *show_arguments,
+                sample_seconds: *sample_seconds,
+                now: *now,
+            },
+        ),
         Command::Demo | Command::Completions { .. } => {
             Err(usage("this command runs on its own".to_owned()))
         }

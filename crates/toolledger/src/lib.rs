@@ -90,13 +90,13 @@ pub mod http {
     pub use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
 }
 
-pub use toolledger_store::{DownstreamReceipt, ListFilter, Listed, Requeued, STATES};
+pub use toolledger_store::{DownstreamReceipt, Figures, ListFilter, Listed, Requeued, STATES};
 pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
     call::{Call, Grant, ModelCall},
-    operate::{gc, list, listed_json, metrics, requeue, show},
+    operate::{figures, gc, list, listed_json, metrics, requeue, show},
     relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},

@@ -252,6 +252,27 @@ pub fn metrics(location: impl Into<Location>, now: Option<i64>) -> Result<String
     Ok(exposition(&existing(location, given)?.figures(now)?))
 }
 
+/// The ledger's figures, judged at `now` (default: the wall clock): what `metrics`
+/// prints, as values (a dashboard's overview).
+///
+/// # Errors
+///
+/// An [`Error`] when there is no store or it cannot be read.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("figures");
+/// ledger.enqueue(&call)?;
+/// let figures = toolledger::figures(&dir.join("ledger.sqlite3"), Some(1_767_225_660))?;
+/// assert_eq!(figures.by_state[0], ("pending", 1));
+/// assert_eq!(figures.oldest_pending_age, 60);
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn figures(location: impl Into<Location>, now: Option<i64>) -> Result<Figures, Error> {
+    let (given, now) = (now, instant(now)?);
+    Ok(existing(location, given)?.figures(now)?)
+}
+
 /// The outbox state each operation state goes with (invariant 2).
 fn event_state(state: &str) -> &str {
     match state {

@@ -8,9 +8,11 @@
 //! end-to-end modules both ways; `errors` and `honesty` test SQLite files themselves.
 
 mod blocks;
+mod browser;
 mod concurrency;
 mod conventions;
 mod crash;
+mod dashboard;
 mod errors;
 mod flows;
 mod honesty;

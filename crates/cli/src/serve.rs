@@ -1,0 +1,750 @@
+//! `toolledger serve`: the operator's dashboard over HTTP, rendered on the server.
+//!
+//! Pages: `/` (the overview: counts by state, the oldest pending and unknown ages, the
+//! relay's lag over time, dead letters, quarantined and unknown operations),
+//! `/operations` (filter by state, tool and age; keyset pages; a `status_ref` search),
+//! `/operations/REF` (its whole history), `/metrics` (the `metrics` command's text) and
+//! `/healthz`. With `--allow-actions`, `POST /operations/REF/requeue` puts a dead or
+//! failed operation back to pending through the same library call and operator log as
+//! `toolledger requeue`.
+//!
+//! Security: loopback by default; another address needs `--allow-remote` and a token,
+//! and then every request carries it. Read-only unless `--allow-actions`, and an action
+//! needs the token (a header or a form field) and must come from the dashboard's own
+//! origin: a cross-site form post is refused even with the token. Pages carry a
+//! policy that allows no script, frame or foreign form target, and show no path, SQL
+//! or token.
+
+use std::{
+    collections::VecDeque,
+    io::{Read, Write},
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use tiny_http::{Header, Method, Request, Response, Server};
+use toolledger::{ListFilter, Location, STATES, StatusRef};
+
+use crate::{
+    files::read_bounded,
+    html::{age, cell, escape, operation_link, page, plot, query_value, state as tag},
+    run::{Failure, Printed},
+};
+
+/// How `serve` was started.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub(crate) listen: SocketAddr,
+    pub(crate) allow_remote: bool,
+    pub(crate) allow_actions: bool,
+    pub(crate) token_file: Option<PathBuf>,
+    pub(crate) show_arguments: bool,
+    pub(crate) sample_seconds: u64,
+    pub(crate) now: Option<i64>,
+}
+
+/// Operations per list page.
+const PAGE: usize = 50;
+/// Lag samples kept: six hours at the default period of 10 s.
+const SAMPLES: usize = 2_160;
+/// The longest request body read (a requeue form).
+const BODY_MAX: u64 = 8_192;
+
+/// What the server shares between its threads.
+struct State {
+    db: Location,
+    options: Options,
+    token: Option<String>,
+    /// `(instant, oldest pending age, oldest unknown age)`, oldest first.
+    samples: Mutex<VecDeque<(i64, i64, i64)>>,
+    started: Instant,
+}
+
+impl State {
+    /// The instant pages are judged at: the wall clock, or `--now` advanced by the time
+    /// the server has run (a drill's clock moves too).
+    fn now(&self) -> Option<i64> {
+        let elapsed = i64::try_from(self.started.elapsed().as_secs()).unwrap_or(i64::MAX);
+        self.options.now.map(|now| now.saturating_add(elapsed))
+    }
+}
+
+/// Runs the dashboard until SIGTERM or SIGINT.
+pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
+    let refused = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
+    let token = match &options.token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let remote_allowed = options.allow_remote && token.is_some();
+    if !(options.listen.ip().is_loopback() || remote_allowed) {
+        return Err(refused(
+            "--listen on a non-loopback address needs --allow-remote and --token-file",
+        ));
+    }
+    if options.allow_actions && token.is_none() {
+        return Err(refused("--allow-actions needs --token-file"));
+    }
+    // The ledger must exist: the dashboard creates nothing.
+    toolledger::figures(db, options.now)?;
+    let server =
+        Server::http(options.listen).map_err(|_| refused("--listen could not be bound"))?;
+    let bound = server.server_addr().to_ip().map_or(options.listen, |addr| addr);
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|_| Failure {
+            code: "INTERNAL_ERROR",
+            message: "the server could not set up its signal handling".to_owned(),
+        })?;
+    }
+    let state = Arc::new(State {
+        db: db.clone(),
+        options,
+        token,
+        samples: Mutex::new(VecDeque::new()),
+        started: Instant::now(),
+    });
+    let sampler = {
+        let (state, stop) = (Arc::clone(&state), Arc::clone(&stop));
+        std::thread::spawn(move || sample(&state, &stop))
+    };
+    // The first line on stdout, as the reference service prints it: callers wait for it.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "listening on {bound}");
+    let _ = stdout.flush();
+    let served = AtomicU64::new(0);
+    while !stop.load(Ordering::SeqCst) {
+        match server.recv_timeout(Duration::from_millis(200)) {
+            Ok(Some(request)) => {
+                served.fetch_add(1, Ordering::Relaxed);
+                respond(&state, bound, request);
+            }
+            Ok(None) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let _ = sampler.join();
+    Ok(Printed::Package(
+        json!({"gate": "PASS", "code": "OK", "served": served.load(Ordering::Relaxed)}),
+        true,
+    ))
+}
+
+/// The token in `path`: its first line, at least 16 bytes of visible ASCII.
+fn read_token(path: &std::path::Path) -> Result<String, Failure> {
+    let bytes = read_bounded(path, 4_096).map_err(|why| Failure {
+        code: "USAGE_ERROR",
+        message: format!("the token file {}", why.reason()),
+    })?;
+    let text = String::from_utf8(bytes).unwrap_or_default();
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.len() < 16 || !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+        return Err(Failure {
+            code: "USAGE_ERROR",
+            message: "the token file must hold one line of at least 16 visible ASCII characters"
+                .to_owned(),
+        });
+    }
+    Ok(token.to_owned())
+}
+
+/// Samples the relay's lag every `--sample-seconds` until `stop`.
+fn sample(state: &State, stop: &AtomicBool) {
+    let period = Duration::from_secs(state.options.sample_seconds.max(1));
+    let mut next = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() >= next {
+            next += period;
+            let now = state.now();
+            if let Ok(figures) = toolledger::figures(&state.db, now) {
+                let at = now.unwrap_or_else(crate::clock::wall_seconds);
+                let mut samples = state.samples.lock().unwrap_or_else(|poison| poison.into_inner());
+                if samples.len() == SAMPLES {
+                    samples.pop_front();
+                }
+                samples.push_back((at, figures.oldest_pending_age, figures.oldest_unknown_age));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One answer.
+struct Reply {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+    location: Option<String>,
+}
+
+impl Reply {
+    fn html(status: u16, body: String) -> Reply {
+        Reply { status, content_type: "text/html; charset=utf-8", body, location: None }
+    }
+
+    fn text(status: u16, content_type: &'static str, body: String) -> Reply {
+        Reply { status, content_type, body, location: None }
+    }
+
+    fn see_other(location: String) -> Reply {
+        Reply {
+            status: 303,
+            content_type: "text/plain; charset=utf-8",
+            body: String::new(),
+            location: Some(location),
+        }
+    }
+
+    /// An error page: a stable code and a fixed message, never the input.
+    fn error(status: u16, code: &str, message: &str) -> Reply {
+        let body = format!(
+            "<h1>{}</h1><p class=\"error\"><code>{}</code>: {}</p>",
+            escape(title(status)),
+            escape(code),
+            escape(message)
+        );
+        Reply::html(status, page(title(status), &body))
+    }
+}
+
+fn title(status: u16) -> &'static str {
+    match status {
+        400 => "Bad request",
+        403 => "Forbidden",
+        404 => "Not found",
+        405 => "Method not allowed",
+        409 => "Conflict",
+        421 => "Misdirected request",
+        _ => "Unavailable",
+    }
+}
+
+impl From<toolledger::Error> for Reply {
+    fn from(err: toolledger::Error) -> Reply {
+        let status = match err.code().as_str() {
+            "USAGE_ERROR" => 400,
+            _ => 503,
+        };
+        Reply::error(status, err.code().as_str(), &err.to_string())
+    }
+}
+
+/// Reads `request`, answers it, and sends the answer with the pages' security headers.
+fn respond(state: &State, bound: SocketAddr, mut request: Request) {
+    let method = request.method().clone();
+    let url = request.url().to_owned();
+    let header = |name: &str| {
+        request
+            .headers()
+            .iter()
+            .find(|header| header.field.as_str().as_str().eq_ignore_ascii_case(name))
+            .map(|header| header.value.as_str().to_owned())
+    };
+    let headers = Headers {
+        host: header("Host"),
+        origin: header("Origin"),
+        referer: header("Referer"),
+        fetch_site: header("Sec-Fetch-Site"),
+        token: header("X-Toolledger-Token").or_else(|| {
+            header("Authorization")
+                .and_then(|value| value.strip_prefix("Bearer ").map(str::to_owned))
+        }),
+        form: header("Content-Type")
+            .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded")),
+    };
+    let mut body = String::new();
+    if method == Method::Post {
+        let _ = request.as_reader().take(BODY_MAX).read_to_string(&mut body);
+    }
+    let reply = handle(state, bound, &method, &url, &headers, &body);
+    let mut response = Response::from_string(reply.body).with_status_code(reply.status);
+    let mut headers = vec![
+        ("Content-Type", reply.content_type.to_owned()),
+        ("Cache-Control", "no-store".to_owned()),
+        ("X-Content-Type-Options", "nosniff".to_owned()),
+        ("Referrer-Policy", "same-origin".to_owned()),
+        (
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'"
+                .to_owned(),
+        ),
+    ];
+    if let Some(location) = reply.location {
+        headers.push(("Location", location));
+    }
+    for (name, value) in headers {
+        if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(header);
+        }
+    }
+    let _ = request.respond(response);
+}
+
+/// The request headers the server judges.
+struct Headers {
+    host: Option<String>,
+    origin: Option<String>,
+    referer: Option<String>,
+    fetch_site: Option<String>,
+    token: Option<String>,
+    form: bool,
+}
+
+/// Whether `given` is the token, compared in time independent of where they differ.
+fn token_matches(token: &str, given: &str) -> bool {
+    token.len() == given.len()
+        && token.bytes().zip(given.bytes()).fold(0_u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+fn handle(
+    state: &State,
+    bound: SocketAddr,
+    method: &Method,
+    url: &str,
+    headers: &Headers,
+    body: &str,
+) -> Reply {
+    let remote = !bound.ip().is_loopback();
+    // A loopback server answers only requests addressed to it: a page of another site
+    // whose name resolves to 127.0.0.1 (DNS rebinding) is refused.
+    if !remote {
+        let port = bound.port();
+        let ours = [format!("{bound}"), format!("localhost:{port}"), format!("127.0.0.1:{port}")];
+        if !headers.host.as_deref().is_some_and(|host| ours.iter().any(|ours| ours == host)) {
+            return Reply::error(421, "MISDIRECTED", "this server answers only its own address");
+        }
+    }
+    if remote {
+        let given = headers.token.as_deref().unwrap_or_default();
+        if !state.token.as_deref().is_some_and(|token| token_matches(token, given)) {
+            return Reply::error(
+                403,
+                "TOKEN_REQUIRED",
+                "this server needs its token on every request",
+            );
+        }
+    }
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let query = parse_form(query);
+    match (method, path) {
+        (Method::Get, "/") => overview(state),
+        (Method::Get, "/operations") => operations(state, &query),
+        (Method::Get, "/healthz") => match toolledger::figures(&state.db, state.now()) {
+            Ok(_) => Reply::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
+            Err(_) => Reply::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
+        },
+        (Method::Get, "/metrics") => match toolledger::metrics(&state.db, state.now()) {
+            Ok(text) => Reply::text(200, "text/plain; version=0.0.4; charset=utf-8", text),
+            Err(err) => err.into(),
+        },
+        (Method::Get, "/style.css") => {
+            Reply::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
+        }
+        (Method::Get, path) if path.starts_with("/operations/") => {
+            operation(state, &percent_decode(&path["/operations/".len()..]), None)
+        }
+        (Method::Post, path) if path.starts_with("/operations/") && path.ends_with("/requeue") => {
+            let status_ref = &path["/operations/".len()..path.len() - "/requeue".len()];
+            requeue(state, bound, &percent_decode(status_ref), headers, body)
+        }
+        (Method::Get | Method::Post, _) => Reply::error(404, "NOT_FOUND", "no such page"),
+        _ => Reply::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
+    }
+}
+
+fn overview(state: &State) -> Reply {
+    let now = state.now();
+    let figures = match toolledger::figures(&state.db, now) {
+        Ok(figures) => figures,
+        Err(err) => return err.into(),
+    };
+    let mut body = String::from("<h1>Overview</h1><section id=\"counts\">");
+    for (name, count) in &figures.by_state {
+        body.push_str(&format!(
+            "<a class=\"figure\" href=\"/operations?state={name}\" id=\"count-{name}\">{} <b>{count}</b></a>",
+            tag(name)
+        ));
+    }
+    body.push_str(&format!(
+        "</section><p><span class=\"figure\" id=\"oldest-pending\">oldest pending <b>{}</b></span>\
+         <span class=\"figure\" id=\"oldest-unknown\">oldest unknown <b>{}</b></span></p>",
+        age(figures.oldest_pending_age),
+        age(figures.oldest_unknown_age)
+    ));
+    let samples: Vec<(i64, i64)> = state
+        .samples
+        .lock()
+        .map(|samples| samples.iter().map(|(at, pending, _)| (*at, *pending)).collect())
+        .unwrap_or_default();
+    body.push_str(&format!(
+        "<h2>Relay lag: the oldest pending operation's age, sampled every {} s</h2>{}",
+        state.options.sample_seconds,
+        plot(&samples, "the oldest pending operation's age over time")
+    ));
+    for (name, heading, hint) in [
+        (
+            "unknown",
+            "Unknown outcomes",
+            "The downstream may have acted: settle each with an explicit status query \
+             (<code>toolledger status --status-ref REF</code>) or let a relay take it.",
+        ),
+        (
+            "dead",
+            "Dead letters",
+            "Used up their attempts without being sent: requeue once the cause is fixed.",
+        ),
+        (
+            "quarantined",
+            "Quarantined",
+            "A downstream answer broke the tool's output contract: never retried.",
+        ),
+    ] {
+        let filter = ListFilter { state: Some(name), limit: 20, ..ListFilter::default() };
+        let listed = match toolledger::list(&state.db, &filter, false, now) {
+            Ok(listed) => listed,
+            Err(err) => return err.into(),
+        };
+        body.push_str(&format!("<h2 id=\"{name}\">{heading}</h2><p>{hint}</p>"));
+        body.push_str(&table(&listed, false));
+        if listed.len() == 20 {
+            body.push_str(&format!(
+                "<p><a href=\"/operations?state={name}\">All {name} operations</a></p>"
+            ));
+        }
+    }
+    Reply::html(200, page("Overview", &body))
+}
+
+/// Listed operations as a table, or a line saying there are none.
+fn table(listed: &[toolledger::Listed], arguments: bool) -> String {
+    if listed.is_empty() {
+        return "<p class=\"empty\">None.</p>".to_owned();
+    }
+    let mut out = String::from(
+        "<table class=\"operations\"><tr><th>status_ref</th><th>tool</th><th>state</th>\
+         <th>attempts</th><th>age</th><th>unchanged for</th><th>last reason</th>",
+    );
+    if arguments {
+        out.push_str("<th>arguments</th>");
+    }
+    out.push_str("</tr>");
+    for item in listed {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td>{}</td>",
+            operation_link(&item.status_ref),
+            escape(&item.tool),
+            tag(item.state),
+            item.attempts,
+            age(item.age),
+            age(item.idle),
+            item.reason.as_deref().map_or_else(|| "–".to_owned(), escape),
+        ));
+        if arguments {
+            out.push_str(&format!(
+                "<td><code>{}</code></td>",
+                escape(item.arguments.as_deref().unwrap_or("–"))
+            ));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn operations(state: &State, query: &[(String, String)]) -> Reply {
+    let get = |name: &str| {
+        query
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.trim())
+            .filter(|value| !value.is_empty())
+    };
+    if let Some(wanted) = get("q") {
+        return match StatusRef::new(wanted) {
+            Ok(status_ref) => {
+                Reply::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
+            }
+            Err(_) => {
+                Reply::error(404, "NOT_FOUND", "that is not a status_ref (sr_ and 32 hex digits)")
+            }
+        };
+    }
+    let chosen = get("state");
+    if chosen.is_some_and(|chosen| !STATES.contains(&chosen)) {
+        return Reply::error(400, "USAGE_ERROR", "unknown state");
+    }
+    let tool = get("tool");
+    if tool.is_some_and(|tool| tool.len() > 128) {
+        return Reply::error(400, "USAGE_ERROR", "the tool name is too long");
+    }
+    let minutes = match get("older_than_minutes").map(str::parse::<i64>) {
+        None => 0,
+        Some(Ok(minutes)) if (0..=5_256_000).contains(&minutes) => minutes,
+        Some(_) => {
+            return Reply::error(400, "USAGE_ERROR", "older_than_minutes must be 0 to 5256000");
+        }
+    };
+    let filter = ListFilter {
+        state: chosen,
+        tool,
+        older_than: minutes * 60,
+        limit: PAGE,
+        after: get("after"),
+    };
+    let show_arguments = state.options.show_arguments;
+    let listed = match toolledger::list(&state.db, &filter, show_arguments, state.now()) {
+        Ok(listed) => listed,
+        Err(err) => return err.into(),
+    };
+    let mut body = String::from(
+        "<h1>Operations</h1><form class=\"filter\" method=\"get\" action=\"/operations\">",
+    );
+    body.push_str(
+        "<label>state<select name=\"state\" id=\"filter-state\"><option value=\"\">any</option>",
+    );
+    for known in STATES {
+        let selected = if chosen == Some(known) { " selected" } else { "" };
+        body.push_str(&format!("<option value=\"{known}\"{selected}>{known}</option>"));
+    }
+    body.push_str(&format!(
+        "</select></label><label>tool<input name=\"tool\" id=\"filter-tool\" value=\"{}\"></label>\
+         <label>unchanged for at least (minutes)<input name=\"older_than_minutes\" id=\"filter-age\" \
+         inputmode=\"numeric\" value=\"{}\"></label><button id=\"filter-apply\">Filter</button></form>\
+         <form class=\"filter\" method=\"get\" action=\"/operations\"><label>status_ref\
+         <input name=\"q\" id=\"search-ref\" placeholder=\"sr_…\"></label><button id=\"search-go\">Open</button></form>",
+        escape(tool.unwrap_or_default()),
+        if minutes == 0 { String::new() } else { minutes.to_string() },
+    ));
+    body.push_str(&table(&listed, show_arguments));
+    if let (true, Some(last)) = (listed.len() == PAGE, listed.last()) {
+        let mut next = format!("/operations?after={}", query_value(&last.cursor));
+        for (name, value) in [("state", chosen), ("tool", tool)] {
+            if let Some(value) = value {
+                next.push_str(&format!("&{name}={}", query_value(value)));
+            }
+        }
+        if minutes > 0 {
+            next.push_str(&format!("&older_than_minutes={minutes}"));
+        }
+        body.push_str(&format!(
+            "<p><a id=\"next-page\" href=\"{}\">Next page</a></p>",
+            escape(&next)
+        ));
+    }
+    Reply::html(200, page("Operations", &body))
+}
+
+fn operation(state: &State, wanted: &str, notice: Option<&str>) -> Reply {
+    let Ok(status_ref) = StatusRef::new(wanted) else {
+        return Reply::error(404, "NOT_FOUND", "no such operation");
+    };
+    let shown = match toolledger::show(&state.db, &status_ref, state.options.show_arguments) {
+        Ok(Some(shown)) => shown,
+        Ok(None) => return Reply::error(404, "NOT_FOUND", "no such operation"),
+        Err(err) => return err.into(),
+    };
+    let status = shown["status"].as_str().unwrap_or_default();
+    let mut body = format!(
+        "<h1>Operation <span class=\"ref\">{}</span></h1><p id=\"status\">{}</p>",
+        escape(status_ref.as_str()),
+        state_of(status, &shown, state.now().unwrap_or_else(crate::clock::wall_seconds))
+    );
+    if let Some(notice) = notice {
+        body.push_str(&format!("<p class=\"notice\">{}</p>", escape(notice)));
+    }
+    body.push_str("<table id=\"history\">");
+    for (label, value) in [
+        ("tool", &shown["tool"]),
+        ("created at", &shown["created_at"]),
+        ("downstream", &shown["downstream"]),
+        ("downstream request ref", &shown["downstream_request_ref"]),
+        ("request sha256", &shown["request_sha256"]),
+        ("approval", &shown["approval_id"]),
+        ("revisions", &shown["revisions"]),
+        ("outbox state", &shown["outbox"]["state"]),
+        ("attempts", &shown["outbox"]["attempts"]),
+        ("attempts before the last requeue", &shown["outbox"]["attempts_before_requeue"]),
+        ("lease owner", &shown["outbox"]["lease_owner"]),
+        ("lease until", &shown["outbox"]["lease_until"]),
+        ("next attempt at", &shown["outbox"]["next_attempt_at"]),
+        ("last reason", &shown["outbox"]["last_reason"]),
+        ("receipt", &shown["receipt"]),
+        ("how it ended", &shown["ended"]),
+        ("tombstone", &shown["tombstone"]),
+        ("arguments", &shown["arguments"]),
+    ] {
+        if label == "arguments" && !state.options.show_arguments {
+            continue;
+        }
+        body.push_str(&format!("<tr><th>{label}</th><td>{}</td></tr>", cell(value)));
+    }
+    body.push_str("</table><h2>Operator actions</h2>");
+    match shown["operator_log"].as_array() {
+        Some(log) if !log.is_empty() => {
+            body.push_str("<table id=\"operator-log\"><tr><th>at</th><th>action</th><th>from</th><th>reason</th></tr>");
+            for entry in log {
+                body.push_str(&format!(
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    cell(&entry["at"]),
+                    cell(&entry["action"]),
+                    cell(&entry["from"]),
+                    cell(&entry["reason"])
+                ));
+            }
+            body.push_str("</table>");
+        }
+        _ => body.push_str("<p class=\"empty\">None.</p>"),
+    }
+    if matches!(status, "dead" | "failed") {
+        if state.options.allow_actions {
+            body.push_str(&format!(
+                "<h2>Requeue</h2><form method=\"post\" action=\"/operations/{}/requeue\" id=\"requeue\">\
+                 <label>reason (kept in the operator log)<input name=\"reason\" id=\"requeue-reason\" \
+                 required maxlength=\"512\"></label><label>token<input type=\"password\" name=\"token\" \
+                 id=\"requeue-token\" autocomplete=\"off\"></label><button id=\"requeue-go\">Requeue</button></form>",
+                query_value(status_ref.as_str())
+            ));
+        } else {
+            body.push_str(
+                "<p class=\"empty\">Read-only: start the server with --allow-actions to requeue.</p>",
+            );
+        }
+    }
+    Reply::html(200, page("Operation", &body))
+}
+
+/// The operation's state as the list names it: `unknown` for a processing operation
+/// whose lease has ended.
+fn state_of(status: &str, shown: &Value, now: i64) -> String {
+    let unknown = status == "processing"
+        && shown["outbox"]["state"].as_str() == Some("processing")
+        && shown["outbox"]["lease_until"].as_i64().is_some_and(|until| until <= now);
+    tag(if unknown { "unknown" } else { status })
+}
+
+fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, body: &str) -> Reply {
+    if !state.options.allow_actions {
+        return Reply::error(
+            403,
+            "READ_ONLY",
+            "actions are disabled: start the server with --allow-actions",
+        );
+    }
+    // Same origin: a browser says where a form was posted from; another site's page may
+    // not act, even with the token.
+    let origin_ok = match (&headers.origin, &headers.referer, &headers.fetch_site) {
+        (_, _, Some(site)) if site != "same-origin" && site != "none" => false,
+        (Some(origin), _, _) => {
+            origin == &format!("http://{bound}")
+                || headers.host.as_deref().is_some_and(|host| origin == &format!("http://{host}"))
+        }
+        (None, Some(referer), _) => headers
+            .host
+            .as_deref()
+            .is_some_and(|host| referer.starts_with(&format!("http://{host}/"))),
+        // No browser marks: a script with the token in a header (curl, a runbook).
+        (None, None, _) => headers.token.is_some(),
+    };
+    if !origin_ok {
+        return Reply::error(
+            403,
+            "CROSS_SITE",
+            "actions are accepted only from this dashboard's own pages",
+        );
+    }
+    let form = if headers.form { parse_form(body) } else { Vec::new() };
+    let field =
+        |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str());
+    let given = headers.token.as_deref().or_else(|| field("token")).unwrap_or_default();
+    if !state.token.as_deref().is_some_and(|token| token_matches(token, given)) {
+        return Reply::error(
+            403,
+            "TOKEN_REQUIRED",
+            "the token is missing or wrong: nothing was changed",
+        );
+    }
+    let reason = field("reason").map(str::trim).unwrap_or_default();
+    if reason.is_empty() || reason.len() > 512 {
+        return Reply::error(400, "USAGE_ERROR", "a reason of 1 to 512 bytes is required");
+    }
+    let Ok(status_ref) = StatusRef::new(wanted) else {
+        return Reply::error(404, "NOT_FOUND", "no such operation");
+    };
+    match toolledger::requeue(&state.db, &status_ref, reason, state.now()) {
+        Ok(toolledger::Requeued::Requeued) => {
+            Reply::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
+        }
+        Ok(toolledger::Requeued::Missing) => Reply::error(404, "NOT_FOUND", "no such operation"),
+        Ok(toolledger::Requeued::Refused(status)) => Reply::error(
+            409,
+            "NOT_REQUEUEABLE",
+            &format!(
+                "only a dead or failed operation is requeued; this one is {}",
+                status.as_str()
+            ),
+        ),
+        Err(err) => err.into(),
+    }
+}
+
+/// `a=1&b=x%20y` as pairs, `+` as a space, percent escapes decoded (invalid UTF-8
+/// replaced, never trusted further than a filter value).
+fn parse_form(text: &str) -> Vec<(String, String)> {
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .take(32)
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(&key.replace('+', " ")), percent_decode(&value.replace('+', " ")))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while let Some(&byte) = bytes.get(index) {
+        let hex = |at: usize| bytes.get(at).and_then(|digit| char::from(*digit).to_digit(16));
+        match (byte, hex(index + 1), hex(index + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                index += 3;
+            }
+            _ => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_decode_and_tokens_compare_whole() {
+        assert_eq!(
+            parse_form("reason=the+API%20is+back&token=abc%2B1&bad=%zz"),
+            [
+                ("reason".to_owned(), "the API is back".to_owned()),
+                ("token".to_owned(), "abc+1".to_owned()),
+                ("bad".to_owned(), "%zz".to_owned())
+            ]
+        );
+        assert!(token_matches("0123456789abcdef", "0123456789abcdef"));
+        assert!(!token_matches("0123456789abcdef", "0123456789abcdeF"));
+        assert!(!token_matches("0123456789abcdef", "0123456789abcde"));
+        assert!(!token_matches("0123456789abcdef", ""));
+    }
+}
