@@ -222,6 +222,43 @@ fn main() {
     put("list_big_ledger_s", json!(list_s));
     put("metrics_big_ledger_s", json!(metrics_s));
 
+    // The dashboard's pages on the big ledger, rendered by `toolledger serve` in its own
+    // process and fetched over loopback one at a time: each page's p50 and p99. The
+    // baseline is `/healthz`, the same server's round trip with one store read.
+    println!("dashboard pages on {} operations", settings.big);
+    let listed = toolledger::list(&big, &filter, false, Some(at)).unwrap();
+    let (first, last) = (&listed[0], &listed[listed.len() - 1]);
+    let serve = Serve::start(&big, at);
+    let pages = [
+        ("healthz", "/healthz".to_owned()),
+        ("overview", "/".to_owned()),
+        ("list", "/operations?state=succeeded".to_owned()),
+        ("list_next_page", format!("/operations?state=succeeded&after={}", last.cursor)),
+        (
+            "list_tool_age",
+            "/operations?state=succeeded&tool=refund_order&older_than_minutes=1".to_owned(),
+        ),
+        ("operation", format!("/operations/{}", first.status_ref)),
+    ];
+    let fetches = if quick { 20 } else { 200 };
+    let http: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    for (name, path) in &pages {
+        let mut latencies: Vec<f64> = (0..fetches)
+            .map(|_| {
+                let started = Instant::now();
+                let mut response = http.get(format!("{}{path}", serve.base)).call().unwrap();
+                assert_eq!(response.status().as_u16(), 200, "{path}");
+                let _ = response.body_mut().read_to_string().unwrap();
+                started.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        let measured = Contention::from(&mut latencies, 1.0);
+        put(&format!("dashboard_{name}_p50_ms"), json!(measured.p50_ms));
+        put(&format!("dashboard_{name}_p99_ms"), json!(measured.p99_ms));
+    }
+    drop(serve);
+
     println!("status reconciliation and worker claims");
     let reconcile = work.file("reconcile");
     let mut reconcile_engine = engine(&reconcile);
@@ -739,6 +776,35 @@ impl Refundd {
         std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
         Refundd { child, base: format!("http://{addr}") }
+    }
+}
+
+/// `toolledger serve` on a ledger, in its own process, judged at `at`.
+struct Serve {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Serve {
+    fn start(db: &Path, at: i64) -> Serve {
+        use std::io::BufRead;
+        let mut child = Command::new(sibling_binary("toolledger"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--now", &at.to_string(), "--db"])
+            .arg(db)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+        Serve { child, base: format!("http://{addr}") }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

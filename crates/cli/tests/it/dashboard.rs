@@ -335,3 +335,60 @@ pub(crate) fn escaped(text: &str) -> String {
         .replace('"', "&quot;")
         .replace('\'', "&#39;")
 }
+
+/// A host's downstream that refuses every request with a reason full of markup.
+#[derive(Debug)]
+struct Hostile(toolledger::DownstreamIdentity);
+
+impl toolledger::Downstream for Hostile {
+    fn identity(&self) -> &toolledger::DownstreamIdentity {
+        &self.0
+    }
+
+    fn execute(
+        &mut self,
+        _request: &toolledger::DownstreamRequest,
+        _now: toolledger::UnixSeconds,
+    ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
+        Err(toolledger::DownstreamError::Refused {
+            reason: "<script>alert('refused')</script><img src=x onerror=alert(1)>".to_owned(),
+        })
+    }
+
+    fn lookup(
+        &mut self,
+        _request: &toolledger::DownstreamRequest,
+    ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
+        Ok(toolledger::Lookup::NotFound)
+    }
+}
+
+#[test]
+fn text_a_downstream_wrote_is_shown_as_text() {
+    let dir = Dir::new();
+    let case = toolledger::load_case(
+        &std::fs::read(crate::workspace("fixtures/persistence-case.json")).unwrap(),
+        &toolledger::Registry::builtin(),
+        None,
+    )
+    .unwrap();
+    let hostile = Hostile(toolledger::DownstreamIdentity::new("hostile", "1").unwrap());
+    let mut host = toolledger::Ledger::builder(dir.location())
+        .tool(toolledger::RefundOrder::default().tool())
+        .open(hostile, toolledger::NoRoles)
+        .unwrap();
+    let worker = toolledger::Identifier::new("host-worker").unwrap();
+    let refused = host.engine().dispatch(&case, &worker).unwrap();
+    assert_eq!(refused.code(), "DOWNSTREAM_REFUSED", "{}", refused.package());
+    let status_ref = refused.package()["status_ref"].as_str().unwrap().to_owned();
+    drop(host);
+
+    let server = Dashboard::start(&dir, &["--show-arguments"]);
+    for path in ["/operations?state=failed".to_owned(), format!("/operations/{status_ref}")] {
+        let (status, page) = server.get(&path);
+        assert_eq!(status, 200, "{page}");
+        assert!(page.contains("&lt;script&gt;alert(&#39;refused&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"), "{path}: {page}");
+        assert!(!page.contains("<img") && !page.contains("<script"), "{path}: {page}");
+        assert_discreet(&page);
+    }
+}
