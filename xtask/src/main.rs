@@ -152,8 +152,9 @@ fn cargo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, Str
 }
 
 /// The command line's test modules that run a second time with PostgreSQL ledgers.
-const CLI_ON_POSTGRES: [&str; 9] = [
+const CLI_ON_POSTGRES: [&str; 10] = [
     "flows::",
+    "dashboard::",
     "blocks::",
     "concurrency::",
     "kill::",

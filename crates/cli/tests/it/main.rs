@@ -114,9 +114,9 @@ impl Dir {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
         command.current_dir(&self.0).args(args);
         // The commands that open a ledger; `demo`, `--help` and `--version` take no `--db`.
-        const LEDGER_COMMANDS: [&str; 11] = [
+        const LEDGER_COMMANDS: [&str; 12] = [
             "dispatch", "process", "status", "audit", "migrate", "relay", "list", "show",
-            "requeue", "metrics", "gc",
+            "requeue", "metrics", "gc", "serve",
         ];
         // The commands that take leases, and so `--store-clock`.
         const LEASE_COMMANDS: [&str; 4] = ["dispatch", "process", "status", "relay"];
