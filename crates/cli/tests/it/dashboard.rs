@@ -375,6 +375,9 @@ fn text_a_downstream_wrote_is_shown_as_text() {
     let hostile = Hostile(toolledger::DownstreamIdentity::new("hostile", "1").unwrap());
     let mut host = toolledger::Ledger::builder(dir.location())
         .tool(toolledger::RefundOrder::default().tool())
+        // The case's instants, as the dashboard's --now judges them (a PostgreSQL ledger
+        // would otherwise stamp the database's clock).
+        .store_clock(toolledger::StoreClock::Caller)
         .open(hostile, toolledger::NoRoles)
         .unwrap();
     let worker = toolledger::Identifier::new("host-worker").unwrap();
