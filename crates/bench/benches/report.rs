@@ -760,66 +760,63 @@ fn http_ledger(
 
 /// The reference service in its own process (built beside this bench by
 /// `cargo xtask bench`), killed when dropped.
-struct Refundd {
+/// A server of this workspace in its own process, started on a free loopback port and
+/// killed when dropped: the reference refund service, or `toolledger serve`.
+struct Listening {
     child: std::process::Child,
     base: String,
 }
 
-impl Refundd {
-    fn start(db: &Path) -> Refundd {
+impl Listening {
+    /// Starts `binary` with `args` and waits for its first line, `listening on ADDR`.
+    fn start(binary: &Path, args: &[&std::ffi::OsStr]) -> Listening {
         use std::io::BufRead;
-        let exe = std::env::current_exe().unwrap();
-        let binary = exe.parent().and_then(Path::parent).unwrap().join("toolledger-refundd");
         assert!(
             binary.exists(),
-            "build toolledger-refundd in release first (cargo xtask bench does)"
+            "build {} in release first (cargo xtask bench does)",
+            binary.display()
         );
-        let mut child = Command::new(binary)
-            .args(["--listen", "127.0.0.1:0", "--threads", "8", "--db"])
-            .arg(db)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child =
+            Command::new(binary).args(args).stdout(std::process::Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
-        Refundd { child, base: format!("http://{addr}") }
+        Listening { child, base: format!("http://{addr}") }
     }
 }
 
-/// `toolledger serve` on a ledger, in its own process, judged at `at`.
-struct Serve {
-    child: std::process::Child,
-    base: String,
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
+
+/// The reference refund service on `db`, with eight threads.
+struct Refundd;
+
+impl Refundd {
+    fn start(db: &Path) -> Listening {
+        let exe = std::env::current_exe().unwrap();
+        let binary = exe.parent().and_then(Path::parent).unwrap().join("toolledger-refundd");
+        let args = ["--listen", "127.0.0.1:0", "--threads", "8", "--db"].map(std::ffi::OsStr::new);
+        let mut args = args.to_vec();
+        args.push(db.as_os_str());
+        Listening::start(&binary, &args)
+    }
+}
+
+/// `toolledger serve` on a ledger, judged at `at`.
+struct Serve;
 
 impl Serve {
-    fn start(db: &Path, at: i64) -> Serve {
-        use std::io::BufRead;
-        let mut child = Command::new(sibling_binary("toolledger"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--now", &at.to_string(), "--db"])
-            .arg(db)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
-        Serve { child, base: format!("http://{addr}") }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Refundd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn start(db: &Path, at: i64) -> Listening {
+        let at = at.to_string();
+        let mut args = ["serve", "--listen", "127.0.0.1:0", "--now", &at, "--db"]
+            .map(std::ffi::OsStr::new)
+            .to_vec();
+        args.push(db.as_os_str());
+        Listening::start(&sibling_binary("toolledger"), &args)
     }
 }
 
