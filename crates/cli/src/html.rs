@@ -47,6 +47,7 @@ h1{font-size:1.35em}h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse;background:#fff;margin:.4em 0}
 th,td{border:1px solid #d5d9de;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#eef0f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+td{overflow-wrap:anywhere}#history th{width:12em}
 code,.ref{font-family:ui-monospace,monospace;font-size:.92em}
 .figure{display:inline-block;background:#fff;border:1px solid #d5d9de;padding:.5em 1em;margin:.2em .4em .2em 0}
 .figure b{display:block;font-size:1.4em}
