@@ -53,7 +53,6 @@ code,.ref{font-family:ui-monospace,monospace;font-size:.92em}
 .figure b{display:block;font-size:1.4em}
 .state-dead,.state-quarantined,.state-failed{color:#a4161a;font-weight:600}
 .state-unknown{color:#b35c00;font-weight:600}.state-succeeded{color:#22663a}
-.notice{background:#fff4e0;border:1px solid #e0b36a;padding:.5em 1em}
 .error{background:#fde8e8;border:1px solid #d98c8c;padding:.5em 1em}
 form.filter{display:flex;gap:.8em;align-items:end;flex-wrap:wrap;margin:.5em 0}
 label{display:flex;flex-direction:column;font-size:.85em}

@@ -22,7 +22,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -61,8 +61,8 @@ struct State {
     db: Location,
     options: Options,
     token: Option<String>,
-    /// `(instant, oldest pending age, oldest unknown age)`, oldest first.
-    samples: Mutex<VecDeque<(i64, i64, i64)>>,
+    /// `(instant, oldest pending age)`, oldest first: what the lag plot draws.
+    samples: Mutex<VecDeque<(i64, i64)>>,
     started: Instant,
 }
 
@@ -92,7 +92,7 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
         return Err(refused("--allow-actions needs --token-file"));
     }
     // The ledger must exist: the dashboard creates nothing.
-    toolledger::figures(db, options.now)?;
+    opens(db)?;
     let server =
         Server::http(options.listen).map_err(|_| refused("--listen could not be bound"))?;
     let bound = server.server_addr().to_ip().map_or(options.listen, |addr| addr);
@@ -118,11 +118,11 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "listening on {bound}");
     let _ = stdout.flush();
-    let served = AtomicU64::new(0);
+    let mut served: u64 = 0;
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(Duration::from_millis(200)) {
             Ok(Some(request)) => {
-                served.fetch_add(1, Ordering::Relaxed);
+                served += 1;
                 respond(&state, bound, request);
             }
             Ok(None) => {}
@@ -130,10 +130,18 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
         }
     }
     let _ = sampler.join();
-    Ok(Printed::Package(
-        json!({"gate": "PASS", "code": "OK", "served": served.load(Ordering::Relaxed)}),
-        true,
-    ))
+    Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "served": served}), true))
+}
+
+/// Whether the ledger opens as a store of this version, creating nothing: what start-up
+/// and `/healthz` check (a connection and the schema, no count of a 1M-row table).
+fn opens(db: &Location) -> Result<(), toolledger::Error> {
+    toolledger::Store::open_existing(
+        db,
+        toolledger::Waits::default(),
+        toolledger::StoreClock::Database,
+    )
+    .map(drop)
 }
 
 /// The token in `path`: its first line, at least 16 bytes of visible ASCII.
@@ -168,7 +176,7 @@ fn sample(state: &State, stop: &AtomicBool) {
                 if samples.len() == SAMPLES {
                     samples.pop_front();
                 }
-                samples.push_back((at, figures.oldest_pending_age, figures.oldest_unknown_age));
+                samples.push_back((at, figures.oldest_pending_age));
             }
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -340,12 +348,7 @@ fn handle(
     match (method, path) {
         (Method::Get, "/") => overview(state),
         (Method::Get, "/operations") => operations(state, &query),
-        // Whether the ledger opens as a store of this version: no count of a 1M table.
-        (Method::Get, "/healthz") => match toolledger::Store::open_existing(
-            &state.db,
-            toolledger::Waits::default(),
-            toolledger::StoreClock::Database,
-        ) {
+        (Method::Get, "/healthz") => match opens(&state.db) {
             Ok(_) => Reply::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
             Err(_) => Reply::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
         },
@@ -357,7 +360,7 @@ fn handle(
             Reply::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
         }
         (Method::Get, path) if path.starts_with("/operations/") => {
-            operation(state, &percent_decode(&path["/operations/".len()..]), None)
+            operation(state, &percent_decode(&path["/operations/".len()..]))
         }
         (Method::Post, path) if path.starts_with("/operations/") && path.ends_with("/requeue") => {
             let status_ref = &path["/operations/".len()..path.len() - "/requeue".len()];
@@ -387,11 +390,8 @@ fn overview(state: &State) -> Reply {
         age(figures.oldest_pending_age),
         age(figures.oldest_unknown_age)
     ));
-    let samples: Vec<(i64, i64)> = state
-        .samples
-        .lock()
-        .map(|samples| samples.iter().map(|(at, pending, _)| (*at, *pending)).collect())
-        .unwrap_or_default();
+    let samples: Vec<(i64, i64)> =
+        state.samples.lock().map(|samples| samples.iter().copied().collect()).unwrap_or_default();
     body.push_str(&format!(
         "<h2>Relay lag: the oldest pending operation's age, sampled every {} s</h2>{}",
         state.options.sample_seconds,
@@ -551,7 +551,7 @@ fn operations(state: &State, query: &[(String, String)]) -> Reply {
     Reply::html(200, page("Operations", &body))
 }
 
-fn operation(state: &State, wanted: &str, notice: Option<&str>) -> Reply {
+fn operation(state: &State, wanted: &str) -> Reply {
     let Ok(status_ref) = StatusRef::new(wanted) else {
         return Reply::error(404, "NOT_FOUND", "no such operation");
     };
@@ -566,9 +566,6 @@ fn operation(state: &State, wanted: &str, notice: Option<&str>) -> Reply {
         escape(status_ref.as_str()),
         state_of(status, &shown, state.now().unwrap_or_else(crate::clock::wall_seconds))
     );
-    if let Some(notice) = notice {
-        body.push_str(&format!("<p class=\"notice\">{}</p>", escape(notice)));
-    }
     body.push_str("<table id=\"history\">");
     for (label, value) in [
         ("tool", &shown["tool"]),

@@ -2,10 +2,7 @@
 //! what it refuses to start with, what each page shows (escaped, without paths), and
 //! who may act. `browser.rs` drives the same pages in headless Chromium.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Child, Stdio},
-};
+use std::process::{Child, Stdio};
 
 use serde_json::Value;
 
@@ -69,10 +66,7 @@ impl Dashboard {
         args.extend_from_slice(extra);
         let mut child =
             dir.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{line:?}"));
-        Dashboard { base: format!("http://{addr}"), child }
+        Dashboard { base: crate::listening_base(&mut child), child }
     }
 
     /// `GET path`: the status and the body.

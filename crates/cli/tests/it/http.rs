@@ -2,7 +2,6 @@
 //! refund service `toolledger-refundd`, each fault the draft and the network can produce.
 
 use std::{
-    io::{BufRead, BufReader},
     path::PathBuf,
     process::{Child, Command, Stdio},
     thread,
@@ -40,14 +39,7 @@ impl Refundd {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("{line}"))
-            .to_owned();
-        Refundd { child, base: format!("http://{addr}"), db }
+        Refundd { base: crate::listening_base(&mut child), child, db }
     }
 
     /// Refunds in the service's own store.
