@@ -303,32 +303,48 @@ pub fn listening_base(child: &mut std::process::Child) -> String {
 }
 
 /// Runs `command` to its end, killing it if it is still running after two minutes: a
-/// command that hangs fails its test instead of stalling the suite.
+/// command that hangs fails its test instead of stalling the suite. It runs in a process
+/// group of its own, killed whole once the command has ended, so nothing it started (a
+/// server a failed script never stopped) outlives the test or holds its output open.
 pub fn finish(mut command: Command) -> Run {
     finish_to(command.stdout(std::process::Stdio::piped()))
 }
 
 /// [`finish`] with stdout as `command` already has it (a file, a closed pipe).
 pub fn finish_to(command: &mut Command) -> Run {
-    let child = command.stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watchdog = {
-        let done = std::sync::Arc::clone(&done);
+    use std::{io::Read, os::unix::process::CommandExt, time::Duration, time::Instant};
+    let mut child = command.process_group(0).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let group = child.id();
+    let readers = [
+        child.stdout.take().map(|out| Box::new(out) as Box<dyn Read + Send>),
+        child.stderr.take().map(|err| Box::new(err) as Box<dyn Read + Send>),
+    ]
+    .map(|pipe| {
         std::thread::spawn(move || {
-            for _ in 0..1200 {
-                if done.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
             }
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            bytes
         })
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
     };
-    let output = child.wait_with_output().unwrap();
-    done.store(true, Ordering::SeqCst);
-    watchdog.join().unwrap();
-    Run::from(output)
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let [stdout, stderr] = readers.map(|reader| reader.join().unwrap_or_default());
+    Run::from(std::process::Output { status, stdout, stderr })
 }
 
 pub fn workspace(relative: &str) -> PathBuf {
