@@ -491,16 +491,12 @@ pub(crate) fn tool(
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(version));
     if !installed {
         println!("{name} {version} is missing: installing it under target/tools");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-            .current_dir(root)
-            .args(["install", name, "--locked", "--force", "--debug", "--version", version])
-            .arg("--root")
-            .arg(&tools)
-            .status()
-            .map_err(|err| format!("could not start cargo install: {err}"))?;
-        if !status.success() {
-            return Err(format!("cargo install {name} exited with {status}"));
-        }
+        let root_arg = tools.to_string_lossy();
+        let args =
+            ["install", name, "--locked", "--force", "--debug", "--version", version, "--root"];
+        let mut args = args.to_vec();
+        args.push(&root_arg);
+        cargo(root, &args, &[]).map_err(|why| format!("cargo install {name}: {why}"))?;
     }
     Ok(binary)
 }
