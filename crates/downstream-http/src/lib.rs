@@ -250,6 +250,11 @@ fn json_body(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
+/// Whether `text` is a fingerprint as the lookup answers one: 64 lower-case hex digits.
+fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// The service's reason in an answer, bounded.
 fn reason(status: u16, body: &Value) -> String {
     let said =
@@ -327,7 +332,9 @@ pub fn execute_answer(
 /// text alone:
 ///
 /// - 404: the service never committed the key;
-/// - 200 whose `fingerprint` is not this request's body digest: conflict;
+/// - 200 that is not an answer (not JSON, or no `fingerprint` of 64 hex digits: a
+///   proxy's error page, an empty body, `{}`): unknown, asked again later;
+/// - 200 whose `fingerprint` is another request's body digest: conflict;
 /// - 200 with `state` `"done"`: a receipt of `response.output` (or of what `response`
 ///   said instead); `"refused"`: refused with `response`'s bounded reason and the
 ///   answered `status`; any other state: unknown (still in progress);
@@ -345,7 +352,16 @@ pub fn lookup_answer(
     match status {
         404 => Ok(Lookup::NotFound),
         200 => {
-            if value["fingerprint"].as_str() != Some(fingerprint(request).as_str()) {
+            // Only a well-formed answer that names another request is a conflict: a
+            // proxy's error page, an empty body, `{}` or garbage says nothing about the
+            // key, so the outcome stays unknown and is asked again later.
+            let Some(named) = value["fingerprint"].as_str().filter(|named| is_digest(named)) else {
+                return Err(DownstreamError::Unknown {
+                    reason: "HTTP 200: the status lookup's answer is not one (no fingerprint)"
+                        .to_owned(),
+                });
+            };
+            if named != fingerprint(request).as_str() {
                 return Err(DownstreamError::Conflict);
             }
             let answer = &value["response"];

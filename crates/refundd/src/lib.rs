@@ -59,26 +59,42 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// Reads the switches from a JSON object (any member may be left out).
+    /// Reads the switches from a JSON object; a member left out is off.
     ///
     /// # Errors
     ///
-    /// A message when a member has the wrong type.
+    /// As [`Faults::merged`].
     pub fn from_json(value: &Value) -> Result<Faults, String> {
-        let mut faults = Faults::default();
+        Faults::default().merged(value)
+    }
+
+    /// These switches with the members of a JSON object set: a member left out keeps its
+    /// value (what `POST /admin/faults` does).
+    ///
+    /// # Errors
+    ///
+    /// A message when a member has the wrong type or is out of its range (percents
+    /// 0–100, milliseconds 0–60000): the switches are then left as they were, never
+    /// clamped.
+    pub fn merged(&self, value: &Value) -> Result<Faults, String> {
+        let mut faults = self.clone();
         let Some(members) = value.as_object() else {
             return Err("the faults must be a JSON object".to_owned());
         };
         for (name, member) in members {
             let number = || member.as_u64().ok_or_else(|| format!("{name} must be a whole number"));
+            let within = |max: u64| match member.as_u64() {
+                Some(value) if value <= max => Ok(value),
+                _ => Err(format!("{name} must be a whole number from 0 to {max}")),
+            };
             match name.as_str() {
                 "drop_next" => faults.drop_next = number()?,
                 "fail_next" => faults.fail_next = number()?,
-                "drop_percent" => faults.drop_percent = number()?.min(100),
-                "fail_percent" => faults.fail_percent = number()?.min(100),
-                "delay_ms" => faults.delay_ms = number()?.min(60_000),
-                "jitter_ms" => faults.jitter_ms = number()?.min(60_000),
-                "answer_delay_ms" => faults.answer_delay_ms = number()?.min(60_000),
+                "drop_percent" => faults.drop_percent = within(100)?,
+                "fail_percent" => faults.fail_percent = within(100)?,
+                "delay_ms" => faults.delay_ms = within(60_000)?,
+                "jitter_ms" => faults.jitter_ms = within(60_000)?,
+                "answer_delay_ms" => faults.answer_delay_ms = within(60_000)?,
                 "seed" => faults.seed = number()?,
                 "refuse_orders" => {
                     faults.refuse_orders = member
@@ -238,11 +254,19 @@ impl Service {
             (Method::Post, "/admin/faults") => {
                 let answer = match read_body(&mut request)
                     .and_then(|body| serde_json::from_slice(&body).map_err(|_| "not JSON".into()))
-                    .and_then(|value: Value| Faults::from_json(&value))
                 {
-                    Ok(faults) => {
-                        *self.switches() = faults;
-                        (200, json!({"faults": "set"}))
+                    // Merged under the lock: a member left out keeps what it was set to.
+                    Ok(value) => {
+                        let mut switches = self.switches();
+                        match switches.merged(&value) {
+                            Ok(faults) => {
+                                *switches = faults;
+                                (200, json!({"faults": "set"}))
+                            }
+                            Err(message) => {
+                                (400, json!({"error": "bad_faults", "reason": message}))
+                            }
+                        }
                     }
                     Err(message) => (400, json!({"error": "bad_faults", "reason": message})),
                 };

@@ -27,17 +27,21 @@ fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         let number =
             |text: String| text.parse::<u64>().map_err(|_| format!("{flag}: not a number"));
+        let within = |text: String, max: u64| match text.parse::<u64>() {
+            Ok(value) if value <= max => Ok(value),
+            _ => Err(format!("{flag}: a whole number from 0 to {max}")),
+        };
         match flag.as_str() {
             "--listen" => listen = Some(value()?),
             "--db" => db = Some(PathBuf::from(value()?)),
             "--threads" => {
                 threads = usize::try_from(number(value()?)?.clamp(1, 64)).unwrap_or(8);
             }
-            "--drop-percent" => faults.drop_percent = number(value()?)?.min(100),
-            "--fail-percent" => faults.fail_percent = number(value()?)?.min(100),
-            "--delay-ms" => faults.delay_ms = number(value()?)?.min(60_000),
-            "--jitter-ms" => faults.jitter_ms = number(value()?)?.min(60_000),
-            "--answer-delay-ms" => faults.answer_delay_ms = number(value()?)?.min(60_000),
+            "--drop-percent" => faults.drop_percent = within(value()?, 100)?,
+            "--fail-percent" => faults.fail_percent = within(value()?, 100)?,
+            "--delay-ms" => faults.delay_ms = within(value()?, 60_000)?,
+            "--jitter-ms" => faults.jitter_ms = within(value()?, 60_000)?,
+            "--answer-delay-ms" => faults.answer_delay_ms = within(value()?, 60_000)?,
             "--seed" => faults.seed = number(value()?)?,
             "--refuse-order" => faults.refuse_orders.push(value()?),
             "--help" | "-h" => return Err(USAGE.to_owned()),

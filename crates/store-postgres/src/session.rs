@@ -81,9 +81,18 @@ pub(crate) fn open(config: &Config, waits: &Waits) -> Result<Conn, StoreError> {
 
 /// Parses a connection string (a `postgres://` URL or `key=value` pairs).
 pub(crate) fn config(url: &str) -> Result<Config, StoreError> {
-    url.parse::<Config>().map_err(|err| {
+    let config = url.parse::<Config>().map_err(|err| {
         StoreError::caused(error::BACKEND, "the connection string is not valid", err)
-    })
+    })?;
+    // No TLS stack is compiled in: a connection string that requires TLS is refused
+    // here, in words that say so, not answered "could not connect" after a handshake.
+    if config.get_ssl_mode() == postgres::config::SslMode::Require {
+        return Err(error::failed(
+            "sslmode=require asks for TLS, which is not built in: connect over a private \
+             network or a local TLS-terminating proxy with sslmode=disable or prefer",
+        ));
+    }
+    Ok(config)
 }
 
 /// Column `idx` of `row` as `T`; a value of another type is a contract violation.

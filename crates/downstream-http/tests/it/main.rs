@@ -272,6 +272,36 @@ fn the_lookup_reads_what_the_service_holds() {
     assert!(matches!(broken, Err(DownstreamError::Unknown { .. })), "{broken:?}");
 }
 
+/// A 200 that is not a lookup's answer — a proxy's HTML error page, an empty body, `{}`,
+/// garbage, a fingerprint that is not a digest — says nothing about the key: unknown,
+/// to be asked again (before: a conflict, and the operation quarantined for good).
+#[test]
+fn a_200_that_is_not_an_answer_is_unknown_never_a_conflict() {
+    use toolledger_downstream_http::lookup_answer;
+    let html = "<html><body><h1>502 Bad Gateway</h1></body></html>";
+    let page = Script::Answer(format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{html}",
+        html.len()
+    ));
+    let proxied = lookup(page);
+    assert!(matches!(proxied, Err(DownstreamError::Unknown { .. })), "{proxied:?}");
+    let request = request();
+    for body in [
+        "",
+        "{}",
+        "null",
+        "[1,2]",
+        "\u{1}garbage",
+        r#"{"state":"done"}"#,
+        r#"{"fingerprint":7,"state":"done"}"#,
+        r#"{"fingerprint":"other","state":"done"}"#,
+        r#"{"fingerprint":"ABCDEF","state":"done"}"#,
+    ] {
+        let answered = lookup_answer(&request, 200, body);
+        assert!(matches!(answered, Err(DownstreamError::Unknown { .. })), "{body}: {answered:?}");
+    }
+}
+
 /// The answer mapping without a server: what the transport hands `execute_answer` and
 /// `lookup_answer` is a status and a body text, and the table holds for any of them.
 #[test]
@@ -296,10 +326,8 @@ fn answers_are_read_from_status_and_body_alone_with_bounded_reasons() {
     assert_eq!(receipt.downstream_request_ref, request.downstream_request_ref);
 
     assert_eq!(lookup_answer(&request, 404, "anything"), Ok(Lookup::NotFound));
-    assert_eq!(
-        lookup_answer(&request, 200, r#"{"fingerprint":"other","state":"done"}"#),
-        Err(DownstreamError::Conflict)
-    );
+    let other = format!(r#"{{"fingerprint":"{}","state":"done"}}"#, "0".repeat(64));
+    assert_eq!(lookup_answer(&request, 200, &other), Err(DownstreamError::Conflict));
     assert_eq!(
         lookup_answer(&request, 502, &said),
         Err(DownstreamError::Unknown { reason: format!("HTTP 502: {}", "x".repeat(400)) })

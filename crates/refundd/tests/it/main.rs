@@ -161,6 +161,40 @@ fn each_fault_switch_does_what_it_says() {
     assert_eq!(bad.0, 400);
 }
 
+/// `POST /admin/faults` sets the members it names and keeps the rest (before: every switch
+/// left out was reset, the `--refuse-order` set included), and a value out of its range is
+/// refused with nothing changed (before: `drop_percent: 150` was taken as 100).
+#[test]
+fn a_fault_update_keeps_what_it_leaves_out_and_refuses_what_is_out_of_range() {
+    let service = Refundd::start("merge", &["--refuse-order", "ord-7"]);
+    faults(&service, json!({"fail_percent": 0}));
+    assert_eq!(post(&service, Some("k-m1"), &body("ord-7", 700)).0, 402);
+    for bad in
+        [json!({"drop_percent": 150}), json!({"fail_percent": 101}), json!({"delay_ms": 60_001})]
+    {
+        let refused =
+            answer(agent().post(format!("{}/admin/faults", service.base)).send(bad.to_string()));
+        assert_eq!(refused.0, 400, "{bad}");
+        assert_eq!(refused.1["error"], "bad_faults");
+    }
+    // Nothing of a refused update took: no request is dropped, ord-7 is still refused.
+    assert_eq!(post(&service, Some("k-m2"), &body("ord-8", 800)).0, 201);
+    assert_eq!(post(&service, Some("k-m3"), &body("ord-7", 700)).0, 402);
+    // The flags refuse out-of-range values too.
+    let out = Command::new(env!("CARGO_BIN_EXE_toolledger-refundd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+            "/nonexistent/x.sqlite3",
+            "--drop-percent",
+            "150",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn it_listens_on_loopback_only() {
     let out = Command::new(env!("CARGO_BIN_EXE_toolledger-refundd"))
