@@ -77,8 +77,8 @@ pub enum Migrated {
 /// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
 /// when the file is not a store this crate knows, or an older store whose schema was
 /// changed by hand; [`StoreError::Busy`] when another connection holds a lock past
-/// `waits`; [`StoreError::Backend`] when the backup file exists already or cannot be
-/// written. On any error the store is as it was.
+/// `waits`; [`StoreError::Backend`] when the backup cannot be written. On any error the
+/// store is as it was.
 pub fn migrate(
     path: &Path,
     legacy: &DownstreamIdentity,
@@ -102,16 +102,7 @@ pub fn migrate(
         return Err(StoreError::SchemaUnsupported);
     }
 
-    let backup = backup_path(path, from, now);
-    if backup.exists() {
-        return Err(crate::error::failed("the backup file of this migration exists already"));
-    }
-    {
-        let mut copy = Connection::open(&backup).map_err(sqlite)?;
-        Backup::new(&conn, &mut copy)
-            .and_then(|job| job.run_to_completion(256, std::time::Duration::ZERO, None))
-            .map_err(sqlite)?;
-    }
+    let backup = back_up(&conn, path, from, now)?;
 
     // Foreign keys are checked once, at the end, over the whole result.
     conn.execute_batch("PRAGMA foreign_keys = OFF").map_err(sqlite)?;
@@ -143,11 +134,67 @@ pub fn migrate(
     Ok(Migrated::Upgraded { from, to: USER_VERSION, backup, operations })
 }
 
-/// `<file>.v<from>-backup-<now>`, beside the store.
-fn backup_path(path: &Path, from: i64, now: Now) -> PathBuf {
-    let mut name = path.file_name().map(|name| name.to_os_string()).unwrap_or_default();
-    name.push(format!(".v{from}-backup-{}", now.get()));
-    path.with_file_name(name)
+/// How many names a backup tries (`<file>.v<from>-backup-<now>`, then `-2`, `-3`, …).
+const BACKUP_NAMES: u32 = 100;
+
+/// Copies the store on `conn` to a new file beside it, with SQLite's online backup API:
+/// `<file>.v<from>-backup-<now>`, or the first of `…-2`, `…-3` that is free. Each name
+/// is created exclusively (`O_CREAT | O_EXCL`, which never follows a symlink, dangling or
+/// not) and then opened by SQLite with `SQLITE_OPEN_NOFOLLOW`, so the copy is only ever
+/// written into a file this call made. A copy that fails is removed; an empty file left
+/// under a backup name by a migrate that was killed before its copy began is removed
+/// first (a finished backup is never empty).
+fn back_up(conn: &Connection, path: &Path, from: i64, now: Now) -> Result<PathBuf, StoreError> {
+    let stem = {
+        let mut name = path.file_name().map(|name| name.to_os_string()).unwrap_or_default();
+        name.push(format!(".v{from}-backup-"));
+        name.to_string_lossy().into_owned()
+    };
+    remove_empty_backups(path, &stem);
+    let created = (1..=BACKUP_NAMES).find_map(|attempt| {
+        let suffix = if attempt == 1 { String::new() } else { format!("-{attempt}") };
+        let candidate = path.with_file_name(format!("{stem}{}{suffix}", now.get()));
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&candidate).ok()?;
+        Some(candidate)
+    });
+    let backup =
+        created.ok_or_else(|| crate::error::failed("no free name for the migration's backup"))?;
+    let copied = Connection::open_with_flags(
+        &backup,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+    .and_then(|mut copy| {
+        Backup::new(conn, &mut copy)
+            .and_then(|job| job.run_to_completion(256, std::time::Duration::ZERO, None))
+    });
+    if let Err(err) = copied {
+        let _ = std::fs::remove_file(&backup);
+        let _ = std::fs::remove_file(format!("{}-journal", backup.to_string_lossy()));
+        return Err(sqlite(err));
+    }
+    Ok(backup)
+}
+
+/// Removes the empty regular files (never a symlink) beside `path` whose names start with
+/// `stem`: backups a killed migrate created and never wrote.
+fn remove_empty_backups(path: &Path, stem: &str) {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    for entry in entries.flatten() {
+        let named = entry.file_name().to_str().is_some_and(|name| {
+            name.strip_prefix(stem).is_some_and(|rest| {
+                !rest.is_empty() && rest.bytes().all(|byte| byte.is_ascii_digit() || byte == b'-')
+            })
+        });
+        let empty = std::fs::symlink_metadata(entry.path())
+            .is_ok_and(|meta| meta.file_type().is_file() && meta.len() == 0);
+        if named && empty {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The schema rows version `version` made.

@@ -259,3 +259,45 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
     assert_eq!(service.lock().unwrap().tickets.len(), 1);
     assert_eq!(int(&path, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 5);
 }
+
+/// `migrate`'s backup is a file it creates itself: a symlink under a backup name, dangling
+/// or not, is never followed (before: the copy was written to the link's target), and
+/// neither an empty file a killed migrate left nor a name taken in the same second stops
+/// the next one.
+#[test]
+fn the_backup_never_follows_a_symlink_and_a_killed_migrate_leaves_no_obstacle() {
+    let dir = TempDir::new("migrate-backup");
+    let path = dir.join("ledger.sqlite3");
+    std::fs::copy(workspace("fixtures/v1-store.sqlite3"), &path).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    // Every name the backup could take in the next seconds is a dangling symlink.
+    let target = dir.join("elsewhere");
+    for second in now..now + 10 {
+        std::os::unix::fs::symlink(
+            target.join(second.to_string()),
+            dir.join(&format!("ledger.sqlite3.v1-backup-{second}")),
+        )
+        .unwrap();
+    }
+    // What a migrate killed before its copy began leaves: an empty backup-named file.
+    let leftover = dir.join(&format!("ledger.sqlite3.v1-backup-{}", now - 1));
+    std::fs::write(&leftover, b"").unwrap();
+
+    let Migrated::Upgraded { backup, .. } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded")
+    };
+    let name = backup.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.ends_with("-2"), "{name}");
+    assert!(std::fs::symlink_metadata(&backup).unwrap().file_type().is_file());
+    assert_eq!(dump(&backup), dump(&workspace("fixtures/v1-store.sqlite3")));
+    // Nothing was written through a link, and the leftover is gone.
+    assert!(!target.exists());
+    assert!(!leftover.exists());
+    for second in now..now + 10 {
+        let link = dir.join(&format!("ledger.sqlite3.v1-backup-{second}"));
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    }
+    assert!(toolledger::audit(&path).unwrap().passed());
+}
