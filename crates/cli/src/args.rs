@@ -304,7 +304,8 @@ pub(crate) enum Command {
         /// The operation's status_ref (sr_…)
         #[arg(long, value_name = "R")]
         status_ref: String,
-        /// Why (kept in the operator log, 1–512 bytes)
+        /// Why (kept in the operator log): 1–512 bytes, no control characters; anything
+        /// else is refused, never shortened
         #[arg(long, value_name = "TEXT")]
         reason: String,
         /// Record the action at this Unix time instead of the wall clock

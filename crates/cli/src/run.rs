@@ -365,8 +365,11 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            if reason.trim().is_empty() {
-                return Err(usage("invalid value for --reason".to_owned()));
+            if toolledger::operator_reason(reason).is_none() {
+                return Err(usage(format!(
+                    "invalid value for --reason: 1 to {} bytes of text without control characters",
+                    toolledger::REASON_BYTES_MAX
+                )));
             }
             match toolledger::requeue(&db, &status_ref, reason, *now)? {
                 toolledger::Requeued::Requeued => Ok(Printed::Package(

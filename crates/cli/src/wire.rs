@@ -30,6 +30,12 @@ impl Chosen {
     pub(crate) fn from_args(args: &DownstreamArgs, faults: Faults) -> Result<Chosen, Failure> {
         let Some(url) = &args.downstream else { return Ok(Chosen::Simulated(faults)) };
         let usage = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
+        if url.starts_with("https://") {
+            return Err(usage(
+                "invalid value for --downstream: TLS is not built in; use http://HOST:PORT \
+                 (a local proxy can terminate TLS)",
+            ));
+        }
         let rest = url.strip_prefix("http://").ok_or_else(|| {
             usage("invalid value for --downstream: expected http://HOST:PORT (plain HTTP)")
         })?;
@@ -37,6 +43,15 @@ impl Chosen {
             return Err(usage("invalid value for --downstream: expected http://HOST:PORT"));
         }
         let identity = identity(&args.downstream_identity, "--downstream-identity")?;
+        // The simulation's identity belongs to the simulation alone: a service declaring
+        // it would be handed the simulation's operations, and its own would later be
+        // finished by the simulation with nothing sent.
+        if identity.name() == toolledger::STAND_IN_NAME {
+            return Err(usage(
+                "invalid value for --downstream-identity: toolledger-stand-in is the \
+                 simulation's identity, reserved to it",
+            ));
+        }
         let total = Duration::from_millis(args.downstream_timeout_ms);
         let timeouts = Timeouts { connect: total.min(Duration::from_secs(2)), total };
         Ok(Chosen::Http { base_url: url.clone(), identity, timeouts })
@@ -80,6 +95,13 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.identity(),
             Wire::Http(http) => http.identity(),
+        }
+    }
+
+    fn is_simulation(&self) -> bool {
+        match self {
+            Wire::Simulated(simulated) => simulated.is_simulation(),
+            Wire::Http(http) => http.is_simulation(),
         }
     }
 

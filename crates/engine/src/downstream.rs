@@ -153,6 +153,15 @@ pub trait Downstream {
     /// unknown.
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError>;
 
+    /// Whether this is the offline simulation ([`StandIn`]): the only downstream that may
+    /// declare the stand-in's identity (`toolledger-stand-in`). The identity says who
+    /// performs an operation, so a real service declaring it would perform operations
+    /// accepted for the simulation, and the simulation would finish the service's with
+    /// nothing sent; see [`reserved_identity`]. A decorator answers for what it wraps.
+    fn is_simulation(&self) -> bool {
+        false
+    }
+
     /// Performs several requests, answering each in order: what a relay hands its
     /// downstream for one batch. The default performs them one by one; a downstream
     /// that can commit several at once overrides it (a real one commits on its own, as
@@ -164,6 +173,31 @@ pub trait Downstream {
     ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
         requests.iter().map(|request| self.execute(request, now)).collect()
     }
+}
+
+/// Whether `downstream` declares an identity it may not: the stand-in's name
+/// (`toolledger-stand-in`, at any revision) on anything but the simulation. Every ledger
+/// refuses to open with such a downstream, before anything is accepted for it.
+///
+/// ```
+/// use toolledger_contract::DownstreamIdentity;
+/// use toolledger_engine::{Downstream, DownstreamError, DownstreamRequest, Lookup, reserved_identity};
+/// # use toolledger_store::{DownstreamReceipt, Now};
+/// struct Impostor(DownstreamIdentity);
+/// impl Downstream for Impostor {
+///     fn identity(&self) -> &DownstreamIdentity { &self.0 }
+///     fn execute(&mut self, _: &DownstreamRequest, _: Now) -> Result<DownstreamReceipt, DownstreamError> {
+///         Err(DownstreamError::NotSent { reason: "never".to_owned() })
+///     }
+///     fn lookup(&mut self, _: &DownstreamRequest) -> Result<Lookup, DownstreamError> { Ok(Lookup::NotFound) }
+/// }
+/// let stand_in = DownstreamIdentity::new("toolledger-stand-in", "1").unwrap();
+/// assert!(reserved_identity(&Impostor(stand_in)));
+/// let payments = DownstreamIdentity::new("acme-payments", "1").unwrap();
+/// assert!(!reserved_identity(&Impostor(payments)));
+/// ```
+pub fn reserved_identity(downstream: &impl Downstream) -> bool {
+    downstream.identity().name() == STAND_IN_NAME && !downstream.is_simulation()
 }
 
 /// The offline simulation of a refund API, on its own store connection. It only
@@ -235,6 +269,10 @@ fn unknown(err: StoreError) -> DownstreamError {
 impl<S: StandInReceipts> Downstream for StandIn<S> {
     fn identity(&self) -> &DownstreamIdentity {
         &self.identity
+    }
+
+    fn is_simulation(&self) -> bool {
+        true
     }
 
     fn execute(
@@ -411,6 +449,10 @@ pub mod drill {
     impl<D: Downstream> Downstream for Interrupt<D> {
         fn identity(&self) -> &DownstreamIdentity {
             self.inner.identity()
+        }
+
+        fn is_simulation(&self) -> bool {
+            self.inner.is_simulation()
         }
 
         fn execute(

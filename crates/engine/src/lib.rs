@@ -34,7 +34,7 @@ pub use crate::{
     answers::Answer,
     downstream::{
         Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, drill,
-        simulated_refund,
+        reserved_identity, simulated_refund,
     },
     error::EngineError,
     relay::{Backoff, Drained},

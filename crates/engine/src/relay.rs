@@ -11,7 +11,7 @@ use toolledger_store::{LedgerStore, Now};
 
 use std::sync::Arc;
 
-use toolledger_store::{Finalize, Finalizer};
+use toolledger_store::{Finalize, Finalizer, Release};
 
 use crate::{
     Caller, Downstream, Engine, EngineError,
@@ -81,11 +81,11 @@ pub struct Drained {
     pub retried: usize,
     /// Not sent, and the tool's attempts are spent.
     pub dead: usize,
-    /// The downstream may have acted: they stay under their lease for a later pass to ask
-    /// again by the same ref.
+    /// The downstream may have acted: each is set aside until a backoff ends, then taken
+    /// over and asked about by the same ref.
     pub unknown: usize,
-    /// Refused before the downstream (drift, authorization, business state): their lease
-    /// runs out and a later pass rechecks them.
+    /// Refused before the downstream (drift, authorization, business state): each is set
+    /// aside until a backoff ends, then taken over, asked about and rechecked.
     pub refused: usize,
     /// Another worker took the lease over first: this worker's write was refused.
     pub fenced: usize,
@@ -125,7 +125,55 @@ impl Drained {
     }
 }
 
+/// Whether a relay's attempt that was answered `code` ended with no outcome recorded and
+/// nobody working it: the downstream may have acted (unknown), or a recheck refused the
+/// attempt before the downstream (drift, authorization, business state).
+fn sets_aside(code: BlockCode) -> bool {
+    !matches!(
+        code,
+        BlockCode::DownstreamRefused
+            | BlockCode::ReceiptQuarantined
+            | BlockCode::DownstreamUnavailable
+            | BlockCode::LeaseHeld
+    )
+}
+
 impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
+    /// Counts how a relay's attempt ended, and sets aside one that ended with no outcome
+    /// recorded ([`Release::Later`]): its lease ends after a backoff instead of being
+    /// renewed while this relay lives, and then a relay takes it over and asks the
+    /// downstream (or rechecks) again. An attempt that ended in a failure of the store or
+    /// the resolver is set aside too, when the store still answers; fenced by owner and
+    /// attempt, so an operation that meanwhile ended or was taken over is not touched.
+    fn ended(
+        &mut self,
+        status_ref: &StatusRef,
+        lease: &Lease<'_>,
+        clock: &Clock,
+        worked: Result<Answer, EngineError>,
+        drained: &mut Drained,
+    ) {
+        let Caller::Relay(backoff) = lease.caller else { return };
+        let reason = match &worked {
+            Ok(answer) => {
+                drained.count(answer);
+                match answer {
+                    Answer::Block { code, .. } if sets_aside(*code) => code.message(),
+                    _ => return,
+                }
+            }
+            Err(_) => {
+                drained.unknown += 1;
+                "the relay could not finish this attempt"
+            }
+        };
+        let at = backoff.due(status_ref, lease.attempt, clock.now);
+        let later = Release::Later { at, reason };
+        // Best effort: when it cannot be written, the lease still ends within one lease,
+        // as this pass's owner is renewed no more once the pass returns.
+        let _ = self.store.release(status_ref, lease.owner, lease.attempt, &later, clock.now);
+    }
+
     /// One relay pass: claims up to `limit` due events for `owner` (one transaction) and
     /// works each. Only the events of this relay's downstream are claimed: another
     /// downstream's operations are left for its own relay.
@@ -155,16 +203,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed };
             if reclaimed {
                 // A lease taken over: asked about first, one by one (see `work_claimed`).
-                match self.work_claimed(&status_ref, &operation, &lease, clock, context) {
-                    Ok(answer) => drained.count(&answer),
-                    Err(_) => drained.unknown += 1,
-                }
+                let worked = self.work_claimed(&status_ref, &operation, &lease, clock, context);
+                self.ended(&status_ref, &lease, clock, worked, &mut drained);
                 continue;
             }
             match self.recheck(&operation, context) {
                 Ok(None) => ready.push((attempt, operation)),
-                Ok(Some(refused)) => drained.count(&refused),
-                Err(_) => drained.unknown += 1,
+                Ok(Some(refused)) => {
+                    self.ended(&status_ref, &lease, clock, Ok(refused), &mut drained)
+                }
+                Err(err) => self.ended(&status_ref, &lease, clock, Err(err), &mut drained),
             }
         }
         let requests: Vec<_> = ready.iter().map(|(_, operation)| request_of(operation)).collect();
@@ -188,24 +236,24 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                             reason,
                             clock.now,
                         );
-                        match ended.map_err(EngineError::from).and_then(|ending| {
+                        let worked = ended.map_err(EngineError::from).and_then(|ending| {
                             self.after_ending(ending, &status_ref, lease.caller, context)
-                        }) {
-                            Ok(answer) => drained.count(&answer),
-                            Err(_) => drained.unknown += 1,
-                        }
+                        });
+                        self.ended(&status_ref, &lease, clock, worked, &mut drained);
                     }
-                    Err(_) => drained.unknown += 1,
+                    Err(err) => self.ended(&status_ref, &lease, clock, Err(err), &mut drained),
                 },
                 (answer, _) => {
                     // Not sent, refused, unknown: as the single worker answers them.
-                    match self.conclude(&status_ref, &operation, &lease, answer, clock, context) {
-                        Ok(answer) => drained.count(&answer),
-                        Err(_) => drained.unknown += 1,
-                    }
+                    let worked =
+                        self.conclude(&status_ref, &operation, &lease, answer, clock, context);
+                    self.ended(&status_ref, &lease, clock, worked, &mut drained);
                 }
             }
         }
+        // A failed commit C leaves its operations under leases no heartbeat renews once
+        // this pass returns (the relay's owner is the pass's own): they end within one
+        // lease, and are then taken over and asked about.
         match self.store.finalize_many(&receipts, clock.now) {
             Ok(ended) => {
                 for ending in ended {

@@ -12,8 +12,8 @@ use postgres::{IsolationLevel, Row, Transaction, fallible_iterator::FallibleIter
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RECEIPTS_WITHOUT_EVIDENCE, RawDownstream,
-        TABLES, UNRECONCILED, report,
+        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RawDownstream, STAND_IN_LISTINGS, TABLES,
+        UNRECONCILED, report,
     },
 };
 
@@ -29,7 +29,7 @@ use crate::{
 pub const HEALTH: [&str; 3] = ["synchronous_commit_on", "fsync_on", "schema_matches"];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 14] = [
+pub const CHECKS: [&str; 15] = [
     HEALTH[0],
     HEALTH[1],
     HEALTH[2],
@@ -44,6 +44,7 @@ pub const CHECKS: [&str; 14] = [
     INVARIANTS[8],
     INVARIANTS[9],
     INVARIANTS[10],
+    INVARIANTS[11],
 ];
 
 type Tx<'d, 't> = Db<'d, Transaction<'t>>;
@@ -142,10 +143,10 @@ pub(crate) fn run(conn: &mut Conn) -> Result<AuditReport, StoreError> {
         let listed = guarded(db, |db| strings(db, sql, &[]))?;
         findings.refs(check, listed.ok_or(()));
     }
-    let listed = guarded(db, |db| {
-        strings(db, RECEIPTS_WITHOUT_EVIDENCE, &[&STAND_IN_NAME, &STAND_IN_REVISION])
-    })?;
-    findings.refs("local_receipts_have_downstream_receipt", listed.ok_or(()));
+    for (check, sql) in STAND_IN_LISTINGS {
+        let listed = guarded(db, |db| strings(db, sql, &[&STAND_IN_NAME, &STAND_IN_REVISION]))?;
+        findings.refs(check, listed.ok_or(()));
+    }
     let unreconciled = guarded(db, |db| strings(db, UNRECONCILED, &[]))?
         .unwrap_or_default()
         .into_iter()

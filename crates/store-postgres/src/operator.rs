@@ -16,10 +16,13 @@ use crate::{
 
 const STATUS_COUNT: &str = "SELECT count(*) FROM operations WHERE status = $1";
 const LIVE_OR_ENDED: &str = "SELECT count(*) FROM operations o JOIN outbox b ON b.op_id = o.id \
-     WHERE o.status = 'processing' AND (b.lease_until > $1) = $2";
+     WHERE o.status = 'processing' AND (b.lease_until > $1 AND b.last_reason IS NULL) = $2";
 const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE status = 'pending'";
-const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
-     WHERE o.status = 'processing' AND b.lease_until <= $1";
+/// Since when each unknown operation has been unknown: its attempt's end when it was set
+/// aside (`last_reason` kept), else its lease's end.
+const OLDEST_UNKNOWN: &str = "SELECT min(CASE WHEN b.last_reason IS NULL THEN b.lease_until ELSE b.updated_at END) \
+     FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND (b.lease_until <= $1 OR b.last_reason IS NOT NULL)";
 const COUNTER: &str = "SELECT coalesce(sum(value), 0)::bigint FROM counters WHERE name = $1";
 /// One page of one listed state: $1 the stored status, $2 the cutoff (unchanged since),
 /// ($3, $4) the position (`updated_at`, id) to continue after ((-1, 0) from the state's
@@ -33,7 +36,7 @@ const LIST: &str = "SELECT o.status_ref, o.tool_name, b.attempt_count, o.created
      FROM operations o JOIN outbox b ON b.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
      WHERE o.status = $1 AND o.updated_at <= $2 AND (o.updated_at, o.id) > ($3, $4) \
      AND ($5::text IS NULL OR o.tool_name = $5) \
-     AND ($6::boolean IS NULL OR coalesce(b.lease_until <= $7, false) = $6) \
+     AND ($6::boolean IS NULL OR coalesce(b.lease_until <= $7 OR b.last_reason IS NOT NULL, false) = $6) \
      ORDER BY o.updated_at, o.id LIMIT $8";
 const LOG: &str = "SELECT action, from_state, reason, was, at FROM operator_log WHERE status_ref = $1 ORDER BY id";
 /// The requeue's first step: the event's row locked (as every commit point locks it),
@@ -70,8 +73,9 @@ fn stored(state: &str) -> &str {
     if state == "unknown" { "processing" } else { state }
 }
 
-/// Whether a listed state's lease must have ended: `unknown` is processing with an ended
-/// lease, `processing` one with a live lease; other states have no lease to judge.
+/// Whether a listed state's lease must have ended: `unknown` is processing with nobody
+/// working it (its lease ended, or its attempt was set aside with a reason), `processing`
+/// one with a call in flight under a live lease; other states have no lease to judge.
 fn lease_ended(state: &str) -> Option<bool> {
     match state {
         "processing" => Some(false),
@@ -89,8 +93,8 @@ impl OperatorStore for PgStore {
     ) -> Result<Vec<Listed>, StoreError> {
         let walk = filter.walk()?;
         let limit = filter.limit.clamp(1, 10_000);
-        let cutoff = now.get().saturating_sub(filter.older_than.max(0));
-        self.read(|db| {
+        self.read_at(now, |db, now| {
+            let cutoff = filter.cutoff(now.get());
             let mut listed = Vec::new();
             for (state, after) in &walk {
                 let state = *state;
@@ -222,7 +226,7 @@ impl OperatorStore for PgStore {
     }
 
     fn figures(&mut self, now: Now) -> Result<Figures, StoreError> {
-        self.read(|db| {
+        self.read_at(now, |db, now| {
             let mut figures = Figures::default();
             for state in STATES {
                 let count = match state {

@@ -118,7 +118,7 @@ const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, ad
 const LOCK_OUTBOX: &str = "SELECT b.state FROM operations o JOIN outbox b ON b.op_id = o.id \
      WHERE o.status_ref = $1 FOR UPDATE OF b";
 const CLAIM: &str = "UPDATE outbox SET state = 'processing', lease_owner = $2, lease_until = $3, \
-     next_attempt_at = $3, attempt_count = attempt_count + 1, updated_at = $4 \
+     next_attempt_at = $3, attempt_count = attempt_count + 1, last_reason = NULL, updated_at = $4 \
      WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
      AND (state = 'pending' OR (state = 'processing' AND lease_until <= $4)) \
      RETURNING op_id, attempt_count";
@@ -147,6 +147,10 @@ const RELEASE: &str = "UPDATE outbox SET state = $5, lease_owner = NULL, lease_u
      WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
      AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
 const MARK_RELEASED: &str = "UPDATE operations SET status = $3, updated_at = $2 WHERE id = $1";
+/// An attempt set aside (`Release::Later`): SQLite's statement.
+const SET_ASIDE: &str = "UPDATE outbox SET lease_until = $5, next_attempt_at = $5, last_reason = $6, updated_at = $4 \
+     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
+     AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
 /// The relay's due events, locked; events another relay has locked are skipped, so two
 /// relays never wait on each other or take the same event.
 const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.id = b.op_id \
@@ -175,7 +179,7 @@ const INSERT_DOWNSTREAM_MANY: &str = "INSERT INTO downstream_receipts (downstrea
      ON CONFLICT DO NOTHING RETURNING downstream_request_ref";
 /// The relay's claim of its verified due events, in one statement.
 const CLAIM_MANY: &str = "UPDATE outbox SET state = 'processing', lease_owner = $2, lease_until = $3, \
-     next_attempt_at = $3, attempt_count = attempt_count + 1, updated_at = $4 \
+     next_attempt_at = $3, attempt_count = attempt_count + 1, last_reason = NULL, updated_at = $4 \
      WHERE op_id = ANY($1) AND state IN ('pending', 'processing') AND next_attempt_at <= $4 \
      RETURNING op_id, attempt_count";
 const MARK_PROCESSING_MANY: &str =
@@ -185,7 +189,7 @@ const MARK_PROCESSING_MANY: &str =
 const HEARTBEAT: &str = "UPDATE outbox SET lease_until = $3, next_attempt_at = $3, updated_at = $2 \
      WHERE op_id IN (SELECT op_id FROM outbox WHERE state IN ('pending', 'processing') \
      AND next_attempt_at > $2 AND lease_owner = $1) \
-     AND state = 'processing' AND lease_owner = $1 AND next_attempt_at > $2";
+     AND state = 'processing' AND lease_owner = $1 AND next_attempt_at > $2 AND last_reason IS NULL";
 const SELECT_STATUS: &str = "SELECT status FROM operations WHERE status_ref = $1";
 const INSERT_LOCAL_RECEIPT: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, \
      output_json, result_sha256, finalized_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -328,6 +332,17 @@ fn dispatch_lookup_sql() -> String {
 /// A transaction's runner.
 type Tx<'d, 't> = Db<'d, Transaction<'t>>;
 
+/// How a store is opened: what it may create, and whether a damaged one is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Created when the database holds none of toolledger's tables.
+    Create,
+    /// Never created; a damaged store is refused.
+    Existing,
+    /// Never created; a damaged store is opened, for the audit alone.
+    Audit,
+}
+
 impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or `key=value` pairs) and
     /// opens the store in its current schema: created, in one transaction, when the
@@ -342,23 +357,36 @@ impl PgStore {
     /// [`StoreError::SchemaUnsupported`] as above; [`StoreError::Busy`] when another
     /// creator held the creation lock past the wait bound.
     pub fn connect(url: &str, waits: Waits) -> Result<PgStore, StoreError> {
-        PgStore::open(url, waits, true)
+        PgStore::open(url, waits, Opening::Create)
     }
 
-    /// Opens an existing store (for the audit, or a command that only reads): as
+    /// Opens an existing store, for the commands that never create one: as
     /// [`PgStore::connect`], but creates nothing — a database without toolledger's
-    /// tables is [`StoreError::Missing`] — and opens a store whose objects differ from
-    /// the DDL too (the audit reports `schema_matches`).
+    /// tables is [`StoreError::Missing`]. A store whose objects differ from the DDL is
+    /// refused as by [`PgStore::connect`]: only [`PgStore::connect_for_audit`] reads one.
     ///
     /// # Errors
     ///
     /// As [`PgStore::connect`], plus [`StoreError::Missing`] (also when the database
     /// itself does not exist).
     pub fn connect_existing(url: &str, waits: Waits) -> Result<PgStore, StoreError> {
-        PgStore::open(url, waits, false)
+        PgStore::open(url, waits, Opening::Existing)
     }
 
-    fn open(url: &str, waits: Waits, create: bool) -> Result<PgStore, StoreError> {
+    /// Opens an existing store for [`LedgerStore::audit`]: as
+    /// [`PgStore::connect_existing`], but a store whose objects differ from the DDL is
+    /// opened too, so the audit can report `schema_matches` and everything else it can
+    /// still read. Nothing else may use such a connection.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::connect_existing`].
+    pub fn connect_for_audit(url: &str, waits: Waits) -> Result<PgStore, StoreError> {
+        PgStore::open(url, waits, Opening::Audit)
+    }
+
+    fn open(url: &str, waits: Waits, opening: Opening) -> Result<PgStore, StoreError> {
+        let create = opening == Opening::Create;
         let config = session::config(url)?;
         let mut conn = session::open(&config, &waits).map_err(|err| match err {
             // No such database is no store there, to a reader (as a missing file is).
@@ -367,7 +395,7 @@ impl PgStore {
             }
             err => err,
         })?;
-        schema::prepare(&mut conn, create, !create)?;
+        schema::prepare(&mut conn, create, opening == Opening::Audit)?;
         Ok(PgStore { config, waits, clock: Clock::default(), conn: Some(conn), home: None })
     }
 
@@ -561,6 +589,24 @@ impl PgStore {
         mut work: impl FnMut(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.with_conn(|conn| work(&mut conn.db()))
+    }
+
+    /// [`PgStore::read`] judged at an instant: the database's clock (read first, on the
+    /// same connection) or `now`, as the store's writes judge (see [`Clock`]). A reader
+    /// whose host clock lags the server's thus sees what the writers stamped.
+    pub(crate) fn read_at<T>(
+        &mut self,
+        now: Now,
+        mut work: impl FnMut(&mut Db<'_, postgres::Client>, Now) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let clock = self.clock;
+        self.read(|db| {
+            let now = match clock {
+                Clock::Database => session::database_now(db)?,
+                Clock::Caller => now,
+            };
+            work(db, now)
+        })
     }
 
     /// Runs `work` as one write transaction and commits it. `work` gets the instant to
@@ -1396,6 +1442,16 @@ impl LedgerStore for PgStore {
         let caller_now = now;
         self.write(now, |db, now| {
             let (state, at, reason) = match release {
+                Release::Later { at, reason } => {
+                    let at = shifted(*at, caller_now, now).get();
+                    let reason = toolledger_store::bounded_reason(reason);
+                    let params: [&(dyn postgres::types::ToSql + Sync); 6] =
+                        [&status_ref.as_str(), &owner.as_str(), &attempt, &now.get(), &at, &reason];
+                    return match db.value::<i64>(SET_ASIDE, &params)? {
+                        Some(_) => Ok(Finalize::Finalized),
+                        None => not_written(db, status_ref, true),
+                    };
+                }
                 Release::Retry { at, reason } => (
                     "pending",
                     shifted(*at, caller_now, now).get(),

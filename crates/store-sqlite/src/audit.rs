@@ -8,8 +8,8 @@ use rusqlite::{Connection, TransactionBehavior};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RECEIPTS_WITHOUT_EVIDENCE, RawDownstream,
-        TABLES, UNRECONCILED, report,
+        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RawDownstream, STAND_IN_LISTINGS, TABLES,
+        UNRECONCILED, report,
     },
 };
 
@@ -30,7 +30,7 @@ pub const HEALTH: [&str; 5] = [
 ];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 16] = [
+pub const CHECKS: [&str; 17] = [
     HEALTH[0],
     HEALTH[1],
     HEALTH[2],
@@ -47,6 +47,7 @@ pub const CHECKS: [&str; 16] = [
     INVARIANTS[8],
     INVARIANTS[9],
     INVARIANTS[10],
+    INVARIANTS[11],
 ];
 
 fn strings(tx: &Connection, sql: &str) -> Result<Vec<Option<String>>, StoreError> {
@@ -122,10 +123,9 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
         findings.refs(check, strings(&tx, sql));
     }
 
-    findings.refs(
-        "local_receipts_have_downstream_receipt",
-        strings_with(&tx, RECEIPTS_WITHOUT_EVIDENCE, &[&STAND_IN_NAME, &STAND_IN_REVISION]),
-    );
+    for (check, sql) in STAND_IN_LISTINGS {
+        findings.refs(check, strings_with(&tx, sql, &[&STAND_IN_NAME, &STAND_IN_REVISION]));
+    }
     let unreconciled =
         strings(&tx, UNRECONCILED).unwrap_or_default().into_iter().flatten().collect();
     // Nothing was written; ending the read transaction cannot lose anything.

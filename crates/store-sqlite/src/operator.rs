@@ -17,10 +17,13 @@ use crate::{
 
 const STATUS_COUNT: &str = "SELECT count(*) FROM operations WHERE status = ?1";
 const LIVE_OR_ENDED: &str = "SELECT count(*) FROM operations o JOIN outbox b ON b.op_id = o.id \
-     WHERE o.status = 'processing' AND (b.lease_until > ?1) = ?2";
+     WHERE o.status = 'processing' AND (b.lease_until > ?1 AND b.last_reason IS NULL) = ?2";
 const OLDEST_PENDING: &str = "SELECT min(updated_at) FROM operations WHERE status = 'pending'";
-const OLDEST_UNKNOWN: &str = "SELECT min(b.lease_until) FROM operations o JOIN outbox b ON b.op_id = o.id \
-     WHERE o.status = 'processing' AND b.lease_until <= ?1";
+/// Since when each unknown operation has been unknown: its attempt's end when it was set
+/// aside (`last_reason` kept), else its lease's end.
+const OLDEST_UNKNOWN: &str = "SELECT min(CASE WHEN b.last_reason IS NULL THEN b.lease_until ELSE b.updated_at END) \
+     FROM operations o JOIN outbox b ON b.op_id = o.id \
+     WHERE o.status = 'processing' AND (b.lease_until <= ?1 OR b.last_reason IS NOT NULL)";
 const COUNTER: &str = "SELECT coalesce((SELECT value FROM counters WHERE name = ?1), 0)";
 /// `list`'s columns, tables and filters around a keyset (`$keyset`, in `$order`):
 /// ?1 the stored status, ?2 the cutoff (unchanged since), ?3 and ?4 the position
@@ -36,7 +39,7 @@ macro_rules! list {
              WHERE o.status = ?1 AND o.updated_at <= ?2 AND ",
             $keyset,
             " AND (?5 IS NULL OR o.tool_name = ?5) \
-             AND (?6 IS NULL OR coalesce(b.lease_until <= ?7, 0) = ?6) ORDER BY ",
+             AND (?6 IS NULL OR coalesce(b.lease_until <= ?7 OR b.last_reason IS NOT NULL, 0) = ?6) ORDER BY ",
             $order,
             " LIMIT ?8"
         )
@@ -91,8 +94,9 @@ fn stored(state: &str) -> &str {
     if state == "unknown" { "processing" } else { state }
 }
 
-/// Whether a listed state's lease must have ended: `unknown` is processing with an ended
-/// lease, `processing` one with a live lease; other states have no lease to judge.
+/// Whether a listed state's lease must have ended: `unknown` is processing with nobody
+/// working it (its lease ended, or its attempt was set aside with a reason), `processing`
+/// one with a call in flight under a live lease; other states have no lease to judge.
 fn lease_ended(state: &str) -> Option<bool> {
     match state {
         "processing" => Some(false),
@@ -111,7 +115,7 @@ impl OperatorStore for SqliteStore {
         self.arm_waits()?;
         let walk = filter.walk()?;
         let limit = filter.limit.clamp(1, 10_000);
-        let cutoff = now.get().saturating_sub(filter.older_than.max(0));
+        let cutoff = filter.cutoff(now.get());
         let conn = self.connection();
         let mut listed = Vec::new();
         for (state, after) in walk {

@@ -383,11 +383,23 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     Ok(conn)
 }
 
-/// Opens an existing store for the audit: never creates, never changes the journal
-/// mode, but applies the same per-connection pragmas as [`open`]. A store whose schema
-/// differs from the DDL is opened too (the audit reports the difference); a foreign
-/// file is [`StoreError::SchemaUnsupported`].
-pub(crate) fn open_existing(path: &Path, waits: &Waits) -> Result<Connection, StoreError> {
+/// Whether an existing store whose schema differs from the DDL may be opened: only for
+/// the audit, which reports the difference. Every other reader and writer refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Damaged {
+    Refused,
+    Audited,
+}
+
+/// Opens an existing store: never creates, never changes the journal mode, but applies
+/// the same per-connection pragmas as [`open`]. A store whose schema differs from the
+/// DDL is [`StoreError::SchemaUnsupported`] unless `damaged` lets the audit read it; a
+/// foreign file is [`StoreError::SchemaUnsupported`] always.
+pub(crate) fn open_existing(
+    path: &Path,
+    waits: &Waits,
+    damaged: Damaged,
+) -> Result<Connection, StoreError> {
     let size = std::fs::metadata(path).map(|meta| meta.len()).map_err(|_| StoreError::Missing)?;
     if size == 0 {
         return Err(StoreError::Missing);
@@ -404,6 +416,9 @@ pub(crate) fn open_existing(path: &Path, waits: &Waits) -> Result<Connection, St
             }
             Err(err) => return Err(err),
             Ok((_, Contents::Empty)) => return Err(StoreError::Missing),
+            Ok((_, Contents::Damaged)) if damaged == Damaged::Refused => {
+                return Err(StoreError::SchemaUnsupported);
+            }
             Ok((conn, _)) => break conn,
         }
     };

@@ -51,7 +51,7 @@ const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, ad
          provider_call_id, purpose, op_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING";
 const CLAIM: &str = "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
-                 next_attempt_at = ?3, attempt_count = attempt_count + 1, updated_at = ?4 \
+                 next_attempt_at = ?3, attempt_count = attempt_count + 1, last_reason = NULL, updated_at = ?4 \
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND (state = 'pending' OR (state = 'processing' AND lease_until <= ?4)) \
                  RETURNING op_id, attempt_count";
@@ -76,17 +76,22 @@ const RELEASE: &str = "UPDATE outbox SET state = ?5, lease_owner = NULL, lease_u
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
 const MARK_RELEASED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1";
+/// An attempt set aside (`Release::Later`): still processing, its lease ending at ?5, the
+/// reason kept (so no heartbeat renews it), fenced as a release is.
+const SET_ASIDE: &str = "UPDATE outbox SET lease_until = ?5, next_attempt_at = ?5, last_reason = ?6, updated_at = ?4 \
+                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
+                 AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
 const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.id = b.op_id \
                  WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= ?1 \
                  AND o.downstream_name = ?3 AND o.downstream_revision = ?4 \
                  ORDER BY b.next_attempt_at, b.op_id LIMIT ?2";
 const CLAIM_ONE: &str = "UPDATE outbox SET state = 'processing', lease_owner = ?2, lease_until = ?3, \
-                 next_attempt_at = ?3, attempt_count = attempt_count + 1, updated_at = ?4 \
+                 next_attempt_at = ?3, attempt_count = attempt_count + 1, last_reason = NULL, updated_at = ?4 \
                  WHERE op_id = ?1 AND state IN ('pending', 'processing') AND next_attempt_at <= ?4 \
                  RETURNING attempt_count";
 const HEARTBEAT: &str = "UPDATE outbox SET lease_until = ?3, next_attempt_at = ?3, updated_at = ?2 \
                  WHERE op_id IN (SELECT op_id FROM outbox WHERE state IN ('pending', 'processing') \
-                 AND next_attempt_at > ?2 AND lease_owner = ?1) AND state = 'processing'";
+                 AND next_attempt_at > ?2 AND lease_owner = ?1) AND state = 'processing' AND last_reason IS NULL";
 const SELECT_STATUS: &str = "SELECT status FROM operations WHERE status_ref = ?1";
 const INSERT_LOCAL_RECEIPT: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, output_json, \
              result_sha256, finalized_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
@@ -140,6 +145,7 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("C: mark ended", MARK_ENDED.to_owned()),
         ("release: outbox", RELEASE.to_owned()),
         ("release: mark pending or dead", MARK_RELEASED.to_owned()),
+        ("release: set an attempt aside", SET_ASIDE.to_owned()),
         ("relay: due events", DUE.to_owned()),
         ("relay: claim one due event", CLAIM_ONE.to_owned()),
         ("relay: heartbeat", HEARTBEAT.to_owned()),
@@ -212,8 +218,10 @@ impl SqliteStore {
         Ok(SqliteStore { conn, gate: Gate::of(path), waits })
     }
 
-    /// Opens an existing store for [`LedgerStore::audit`]. Creates nothing: a missing or
-    /// 0-byte file is [`StoreError::Missing`].
+    /// Opens an existing store, for the commands that never create one. Creates nothing:
+    /// a missing or 0-byte file is [`StoreError::Missing`], and a store whose schema
+    /// differs from the DDL (an index, trigger or CHECK dropped, a column or table added)
+    /// is [`StoreError::SchemaUnsupported`]: only [`SqliteStore::audit_path`] reads one.
     ///
     /// # Errors
     ///
@@ -228,7 +236,7 @@ impl SqliteStore {
     ///
     /// As [`SqliteStore::open_existing`], plus [`StoreError::Busy`].
     pub fn open_existing_with(path: &Path, waits: Waits) -> Result<SqliteStore, StoreError> {
-        let conn = schema::open_existing(path, &waits)?;
+        let conn = schema::open_existing(path, &waits, schema::Damaged::Refused)?;
         Ok(SqliteStore { conn, gate: Gate::of(path), waits })
     }
 
@@ -238,9 +246,12 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
-    /// As [`SqliteStore::open_existing_with`], except [`StoreError::Corrupt`].
+    /// As [`SqliteStore::open_existing_with`], except [`StoreError::Corrupt`] and a
+    /// schema that differs from the DDL: both are reported, not refused.
     pub fn audit_path(path: &Path, waits: Waits) -> Result<AuditReport, StoreError> {
-        match SqliteStore::open_existing_with(path, waits).and_then(|mut store| store.audit()) {
+        let audited = schema::open_existing(path, &waits, schema::Damaged::Audited)
+            .map(|conn| SqliteStore { conn, gate: Gate::of(path), waits });
+        match audited.and_then(|mut store| store.audit()) {
             Err(StoreError::Corrupt) => Ok(crate::audit::corrupt()),
             result => result,
         }
@@ -1171,6 +1182,32 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<Finalize, StoreError> {
         let (state, at, reason) = match release {
+            Release::Later { at, reason } => {
+                let (at, reason) = (*at, toolledger_store::bounded_reason(reason));
+                let (status_ref, owner) = (status_ref.clone(), owner.clone());
+                return self.batched(move |tx| {
+                    let id: Option<i64> = tx
+                        .prepare_cached(SET_ASIDE)
+                        .map_err(sqlite)?
+                        .query_row(
+                            params![
+                                status_ref.as_str(),
+                                owner.as_str(),
+                                attempt,
+                                now.get(),
+                                at.get(),
+                                reason
+                            ],
+                            |row| row.get(0),
+                        )
+                        .optional()
+                        .map_err(sqlite)?;
+                    match id {
+                        Some(_) => Ok(Finalize::Finalized),
+                        None => not_written(tx, &status_ref, true),
+                    }
+                });
+            }
             Release::Retry { at, reason } => {
                 ("pending", at.get(), toolledger_store::bounded_reason(reason))
             }
@@ -1358,7 +1395,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 41);
+        assert_eq!(plans.len(), 42);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// The invariants, in the order they are reported (after the backend's health checks).
-pub const INVARIANTS: [&str; 11] = [
+pub const INVARIANTS: [&str; 12] = [
     "rows_decode",
     "outbox_one_per_operation",
     "succeeded_iff_local_receipt_iff_delivered",
@@ -24,6 +24,7 @@ pub const INVARIANTS: [&str; 11] = [
     "call_identities_bound",
     "downstream_receipts_have_operation",
     "local_receipts_have_downstream_receipt",
+    "finished_by_accepted_downstream",
     "operations_quarantined",
     "tombstones_retired",
 ];
@@ -85,6 +86,19 @@ pub const RECEIPTS_WITHOUT_EVIDENCE: &str = "SELECT o.status_ref FROM local_rece
      OR d.receipt_ref <> l.receipt_ref OR d.receipt_json <> l.receipt_json \
      ORDER BY o.id";
 
+/// Operations finished by a downstream other than the one they were accepted for, as far
+/// as the ledger can tell: one of another downstream whose request the simulation
+/// performed (its receipt is in the simulation's own table), and a succeeded one of the
+/// simulation with no receipt of the simulation's (another downstream answered it).
+/// `$1`, `$2`: the stand-in's name and revision.
+pub const FINISHED_BY_ANOTHER: &str = "SELECT o.status_ref FROM operations o JOIN downstream_receipts d \
+     ON d.downstream_request_ref = o.downstream_request_ref \
+     WHERE NOT (o.downstream_name = $1 AND o.downstream_revision = $2) \
+     UNION ALL SELECT o.status_ref FROM operations o JOIN local_receipts l ON l.op_id = o.id \
+     LEFT JOIN downstream_receipts d ON d.downstream_request_ref = o.downstream_request_ref \
+     WHERE o.downstream_name = $1 AND o.downstream_revision = $2 AND d.downstream_request_ref IS NULL \
+     ORDER BY 1";
+
 /// Quarantined operations: each needs a person.
 pub const QUARANTINED: &str =
     "SELECT status_ref FROM operations WHERE status = 'quarantined' ORDER BY id";
@@ -106,8 +120,8 @@ pub const DOWNSTREAM_ROWS: &str = "SELECT d.downstream_request_ref, d.request_sh
      LEFT JOIN local_receipts l ON l.downstream_request_ref = d.downstream_request_ref ORDER BY d.receipt_ref";
 
 /// The listing checks: each statement's rows are refs that break the check. Every
-/// statement is standard SQL, run as is by every backend (`$1`, `$2` in
-/// [`RECEIPTS_WITHOUT_EVIDENCE`] are the stand-in's name and revision).
+/// statement is standard SQL, run as is by every backend (and those of
+/// [`STAND_IN_LISTINGS`] with the stand-in's name and revision).
 pub const LISTINGS: [(&str, &str); 8] = [
     ("outbox_one_per_operation", WITHOUT_OUTBOX),
     ("succeeded_iff_local_receipt_iff_delivered", SUCCESS_OUT_OF_STEP),
@@ -117,6 +131,12 @@ pub const LISTINGS: [(&str, &str); 8] = [
     ("digests_recompute", RECEIPT_DIGESTS_DIFFER),
     ("operations_quarantined", QUARANTINED),
     ("tombstones_retired", RESURRECTED),
+];
+
+/// The listing checks that take the stand-in's name and revision as `$1` and `$2`.
+pub const STAND_IN_LISTINGS: [(&str, &str); 2] = [
+    ("local_receipts_have_downstream_receipt", RECEIPTS_WITHOUT_EVIDENCE),
+    ("finished_by_accepted_downstream", FINISHED_BY_ANOTHER),
 ];
 
 /// A downstream receipt row and, when there is one, its local receipt's copy: a row of

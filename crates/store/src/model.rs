@@ -223,9 +223,21 @@ pub enum Finalize {
     LeaseLost,
 }
 
-/// How a worker gives a lease back when the request was not sent.
+/// How a worker gives a lease back: the request was not sent, or its attempt ended
+/// without an outcome the ledger can record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release<'a> {
+    /// Still `processing` (the downstream may have acted), but nobody's call is in flight
+    /// any more: the answer was lost, or a recheck refused the attempt. The lease ends at
+    /// `at` (a backoff) and no heartbeat renews it (`last_reason` is set, which in-flight
+    /// leases never have); from then on the operation is due, and a relay takes it over and
+    /// asks the downstream before anything is sent again. `list` shows it as `unknown`.
+    Later {
+        /// When it is due again.
+        at: Now,
+        /// Why the attempt ended.
+        reason: &'a str,
+    },
     /// Pending again, due at `at` (a backoff), with the reason it was not sent.
     Retry {
         /// When it is due again.

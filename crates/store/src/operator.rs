@@ -7,9 +7,11 @@ use toolledger_contract::{StatusRef, UnixSeconds};
 
 use crate::{Now, Operation, OperationStatus, StoreError, TerminalOutcome};
 
-/// The states `list` and `metrics` know. `unknown` is a processing operation whose lease
-/// has ended: its worker is gone and the outcome is not known until a status query or a
-/// relay settles it; `processing` is one whose lease is live.
+/// The states `list` and `metrics` know. `unknown` is a processing operation nobody is
+/// working: its lease has ended (its worker is gone), or its attempt ended without an
+/// outcome and was set aside until a backoff ends (the answer was lost, a recheck refused
+/// it; its reason is kept). The outcome is not known until a status query or a relay
+/// settles it. `processing` is one whose call is in flight under a live lease.
 pub const STATES: [&str; 7] =
     ["pending", "processing", "unknown", "succeeded", "failed", "quarantined", "dead"];
 
@@ -26,7 +28,8 @@ pub struct ListFilter<'a> {
     pub state: Option<&'a str>,
     /// Only operations of this tool; `None` for every tool.
     pub tool: Option<&'a str>,
-    /// Only operations unchanged since at least this many seconds.
+    /// Only operations unchanged for at least this many seconds; 0 lists every one,
+    /// whenever it changed (see [`ListFilter::cutoff`]).
     pub older_than: i64,
     /// At most this many (1–10,000).
     pub limit: usize,
@@ -34,6 +37,22 @@ pub struct ListFilter<'a> {
     /// `state` and `tool`) answered: the listing continues right after it. `None` starts
     /// at the beginning.
     pub after: Option<&'a str>,
+}
+
+impl ListFilter<'_> {
+    /// The latest change a listing at `now` includes: none is left out when
+    /// [`ListFilter::older_than`] is 0 (an operation changed after the caller's clock,
+    /// by a host whose clock runs ahead or by the database's clock, is listed too), else
+    /// `now` less that many seconds.
+    ///
+    /// ```
+    /// # use toolledger_store::ListFilter;
+    /// assert_eq!(ListFilter::default().cutoff(1_000), i64::MAX);
+    /// assert_eq!(ListFilter { older_than: 60, ..ListFilter::default() }.cutoff(1_000), 940);
+    /// ```
+    pub fn cutoff(&self, now: i64) -> i64 {
+        if self.older_than <= 0 { i64::MAX } else { now.saturating_sub(self.older_than) }
+    }
 }
 
 impl Default for ListFilter<'_> {
@@ -168,7 +187,8 @@ pub struct Figures {
     pub by_state: Vec<(&'static str, i64)>,
     /// Seconds since the oldest pending operation last changed (0 when none).
     pub oldest_pending_age: i64,
-    /// Seconds since the oldest unknown operation's lease ended (0 when none).
+    /// Seconds since the oldest unknown operation became unknown: its lease ended, or its
+    /// attempt was set aside (0 when none).
     pub oldest_unknown_age: i64,
     /// Claims made, ever (retired operations' included).
     pub attempts: i64,

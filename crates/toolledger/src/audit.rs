@@ -5,7 +5,7 @@ use toolledger_contract::BlockCode;
 use toolledger_store::{AuditReport, LedgerStore, Waits};
 use toolledger_store_sqlite::SqliteStore;
 
-use crate::{Error, Location, Store, StoreClock};
+use crate::{Error, Location};
 
 /// The audit of one read snapshot: every check, the counts, what needs attention.
 ///
@@ -62,7 +62,11 @@ pub fn audit_with(location: impl Into<Location>, waits: Waits) -> Result<Audit, 
     let report = match location.into() {
         // A damaged file is audited as far as it can be read, never refused.
         Location::Sqlite(path) => SqliteStore::audit_path(&path, waits)?,
-        postgres => Store::open_existing(&postgres, waits, StoreClock::Database)?.audit()?,
+        Location::Postgres(url) => {
+            toolledger_store_postgres::PgStore::connect_for_audit(&url, waits)
+                .map_err(Error::from)?
+                .audit()?
+        }
     };
     Ok(Audit { report })
 }

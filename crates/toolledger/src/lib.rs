@@ -90,13 +90,17 @@ pub mod http {
     pub use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
 }
 
-pub use toolledger_store::{DownstreamReceipt, Figures, ListFilter, Listed, Requeued, STATES};
+pub use toolledger_store::{
+    DownstreamReceipt, Figures, ListFilter, Listed, Requeued, STAND_IN_NAME, STATES,
+};
 pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
     call::{Call, Grant, ModelCall},
-    operate::{figures, gc, list, listed_json, metrics, requeue, show},
+    operate::{
+        REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue, show,
+    },
     relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},
@@ -319,7 +323,8 @@ impl LedgerBuilder {
     ///
     /// An [`Error`] when the file cannot be a store (another schema: `SCHEMA_UNSUPPORTED`,
     /// an older one naming `migrate`), a lock outlasts the wait bound, or a setting is
-    /// invalid (`USAGE_ERROR`).
+    /// invalid (`USAGE_ERROR`), as is a downstream other than the simulation that declares
+    /// the simulation's identity (`toolledger-stand-in`).
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("toolledger-doc-o-{}", std::process::id()));
@@ -345,6 +350,7 @@ impl LedgerBuilder {
         };
         let lease = LeaseSeconds::new(self.lease_seconds)
             .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
+        refuse_reserved(&downstream)?;
         let store = Store::open(&self.location, self.waits, self.clock)?;
         let registry = toolledger_contract::Registry::new(self.tools, self.profiles);
         Ok(Ledger { engine: Engine::new(store, downstream, resolver, registry), worker, lease })
@@ -393,6 +399,20 @@ impl LedgerBuilder {
 /// ```
 pub fn store_connection(location: impl Into<Location>) -> Result<Store, Error> {
     Store::open(&location.into(), Waits::default(), StoreClock::Database)
+}
+
+/// Refuses a downstream that declares the simulation's identity without being the
+/// simulation (see [`toolledger_engine::reserved_identity`]): before anything is
+/// accepted for it, so no operation of the simulation is ever sent to a service, and no
+/// operation of a service is ever finished by the simulation.
+pub(crate) fn refuse_reserved(downstream: &impl Downstream) -> Result<(), Error> {
+    if toolledger_engine::reserved_identity(downstream) {
+        return Err(Error::invalid(format!(
+            "{} is the simulation's identity: no other downstream may declare it",
+            toolledger_store::STAND_IN_NAME
+        )));
+    }
+    Ok(())
 }
 
 /// `worker-<pid>-<nanoseconds, hex>`: unique to this process and this moment.

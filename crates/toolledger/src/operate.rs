@@ -170,12 +170,32 @@ fn history(operation: &Operation) -> Value {
     })
 }
 
+/// The longest reason an operator action keeps, in bytes.
+pub const REASON_BYTES_MAX: usize = 512;
+
+/// An operator's reason as it is kept: trimmed, 1 to [`REASON_BYTES_MAX`] bytes, and no
+/// control character (a NUL, a newline, an escape). Anything else is refused, never
+/// shortened or cleaned: the operator log keeps exactly what was said.
+///
+/// ```
+/// assert_eq!(toolledger::operator_reason("  the API is back "), Some("the API is back"));
+/// assert_eq!(toolledger::operator_reason(&"x".repeat(513)), None);
+/// assert_eq!(toolledger::operator_reason("a\u{0}b"), None);
+/// assert_eq!(toolledger::operator_reason(" "), None);
+/// ```
+pub fn operator_reason(reason: &str) -> Option<&str> {
+    let reason = reason.trim();
+    let fits = (1..=REASON_BYTES_MAX).contains(&reason.len());
+    (fits && !reason.chars().any(char::is_control)).then_some(reason)
+}
+
 /// Puts a dead or failed operation back to pending with a fresh attempt budget, logging
 /// `reason` in the append-only operator log.
 ///
 /// # Errors
 ///
-/// An [`Error`] when there is no store or it cannot be written.
+/// An [`Error`] when there is no store or it cannot be written; `USAGE_ERROR`, before
+/// the store is opened, when `reason` is not one [`operator_reason`] keeps.
 ///
 /// ```
 /// # let (mut ledger, call, dir) = toolledger::doc_fixture("requeue");
@@ -192,6 +212,11 @@ pub fn requeue(
     reason: &str,
     now: Option<i64>,
 ) -> Result<Requeued, Error> {
+    let reason = operator_reason(reason).ok_or_else(|| {
+        Error::invalid(format!(
+            "the reason must be 1 to {REASON_BYTES_MAX} bytes of text without control characters"
+        ))
+    })?;
     let (given, now) = (now, instant(now)?);
     Ok(existing(location, given)?.requeue(status_ref, reason, now)?)
 }

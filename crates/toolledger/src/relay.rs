@@ -276,12 +276,16 @@ impl Relay {
             .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
         let registry = Registry::new(self.tools.clone(), self.profiles.clone());
         let stamp = unique_stamp();
-        let owners: Vec<Identifier> = (0..self.concurrency)
-            .map(|worker| {
-                Identifier::new(&format!("relay-{stamp}-{worker}"))
-                    .map_err(|_| Error::invalid("a worker id is not an identifier".to_owned()))
-            })
-            .collect::<Result<_, _>>()?;
+        // Each pass claims under an owner of its own, `relay-<stamp>-<worker>-<pass>`, and
+        // the heartbeat renews only the owner of a pass in progress: once a pass returns,
+        // nothing renews what it left (an attempt set aside, or one a failure stopped).
+        let owner_of = |worker: usize, pass: u64| {
+            Identifier::new(&format!("relay-{stamp}-{worker}-{pass}"))
+                .map_err(|_| Error::invalid("a worker id is not an identifier".to_owned()))
+        };
+        owner_of(self.concurrency, u64::MAX)?;
+        let in_flight: Vec<std::sync::Mutex<Option<Identifier>>> =
+            (0..self.concurrency).map(|_| std::sync::Mutex::new(None)).collect();
         // One connection per worker and one for the heartbeat (a PostgreSQL ledger's
         // come from one pool).
         let mut stores =
@@ -290,32 +294,41 @@ impl Relay {
             stores.pop().ok_or(Error::invalid("no connection for the heartbeat".to_owned()))?;
         let mut engines = Vec::new();
         for store in stores {
-            engines.push(Engine::new(store, downstream()?, resolver(), registry.clone()));
+            let downstream = downstream()?;
+            crate::refuse_reserved(&downstream)?;
+            engines.push(Engine::new(store, downstream, resolver(), registry.clone()));
         }
         // Dropped once every worker has finished: the heartbeat wakes and stops at once.
         let (finished, workers_running) = std::sync::mpsc::channel::<()>();
         let totals = std::thread::scope(|scope| {
             let workers: Vec<_> = engines
                 .into_iter()
-                .zip(&owners)
+                .zip(&in_flight)
                 .enumerate()
-                .map(|(worker, (mut engine, owner))| {
+                .map(|(worker, (mut engine, slot))| {
+                    let owner_of = &owner_of;
                     scope.spawn(move || {
                         let mut totals = Drained::default();
-                        loop {
+                        for pass in 0_u64.. {
                             if let Until::Stopped(stop) = until {
                                 if stop.load(Ordering::SeqCst) {
                                     break;
                                 }
                             }
                             let Ok(clock) = self.clock(lease) else { break };
-                            match engine.relay_batch(
-                                owner,
+                            let Ok(owner) = owner_of(worker, pass) else { break };
+                            *lock(slot) = Some(owner.clone());
+                            let passed = engine.relay_batch(
+                                &owner,
                                 &clock,
                                 context,
                                 self.batch,
                                 self.backoff,
-                            ) {
+                            );
+                            // Under the slot's lock: a beat in progress finishes first, and
+                            // no later beat renews this pass's leases.
+                            *lock(slot) = None;
+                            match passed {
                                 Ok(drained) => {
                                     totals.add(&drained);
                                     let idle = drained.claimed == 0;
@@ -340,17 +353,21 @@ impl Relay {
                     })
                 })
                 .collect();
-            // The heartbeat: every third of a lease, each worker's live leases are renewed
+            // The heartbeat: every third of a lease, the calls in flight are renewed: the
+            // live leases of each pass in progress, but for the attempts it has set aside
             // (fenced by owner: a lease that ended or was taken over is not touched).
             let beat = Duration::from_secs(u64::try_from(self.lease_seconds).unwrap_or(1)) / 3;
-            let (heart, owners) = (&mut heart, &owners);
+            let (heart, in_flight) = (&mut heart, &in_flight);
             let heartbeat = scope.spawn(move || {
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     workers_running.recv_timeout(beat)
                 {
                     if let Ok(clock) = self.clock(lease) {
-                        for owner in owners {
-                            let _ = heart.heartbeat(owner, clock.now, lease);
+                        for slot in in_flight {
+                            let pass = lock(slot);
+                            if let Some(owner) = pass.as_ref() {
+                                let _ = heart.heartbeat(owner, clock.now, lease);
+                            }
                         }
                     }
                 }
@@ -396,6 +413,11 @@ impl Relay {
             std::thread::sleep(self.poll.min(Duration::from_millis(50)));
         }
     }
+}
+
+/// The slot, whatever a panicking holder left in it (an owner id, or none).
+fn lock<T>(slot: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The command line's simulated downstream on its own connection to `path`: what a

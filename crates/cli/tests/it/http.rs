@@ -50,7 +50,7 @@ impl Refundd {
             .unwrap()
     }
 
-    fn faults(&self, faults: &Value) {
+    pub(crate) fn faults(&self, faults: &Value) {
         let response = ureq::post(format!("{}/admin/faults", self.base)).send(faults.to_string());
         assert_eq!(response.unwrap().status().as_u16(), 200);
     }

@@ -104,3 +104,61 @@ fn an_older_store_is_refused_until_migrate_upgrades_it() {
     let again = dir.run(&["migrate", "--downstream", "toolledger-stand-in@1"]);
     assert_eq!(again.answer()["migrated"], Value::Bool(false));
 }
+
+/// The simulation's identity belongs to the simulation: no HTTP downstream and no host
+/// downstream may declare it (before: `--downstream-identity toolledger-stand-in@1` with
+/// `--downstream http://…` sent the simulation's operations to the service, and the
+/// simulation finished the service's with nothing sent). And the audit names an
+/// operation finished by a downstream other than the one it was accepted for.
+#[test]
+fn no_downstream_but_the_simulation_may_declare_its_identity() {
+    let dir = Dir::new();
+    let impostor = ["--downstream", "http://127.0.0.1:9", "--downstream-identity"];
+    for identity in ["toolledger-stand-in@1", "toolledger-stand-in@2"] {
+        for command in [
+            &["--fixture", "case.json", "dispatch"][..],
+            &["--fixture", "case.json", "relay", "--once"],
+        ] {
+            let mut args = command.to_vec();
+            args.extend_from_slice(&impostor);
+            args.push(identity);
+            dir.run(&args).assert_error("USAGE_ERROR");
+        }
+    }
+    assert!(dir.ledger_is_empty());
+    let stand_in = || DownstreamIdentity::new("toolledger-stand-in", "1").unwrap();
+    let opened = Ledger::builder(dir.location())
+        .tool(RefundOrder::default().tool())
+        .open(Payments(stand_in()), NoRoles);
+    assert_eq!(opened.unwrap_err().code(), toolledger::ErrorCode::UsageError);
+    let http = toolledger::http::HttpDownstream::new(stand_in(), Default::default());
+    let opened =
+        Ledger::builder(dir.location()).tool(RefundOrder::default().tool()).open(http, NoRoles);
+    assert_eq!(opened.unwrap_err().code(), toolledger::ErrorCode::UsageError);
+    let relayed = toolledger::Relay::new(dir.location()).tool(RefundOrder::default().tool()).run(
+        || Ok(Payments(stand_in())),
+        || NoRoles,
+        &Value::Null,
+        toolledger::Until::Drained,
+        &|_| {},
+    );
+    assert_eq!(relayed.unwrap_err().code(), toolledger::ErrorCode::UsageError);
+
+    // An operation the simulation finished, recorded as another downstream's: the audit
+    // names it.
+    let pass = dir.run(&["--fixture", "case.json", "dispatch"]);
+    assert_eq!(pass.code, 0, "{pass:?}");
+    dir.db_execute("UPDATE operations SET downstream_name = 'refunds-http'");
+    let audit = dir.run(&["audit"]);
+    assert_eq!(audit.code, 1, "{audit:?}");
+    let answer = audit.answer();
+    assert_eq!(answer["checks"]["finished_by_accepted_downstream"], false, "{answer}");
+    let named: Vec<&Value> = answer["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|finding| finding["check"] == "finished_by_accepted_downstream")
+        .map(|finding| &finding["ref"])
+        .collect();
+    assert_eq!(named, [&Value::from(pass.text("/status_ref"))]);
+}

@@ -153,3 +153,113 @@ fn every_accepted_intent_ends_delivered_failed_or_dead_under_kills() {
         assert_eq!(listed.get(state).copied().unwrap_or(0), *count, "{state}");
     }
 }
+
+/// Polls `list --state STATE` (the wall clock) until it lists `count` operations, for at
+/// most `bound`; what it listed last.
+fn listed_within(dir: &Dir, state: &str, count: usize, bound: Duration) -> Vec<Value> {
+    let started = std::time::Instant::now();
+    loop {
+        let run = dir.run(&["list", "--state", state]);
+        let lines: Vec<Value> =
+            run.stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+        if lines.len() == count || started.elapsed() > bound {
+            return lines;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A running relay whose call ended unknown (the answer dropped after the service
+/// committed) sets the attempt aside and asks again after a backoff, while it still
+/// runs: its heartbeat renews only calls in flight. Before, the heartbeat renewed the
+/// lease for as long as the relay lived, so nobody asked (here the lease is 60 s, far
+/// past the test's bound, so only the re-ask can settle it).
+#[test]
+fn a_running_relay_asks_again_about_an_answer_it_lost() {
+    let dir = Dir::new();
+    let service = crate::http::Refundd::start(&dir, &[]);
+    let url = service.base.clone();
+    let accepted = dir.run(&[
+        "--fixture",
+        "case.json",
+        "dispatch",
+        "--failure",
+        "after_intent_commit",
+        "--downstream",
+        &url,
+    ]);
+    assert_eq!(accepted.text("/code"), "OUTCOME_UNKNOWN", "{accepted:?}");
+    service.faults(&serde_json::json!({"drop_next": 1}));
+    let mut relay = dir
+        .command(&[
+            "--fixture",
+            "case.json",
+            "relay",
+            "--poll-ms",
+            "50",
+            "--lease-seconds",
+            "60",
+            "--downstream",
+            &url,
+            "--downstream-timeout-ms",
+            "3000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let succeeded = listed_within(&dir, "succeeded", 1, Duration::from_secs(30));
+    stop(&mut relay);
+    assert_eq!(succeeded.len(), 1, "not settled while the relay ran");
+    assert_eq!(service.refunds(), 1, "asked again, never sent twice");
+    assert_eq!(dir.run(&["audit"]).code, 0);
+}
+
+/// A running relay whose business recheck refuses an operation sets it aside: nobody is
+/// working it, so `list` shows it `unknown` with the reason, and a later pass rechecks
+/// it. Before, the heartbeat kept its lease live, and it showed as `processing`.
+#[test]
+fn a_running_relay_shows_what_its_recheck_refused_as_unknown() {
+    let dir = Dir::new();
+    let accepted =
+        dir.run(&["--fixture", "case.json", "dispatch", "--failure", "after_intent_commit"]);
+    assert_eq!(accepted.text("/code"), "OUTCOME_UNKNOWN", "{accepted:?}");
+    dir.write_case("refunded.json", |case| {
+        case["business_state"]["orders"][0]["status"] = Value::from("refunded");
+    });
+    let mut relay = dir
+        .command(&[
+            "--fixture",
+            "refunded.json",
+            "relay",
+            "--poll-ms",
+            "50",
+            "--lease-seconds",
+            "60",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let unknown = listed_within(&dir, "unknown", 1, Duration::from_secs(15));
+    let metrics = dir.run(&["metrics"]).stdout;
+    stop(&mut relay);
+    assert_eq!(unknown.len(), 1, "not shown as unknown while the relay ran");
+    assert!(unknown[0]["last_reason"].as_str().is_some_and(|reason| !reason.is_empty()));
+    assert_eq!(samples(&metrics, "toolledger_operations")["unknown"], 1);
+    assert_eq!(dir.run(&["audit"]).code, 0);
+}
+
+/// SIGTERM, then the exit within a bound.
+fn stop(relay: &mut Child) {
+    let pid = relay.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    for _ in 0..200 {
+        if relay.try_wait().unwrap().is_some() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = relay.kill();
+    panic!("the relay did not stop within 10 s of SIGTERM");
+}

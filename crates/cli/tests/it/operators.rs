@@ -210,3 +210,133 @@ fn the_relay_serves_metrics_on_loopback_only() {
     );
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// A ledger whose schema was changed by hand is refused by every command but `audit`,
+/// before it reads or writes (before: `list`, `show`, `metrics` and `serve` answered as
+/// if healthy, `requeue` and `gc` wrote into it, and PostgreSQL's `migrate` passed it).
+#[test]
+fn every_command_but_audit_refuses_a_damaged_store() {
+    let tampers: [&[&str]; 3] = if crate::on_postgres() {
+        [
+            &["DROP INDEX outbox_due"],
+            &["DROP TRIGGER operator_log_no_update ON operator_log"],
+            &["ALTER TABLE outbox ADD COLUMN note TEXT"],
+        ]
+    } else {
+        [
+            &["DROP INDEX outbox_due"],
+            &["DROP TRIGGER operator_log_no_update", "DROP TRIGGER operator_log_no_delete"],
+            &["CREATE TABLE notes (id INTEGER PRIMARY KEY)"],
+        ]
+    };
+    for tamper in tampers {
+        let dir = Dir::new();
+        let pass = dir.run(&["--fixture", "case.json", "dispatch"]);
+        let status_ref = pass.text("/status_ref");
+        accepted(&dir, 1);
+        let unavailable = ["--simulate-unavailable", "100", "--max-attempts", "1"];
+        assert_eq!(relay(&dir, T + 1, &unavailable).answer()["relay"]["dead"], Value::from(1));
+        for sql in tamper {
+            dir.db_execute(sql);
+        }
+        let rows = |dir: &Dir| {
+            ["operations", "outbox", "operator_log", "tombstones"]
+                .map(|table| dir.db_int(&format!("SELECT count(*) FROM {table}")))
+        };
+        let before = rows(&dir);
+        let dead = dir.db_text("SELECT status_ref FROM operations WHERE status = 'dead'");
+        let later = (T + 400 * 86_400).to_string();
+        for args in [
+            &["list"][..],
+            &["list", "--state", "succeeded"],
+            &["show", "--status-ref", &status_ref],
+            &["metrics"],
+            &["requeue", "--status-ref", &dead, "--reason", "try again"],
+            &["gc", "--older-than-days", "1", "--now", &later],
+            &["migrate", "--downstream", "toolledger-stand-in@1"],
+            &["--fixture", "case.json", "dispatch"],
+            &["--fixture", "case.json", "status", "--status-ref", &status_ref],
+            &["--fixture", "case.json", "process", "--status-ref", &dead],
+            &["--fixture", "case.json", "relay", "--once"],
+        ] {
+            dir.run(args).assert_error("SCHEMA_UNSUPPORTED");
+        }
+        // The dashboard refuses to start on it rather than report it healthy.
+        let mut serve = dir.command(&["serve", "--listen", "127.0.0.1:0"]);
+        serve.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let served = crate::finish(serve);
+        assert_eq!(served.code, 2, "{served:?}");
+        assert!(served.stderr.contains("SCHEMA_UNSUPPORTED"), "{served:?}");
+        assert_eq!(rows(&dir), before, "{tamper:?}");
+        // The audit reads it and names what differs.
+        let audit = dir.run(&["audit"]);
+        assert_eq!(audit.code, 1, "{audit:?}");
+        assert_eq!(audit.answer()["checks"]["schema_matches"], false, "{audit:?}");
+    }
+}
+
+/// `list` with no age filter lists every operation, whenever it changed (before: one
+/// changed after the caller's `--now`, or by a database clock ahead of the host's, was
+/// hidden while `metrics` counted it), and ages are never negative.
+#[test]
+fn list_shows_what_changed_after_the_callers_clock() {
+    let dir = Dir::new();
+    let pass = dir.run(&["--fixture", "case.json", "dispatch", "--now", &(T + 100).to_string()]);
+    assert_eq!(pass.code, 0, "{pass:?}");
+    let early = (T + 50).to_string();
+    let listed = dir.run(&["list", "--state", "succeeded", "--now", &early]);
+    assert_eq!(listed.stdout.lines().count(), 1, "{listed:?}");
+    let line: Value = serde_json::from_str(listed.stdout.trim()).unwrap();
+    assert_eq!((line["age_seconds"].as_i64(), line["idle_seconds"].as_i64()), (Some(0), Some(0)));
+    let metrics = dir.run(&["metrics", "--now", &early]).stdout;
+    assert_eq!(samples(&metrics, "toolledger_operations")["succeeded"], 1);
+    // An age filter still filters: unchanged for 10 s is judged at the given instant.
+    let aged = |now: i64| {
+        let run = dir.run(&["list", "--older-than", "10", "--now", &now.to_string()]);
+        run.stdout.lines().count()
+    };
+    assert_eq!((aged(T + 50), aged(T + 105), aged(T + 110)), (0, 0, 1));
+}
+
+/// A requeue reason is 1–512 bytes of text without control characters: anything else is
+/// refused, never cut (before: 513 and 514 bytes were stored as 512).
+#[test]
+fn requeue_refuses_a_reason_it_would_have_to_cut() {
+    let dir = Dir::new();
+    accepted(&dir, 1);
+    let unavailable = ["--simulate-unavailable", "100", "--max-attempts", "1"];
+    assert_eq!(relay(&dir, T + 1, &unavailable).answer()["relay"]["dead"], Value::from(1));
+    let dead = dir.db_text("SELECT status_ref FROM operations WHERE status = 'dead'");
+    for reason in
+        ["x".repeat(513), "é".repeat(257), "line\nbreak".to_owned(), "bell\u{7}".to_owned()]
+    {
+        let refused = dir.run(&["requeue", "--status-ref", &dead, "--reason", &reason]);
+        refused.assert_error("USAGE_ERROR");
+    }
+    assert_eq!(dir.db_int("SELECT count(*) FROM operator_log"), 0);
+    let longest = "y".repeat(512);
+    let kept = dir.run(&["requeue", "--status-ref", &dead, "--reason", &longest]);
+    assert_eq!(kept.code, 0, "{kept:?}");
+    assert_eq!(dir.db_text("SELECT reason FROM operator_log"), longest);
+}
+
+/// Retiring an operation frees its model call's identity with it (`docs/decisions.md`,
+/// "Retention"): before `gc`, the same model call under another key is `CALL_REUSED`;
+/// after it, the call is new to the ledger, while the retired key stays `KEY_RETIRED`.
+#[test]
+fn gc_frees_the_call_identity_with_the_key() {
+    let dir = Dir::new();
+    assert_eq!(dir.run(&["--fixture", "case.json", "dispatch"]).code, 0);
+    dir.write_case("other-key.json", |case| {
+        case["host_context"]["idempotency_key"] = Value::from("refund-ord-1001-after-gc");
+    });
+    let reused = dir.run(&["--fixture", "other-key.json", "dispatch"]);
+    assert_eq!((reused.code, reused.text("/code")), (1, "CALL_REUSED".to_owned()), "{reused:?}");
+    let gc = dir.run(&["gc", "--older-than-days", "1", "--now", &(T + 2 * 86_400).to_string()]);
+    assert_eq!(gc.answer()["retired"], Value::from(1));
+    let retired = dir.run(&["--fixture", "case.json", "dispatch"]);
+    assert_eq!(retired.text("/code"), "KEY_RETIRED");
+    let fresh = dir.run(&["--fixture", "other-key.json", "dispatch"]);
+    assert_eq!((fresh.code, fresh.text("/delivery")), (0, "fresh".to_owned()), "{fresh:?}");
+    assert_eq!(dir.run(&["audit"]).code, 0);
+}

@@ -135,7 +135,12 @@ fn a_damaged_store_is_refused_but_audited() {
         PgStore::connect(&url, Waits::default()).unwrap_err(),
         StoreError::SchemaUnsupported
     );
-    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    // Nothing but the audit reads it: a reader refuses it as a writer does.
+    assert_eq!(
+        PgStore::connect_existing(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+    let mut store = PgStore::connect_for_audit(&url, Waits::default()).unwrap();
     let report = store.audit().unwrap();
     assert!(!report.passed());
     let failed: Vec<_> =
@@ -148,7 +153,11 @@ fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
     let url = fresh("dropped");
     drop(PgStore::connect(&url, Waits::default()).unwrap());
     raw(&url).batch_execute("DROP TABLE tombstones").unwrap();
-    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    assert_eq!(
+        PgStore::connect_existing(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+    let mut store = PgStore::connect_for_audit(&url, Waits::default()).unwrap();
     let report = store.audit().unwrap();
     let failed: Vec<_> =
         report.checks.iter().filter(|(_, passed)| !passed).map(|(check, _)| *check).collect();
