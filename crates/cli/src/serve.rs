@@ -341,7 +341,9 @@ fn handle(
         }
     }
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let query = parse_form(query);
+    let Some(query) = parse_form(query.as_bytes()) else {
+        return Reply::error(400, "USAGE_ERROR", "the query is not valid form encoding");
+    };
     match (method, path) {
         ("GET", "/") => overview(state),
         ("GET", "/operations") => operations(state, &query),
@@ -357,11 +359,13 @@ fn handle(
             Reply::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
         }
         ("GET", path) if path.starts_with("/operations/") => {
-            operation(state, &percent_decode(&path["/operations/".len()..]))
+            let wanted = percent_decode(&path.as_bytes()["/operations/".len()..]);
+            operation(state, wanted.as_deref().unwrap_or_default())
         }
         ("POST", path) if path.starts_with("/operations/") && path.ends_with("/requeue") => {
-            let status_ref = &path["/operations/".len()..path.len() - "/requeue".len()];
-            requeue(state, bound, &percent_decode(status_ref), headers, body)
+            let status_ref = &path.as_bytes()["/operations/".len()..path.len() - "/requeue".len()];
+            let wanted = percent_decode(status_ref);
+            requeue(state, bound, wanted.as_deref().unwrap_or_default(), headers, body)
         }
         ("GET" | "POST", _) => Reply::error(404, "NOT_FOUND", "no such page"),
         _ => Reply::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
@@ -654,7 +658,13 @@ fn requeue(
             "actions are accepted only from this dashboard's own pages",
         );
     }
-    let form = if headers.form { parse_form(&String::from_utf8_lossy(body)) } else { Vec::new() };
+    let form = match (headers.form, parse_form(body)) {
+        (false, _) => Vec::new(),
+        (true, Some(form)) => form,
+        (true, None) => {
+            return Reply::error(400, "USAGE_ERROR", "the form is not valid form encoding");
+        }
+    };
     let field =
         |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str());
     let given = headers.token.as_deref().or_else(|| field("token")).unwrap_or_default();
@@ -668,6 +678,9 @@ fn requeue(
     let reason = field("reason").map(str::trim).unwrap_or_default();
     if reason.is_empty() || reason.len() > REASON_BYTES_MAX {
         return Reply::error(400, "USAGE_ERROR", "a reason of 1 to 512 bytes is required");
+    }
+    if reason.chars().any(char::is_control) {
+        return Reply::error(400, "USAGE_ERROR", "a reason may not hold control characters");
     }
     let Ok(status_ref) = StatusRef::new(wanted) else {
         return Reply::error(404, "NOT_FOUND", "no such operation");
@@ -689,54 +702,74 @@ fn requeue(
     }
 }
 
-/// Whether a request to act comes from the dashboard's own pages, as a browser marks
-/// it; with no mark (a script, not a browser), the token must be in a header.
+/// Whether a request to act comes from the dashboard's own pages. Every browser mark
+/// present must say so: `Sec-Fetch-Site` only `same-origin` (`none`, a typed or
+/// bookmarked request, is not a form of ours), `Origin` this server's, `Referer` a page
+/// of this server. With no mark at all (a script, not a browser), the token must be in a
+/// header, where no form can put it.
 fn same_origin(bound: SocketAddr, headers: &Headers) -> bool {
-    match (&headers.origin, &headers.referer, &headers.fetch_site) {
-        (_, _, Some(site)) if site != "same-origin" && site != "none" => false,
-        (Some(origin), _, _) => {
-            origin == &format!("http://{bound}")
-                || headers.host.as_deref().is_some_and(|host| origin == &format!("http://{host}"))
-        }
-        (None, Some(referer), _) => headers
-            .host
-            .as_deref()
-            .is_some_and(|host| referer.starts_with(&format!("http://{host}/"))),
-        (None, None, _) => headers.token.is_some(),
+    let origins = [
+        Some(format!("http://{bound}")),
+        headers.host.as_ref().map(|host| format!("http://{host}")),
+    ];
+    let ours = |url: &str, exact: bool| {
+        origins.iter().flatten().any(|origin| match url.strip_prefix(origin.as_str()) {
+            Some(rest) => {
+                if exact {
+                    rest.is_empty()
+                } else {
+                    rest.starts_with('/')
+                }
+            }
+            None => false,
+        })
+    };
+    let (site, origin, referer) = (&headers.fetch_site, &headers.origin, &headers.referer);
+    if site.is_none() && origin.is_none() && referer.is_none() {
+        return headers.token.is_some();
     }
+    site.as_deref().is_none_or(|site| site == "same-origin")
+        && origin.as_deref().is_none_or(|origin| ours(origin, true))
+        && referer.as_deref().is_none_or(|referer| ours(referer, false))
 }
 
-/// `a=1&b=x%20y` as pairs, `+` as a space, percent escapes decoded (invalid UTF-8
-/// replaced, never trusted further than a filter value).
-fn parse_form(text: &str) -> Vec<(String, String)> {
-    text.split('&')
+/// `a=1&b=x%20y` as pairs (at most 32), `+` as a space, percent escapes decoded; `None`
+/// when an escape is malformed or the decoded bytes are not UTF-8 (a refusal, never a
+/// replacement character).
+fn parse_form(text: &[u8]) -> Option<Vec<(String, String)>> {
+    text.split(|&byte| byte == b'&')
         .filter(|pair| !pair.is_empty())
         .take(32)
         .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(&key.replace('+', " ")), percent_decode(&value.replace('+', " ")))
+            let (key, value) = match pair.iter().position(|&byte| byte == b'=') {
+                Some(at) => (&pair[..at], &pair[at + 1..]),
+                None => (pair, &[][..]),
+            };
+            let plus = |part: &[u8]| -> Vec<u8> {
+                part.iter().map(|&byte| if byte == b'+' { b' ' } else { byte }).collect()
+            };
+            Some((percent_decode(&plus(key))?, percent_decode(&plus(value))?))
         })
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while let Some(&byte) = bytes.get(index) {
-        let hex = |at: usize| bytes.get(at).and_then(|digit| char::from(*digit).to_digit(16));
-        match (byte, hex(index + 1), hex(index + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
-                index += 3;
-            }
-            _ => {
-                out.push(byte);
-                index += 1;
-            }
+/// `text` with its `%XX` escapes decoded, strictly: a `%` not followed by two hex digits,
+/// or bytes that are not UTF-8, are `None`.
+fn percent_decode(text: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((&byte, after)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = |at: usize| after.get(at).and_then(|digit| char::from(*digit).to_digit(16));
+            let (high, low) = (hex(0)?, hex(1)?);
+            out.push(u8::try_from(high * 16 + low).ok()?);
+            rest = after.get(2..).unwrap_or_default();
+        } else {
+            out.push(byte);
+            rest = after;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -744,15 +777,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forms_decode_and_tokens_compare_whole() {
+    fn forms_decode_strictly_and_tokens_compare_whole() {
         assert_eq!(
-            parse_form("reason=the+API%20is+back&token=abc%2B1&bad=%zz"),
-            [
+            parse_form(b"reason=the+API%20is+back&token=abc%2B1&e=%C3%A9&flag"),
+            Some(vec![
                 ("reason".to_owned(), "the API is back".to_owned()),
                 ("token".to_owned(), "abc+1".to_owned()),
-                ("bad".to_owned(), "%zz".to_owned())
-            ]
+                ("e".to_owned(), "\u{e9}".to_owned()),
+                ("flag".to_owned(), String::new()),
+            ])
         );
+        for bad in [&b"a=%zz"[..], b"a=%f", b"a=%", b"a=%ff", b"a=%C3", b"%zz=a", b"a=\xff"] {
+            assert_eq!(parse_form(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
         assert!(token_matches("0123456789abcdef", "0123456789abcdef"));
         assert!(!token_matches("0123456789abcdef", "0123456789abcdeF"));
         assert!(!token_matches("0123456789abcdef", "0123456789abcde"));
