@@ -70,7 +70,6 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "jiff",
             "clap",
             "clap_complete",
-            "tiny_http",
             "signal-hook",
             "libc",
         ],

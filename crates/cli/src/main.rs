@@ -12,6 +12,7 @@ mod clock;
 mod demo;
 mod files;
 mod html;
+mod listen;
 mod relay;
 mod run;
 mod serve;

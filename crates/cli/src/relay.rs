@@ -2,13 +2,12 @@
 //! stderr, the totals on stdout, and a clean stop on SIGTERM or SIGINT.
 
 use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::Write,
+    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
 };
 
 use serde_json::{Value, json};
@@ -17,6 +16,7 @@ use toolledger::{Drained, Location, Relay, RelayEvent, Until};
 use crate::{
     args::LogFormat,
     claims::Claims,
+    listen::{self, Answer, Limits, Listener, Refusal, Request},
     run::{Failure, Printed},
 };
 
@@ -115,7 +115,8 @@ pub(crate) fn run(
 }
 
 /// Serves `GET /metrics` (the `metrics` command's text) on a loopback address until
-/// `stop`. Any other request is 404; a request is read at most 8 KiB and 2 s.
+/// `stop`, on the listener `serve` uses (its bounds, its `Host` rule: a request not
+/// addressed to this address is 421). Any other request is 404; a body is 413.
 fn serve_metrics(
     addr: SocketAddr,
     db: &Location,
@@ -125,43 +126,54 @@ fn serve_metrics(
     if !addr.ip().is_loopback() {
         return Err(refused("--metrics-listen must be a loopback address"));
     }
+    // A scraper or two: a few connections, and no request has a body.
+    let limits = Limits { body_bytes_max: 0, connections_max: 16 };
     let listener =
-        TcpListener::bind(addr).map_err(|_| refused("--metrics-listen could not be bound"))?;
-    listener.set_nonblocking(true).map_err(|_| refused("--metrics-listen could not be set up"))?;
-    if let Ok(bound) = listener.local_addr() {
-        let _ = writeln!(std::io::stderr(), "relay metrics listening on {bound}");
-    }
-    let db = db.clone();
-    Ok(std::thread::spawn(move || {
-        while !stop.load(Ordering::SeqCst) {
-            match listener.accept() {
-                Ok((stream, _)) => answer(stream, &db),
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }))
+        Listener::bind(addr, limits).map_err(|_| refused("--metrics-listen could not be bound"))?;
+    let _ = writeln!(std::io::stderr(), "relay metrics listening on {}", listener.bound());
+    let metrics = Arc::new(Metrics { db: db.clone() });
+    std::thread::Builder::new()
+        .name("toolledger-metrics".to_owned())
+        .spawn(move || {
+            let _ = listener.serve(metrics, &stop);
+        })
+        .map_err(|_| Failure {
+            code: "INTERNAL_ERROR",
+            message: "the relay could not start its metrics listener".to_owned(),
+        })
 }
 
-fn answer(mut stream: TcpStream, db: &Location) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut request = Vec::new();
-    let mut chunk = [0_u8; 1024];
-    while request.len() < 8192 && !request.windows(4).any(|window| window == b"\r\n\r\n") {
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(read) => request.extend_from_slice(chunk.get(..read).unwrap_or_default()),
+/// The metrics listener's service.
+struct Metrics {
+    db: Location,
+}
+
+fn text(status: u16, content_type: &str, body: String) -> Answer {
+    Answer {
+        status,
+        headers: vec![
+            ("Content-Type", content_type.to_owned()),
+            ("X-Content-Type-Options", "nosniff".to_owned()),
+        ],
+        body: body.into_bytes(),
+    }
+}
+
+impl listen::Service for Metrics {
+    fn answer(&self, request: &Request) -> Answer {
+        let path = request.target().split_once('?').map_or(request.target(), |(path, _)| path);
+        if (request.method(), path) != ("GET", "/metrics") {
+            return text(404, "text/plain; charset=utf-8", "not found\n".to_owned());
+        }
+        match toolledger::metrics(&self.db, None) {
+            Ok(figures) => text(200, "text/plain; version=0.0.4; charset=utf-8", figures),
+            Err(_) => {
+                text(503, "text/plain; charset=utf-8", "the ledger could not be read\n".to_owned())
+            }
         }
     }
-    let wanted = request.starts_with(b"GET /metrics ") || request.starts_with(b"GET /metrics?");
-    let (status, body) = match (wanted, toolledger::metrics(db, None)) {
-        (true, Ok(text)) => ("200 OK", text),
-        (true, Err(_)) => ("503 Service Unavailable", "the ledger could not be read\n".to_owned()),
-        (false, _) => ("404 Not Found", "not found\n".to_owned()),
-    };
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
+
+    fn refuse(&self, refusal: Refusal) -> Answer {
+        text(refusal.status, "text/plain; charset=utf-8", format!("{}\n", refusal.message))
+    }
 }

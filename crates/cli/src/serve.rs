@@ -11,13 +11,14 @@
 //! Security: loopback by default; another address needs `--allow-remote` and a token,
 //! and then every request carries it. Read-only unless `--allow-actions`, and an action
 //! needs the token (a header or a form field) and must come from the dashboard's own
-//! origin: a cross-site form post is refused even with the token. Pages carry a
-//! policy that allows no script, frame or foreign form target, and show no path, SQL
-//! or token.
+//! origin: every browser mark it carries must say so, and a cross-site form post is
+//! refused even with the token. Pages carry a policy that allows no script, frame or
+//! foreign form target, and show no path, SQL or token. Connections, their bounds and
+//! the `Host` rule are `listen.rs`'s.
 
 use std::{
     collections::VecDeque,
-    io::{Read, Write},
+    io::Write,
     net::SocketAddr,
     path::PathBuf,
     sync::{
@@ -28,12 +29,12 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tiny_http::{Header, Method, Request, Response, Server};
 use toolledger::{ListFilter, Location, STATES, StatusRef};
 
 use crate::{
     files::read_bounded,
     html::{age, cell, escape, operation_link, page, plot, query_value, state as tag},
+    listen::{self, Answer, Limits, Listener, Refusal, Request},
     run::{Failure, Printed},
 };
 
@@ -54,7 +55,11 @@ const PAGE: usize = 50;
 /// Lag samples kept: six hours at the default period of 10 s.
 const SAMPLES: usize = 2_160;
 /// The longest request body read (a requeue form).
-const BODY_MAX: u64 = 8_192;
+const BODY_MAX: usize = 8_192;
+/// Connections answered at once: a slow client holds one of them, never the server.
+const CONNECTIONS_MAX: usize = 128;
+/// The longest requeue reason, in bytes.
+const REASON_BYTES_MAX: usize = 512;
 
 /// What the server shares between its threads.
 struct State {
@@ -93,9 +98,10 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
     }
     // The ledger must exist: the dashboard creates nothing.
     opens(db)?;
-    let server =
-        Server::http(options.listen).map_err(|_| refused("--listen could not be bound"))?;
-    let bound = server.server_addr().to_ip().map_or(options.listen, |addr| addr);
+    let limits = Limits { body_bytes_max: BODY_MAX, connections_max: CONNECTIONS_MAX };
+    let listener = Listener::bind(options.listen, limits)
+        .map_err(|_| refused("--listen could not be bound"))?;
+    let bound = listener.bound();
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|_| Failure {
@@ -118,18 +124,14 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "listening on {bound}");
     let _ = stdout.flush();
-    let mut served: u64 = 0;
-    while !stop.load(Ordering::SeqCst) {
-        match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(request)) => {
-                served += 1;
-                respond(&state, bound, request);
-            }
-            Ok(None) => {}
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
+    let served = listener.serve(Arc::new(Dashboard { state, bound }), &stop);
+    // The sampler ends with the flag, also when the listener could not start.
+    stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
+    let served = served.map_err(|_| Failure {
+        code: "INTERNAL_ERROR",
+        message: "the server could not start its listener".to_owned(),
+    })?;
     Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "served": served}), true))
 }
 
@@ -227,8 +229,14 @@ fn title(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not found",
         405 => "Method not allowed",
+        408 => "Request timeout",
         409 => "Conflict",
+        411 => "Length required",
+        413 => "Request too large",
         421 => "Misdirected request",
+        431 => "Headers too large",
+        501 => "Not implemented",
+        505 => "HTTP version not supported",
         _ => "Unavailable",
     }
 }
@@ -243,21 +251,29 @@ impl From<toolledger::Error> for Reply {
     }
 }
 
-/// Reads `request`, answers it, and sends the answer with the pages' security headers.
-fn respond(state: &State, bound: SocketAddr, mut request: Request) {
-    let method = request.method().clone();
-    let url = request.url().to_owned();
-    let header = |name: &str| {
-        request
-            .headers()
-            .iter()
-            .find(|header| header.field.as_str().as_str().eq_ignore_ascii_case(name))
-            .map(|header| header.value.as_str().to_owned())
-    };
+/// The dashboard as a listener's service: each answer with the pages' security headers.
+struct Dashboard {
+    state: Arc<State>,
+    bound: SocketAddr,
+}
+
+impl listen::Service for Dashboard {
+    fn answer(&self, request: &Request) -> Answer {
+        secured(respond(&self.state, self.bound, request))
+    }
+
+    fn refuse(&self, refusal: Refusal) -> Answer {
+        secured(Reply::error(refusal.status, refusal.code, refusal.message))
+    }
+}
+
+/// The answer to `request`.
+fn respond(state: &State, bound: SocketAddr, request: &Request) -> Reply {
+    let header = |name: &str| request.header(name).map(str::to_owned);
     let headers = Headers {
-        host: header("Host"),
         origin: header("Origin"),
         referer: header("Referer"),
+        host: header("Host"),
         fetch_site: header("Sec-Fetch-Site"),
         token: header("X-Toolledger-Token").or_else(|| {
             header("Authorization")
@@ -266,21 +282,16 @@ fn respond(state: &State, bound: SocketAddr, mut request: Request) {
         form: header("Content-Type")
             .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded")),
     };
-    let mut body = String::new();
-    if method == Method::Post {
-        let _ = request.as_reader().take(BODY_MAX).read_to_string(&mut body);
-    }
-    let reply = handle(state, bound, &method, &url, &headers, &body);
-    let mut response = Response::from_string(reply.body).with_status_code(reply.status);
+    handle(state, bound, request.method(), request.target(), &headers, request.body())
+}
+
+/// `reply` with the headers every page carries.
+fn secured(reply: Reply) -> Answer {
     let mut headers = vec![
         ("Content-Type", reply.content_type.to_owned()),
         ("Cache-Control", "no-store".to_owned()),
         ("X-Content-Type-Options", "nosniff".to_owned()),
         ("Referrer-Policy", "same-origin".to_owned()),
-        // One request per connection: the server answers one request at a time, and a
-        // kept-alive connection's small writes meet the client's delayed ACK (40 ms a
-        // page, measured), where a new loopback connection costs a fraction of a ms.
-        ("Connection", "close".to_owned()),
         (
             "Content-Security-Policy",
             "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
@@ -291,12 +302,7 @@ fn respond(state: &State, bound: SocketAddr, mut request: Request) {
     if let Some(location) = reply.location {
         headers.push(("Location", location));
     }
-    for (name, value) in headers {
-        if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(header);
-        }
-    }
-    let _ = request.respond(response);
+    Answer { status: reply.status, headers, body: reply.body.into_bytes() }
 }
 
 /// The request headers the server judges.
@@ -318,22 +324,13 @@ fn token_matches(token: &str, given: &str) -> bool {
 fn handle(
     state: &State,
     bound: SocketAddr,
-    method: &Method,
+    method: &str,
     url: &str,
     headers: &Headers,
-    body: &str,
+    body: &[u8],
 ) -> Reply {
-    let remote = !bound.ip().is_loopback();
-    // A loopback server answers only requests addressed to it: a page of another site
-    // whose name resolves to 127.0.0.1 (DNS rebinding) is refused.
-    if !remote {
-        let port = bound.port();
-        let ours = [format!("{bound}"), format!("localhost:{port}"), format!("127.0.0.1:{port}")];
-        if !headers.host.as_deref().is_some_and(|host| ours.iter().any(|ours| ours == host)) {
-            return Reply::error(421, "MISDIRECTED", "this server answers only its own address");
-        }
-    }
-    if remote {
+    // (A loopback listener has already refused a request whose `Host` is not ours.)
+    if !bound.ip().is_loopback() {
         let given = headers.token.as_deref().unwrap_or_default();
         if !state.token.as_deref().is_some_and(|token| token_matches(token, given)) {
             return Reply::error(
@@ -344,29 +341,33 @@ fn handle(
         }
     }
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let query = parse_form(query);
+    let Some(query) = parse_form(query.as_bytes()) else {
+        return Reply::error(400, "USAGE_ERROR", "the query is not valid form encoding");
+    };
     match (method, path) {
-        (Method::Get, "/") => overview(state),
-        (Method::Get, "/operations") => operations(state, &query),
-        (Method::Get, "/healthz") => match opens(&state.db) {
+        ("GET", "/") => overview(state),
+        ("GET", "/operations") => operations(state, &query),
+        ("GET", "/healthz") => match opens(&state.db) {
             Ok(_) => Reply::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
             Err(_) => Reply::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
         },
-        (Method::Get, "/metrics") => match toolledger::metrics(&state.db, state.now()) {
+        ("GET", "/metrics") => match toolledger::metrics(&state.db, state.now()) {
             Ok(text) => Reply::text(200, "text/plain; version=0.0.4; charset=utf-8", text),
             Err(err) => err.into(),
         },
-        (Method::Get, "/style.css") => {
+        ("GET", "/style.css") => {
             Reply::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
         }
-        (Method::Get, path) if path.starts_with("/operations/") => {
-            operation(state, &percent_decode(&path["/operations/".len()..]))
+        ("GET", path) if path.starts_with("/operations/") => {
+            let wanted = percent_decode(&path.as_bytes()["/operations/".len()..]);
+            operation(state, wanted.as_deref().unwrap_or_default())
         }
-        (Method::Post, path) if path.starts_with("/operations/") && path.ends_with("/requeue") => {
-            let status_ref = &path["/operations/".len()..path.len() - "/requeue".len()];
-            requeue(state, bound, &percent_decode(status_ref), headers, body)
+        ("POST", path) if path.starts_with("/operations/") && path.ends_with("/requeue") => {
+            let status_ref = &path.as_bytes()["/operations/".len()..path.len() - "/requeue".len()];
+            let wanted = percent_decode(status_ref);
+            requeue(state, bound, wanted.as_deref().unwrap_or_default(), headers, body)
         }
-        (Method::Get | Method::Post, _) => Reply::error(404, "NOT_FOUND", "no such page"),
+        ("GET" | "POST", _) => Reply::error(404, "NOT_FOUND", "no such page"),
         _ => Reply::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
     }
 }
@@ -636,7 +637,13 @@ fn state_of(status: &str, shown: &Value, now: i64) -> String {
     tag(if unknown { "unknown" } else { status })
 }
 
-fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, body: &str) -> Reply {
+fn requeue(
+    state: &State,
+    bound: SocketAddr,
+    wanted: &str,
+    headers: &Headers,
+    body: &[u8],
+) -> Reply {
     if !state.options.allow_actions {
         return Reply::error(
             403,
@@ -644,29 +651,20 @@ fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, bo
             "actions are disabled: start the server with --allow-actions",
         );
     }
-    // Same origin: a browser says where a form was posted from; another site's page may
-    // not act, even with the token.
-    let origin_ok = match (&headers.origin, &headers.referer, &headers.fetch_site) {
-        (_, _, Some(site)) if site != "same-origin" && site != "none" => false,
-        (Some(origin), _, _) => {
-            origin == &format!("http://{bound}")
-                || headers.host.as_deref().is_some_and(|host| origin == &format!("http://{host}"))
-        }
-        (None, Some(referer), _) => headers
-            .host
-            .as_deref()
-            .is_some_and(|host| referer.starts_with(&format!("http://{host}/"))),
-        // No browser marks: a script with the token in a header (curl, a runbook).
-        (None, None, _) => headers.token.is_some(),
-    };
-    if !origin_ok {
+    if !same_origin(bound, headers) {
         return Reply::error(
             403,
             "CROSS_SITE",
             "actions are accepted only from this dashboard's own pages",
         );
     }
-    let form = if headers.form { parse_form(body) } else { Vec::new() };
+    let form = match (headers.form, parse_form(body)) {
+        (false, _) => Vec::new(),
+        (true, Some(form)) => form,
+        (true, None) => {
+            return Reply::error(400, "USAGE_ERROR", "the form is not valid form encoding");
+        }
+    };
     let field =
         |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str());
     let given = headers.token.as_deref().or_else(|| field("token")).unwrap_or_default();
@@ -678,8 +676,11 @@ fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, bo
         );
     }
     let reason = field("reason").map(str::trim).unwrap_or_default();
-    if reason.is_empty() || reason.len() > 512 {
+    if reason.is_empty() || reason.len() > REASON_BYTES_MAX {
         return Reply::error(400, "USAGE_ERROR", "a reason of 1 to 512 bytes is required");
+    }
+    if reason.chars().any(char::is_control) {
+        return Reply::error(400, "USAGE_ERROR", "a reason may not hold control characters");
     }
     let Ok(status_ref) = StatusRef::new(wanted) else {
         return Reply::error(404, "NOT_FOUND", "no such operation");
@@ -701,37 +702,74 @@ fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, bo
     }
 }
 
-/// `a=1&b=x%20y` as pairs, `+` as a space, percent escapes decoded (invalid UTF-8
-/// replaced, never trusted further than a filter value).
-fn parse_form(text: &str) -> Vec<(String, String)> {
-    text.split('&')
+/// Whether a request to act comes from the dashboard's own pages. Every browser mark
+/// present must say so: `Sec-Fetch-Site` only `same-origin` (`none`, a typed or
+/// bookmarked request, is not a form of ours), `Origin` this server's, `Referer` a page
+/// of this server. With no mark at all (a script, not a browser), the token must be in a
+/// header, where no form can put it.
+fn same_origin(bound: SocketAddr, headers: &Headers) -> bool {
+    let origins = [
+        Some(format!("http://{bound}")),
+        headers.host.as_ref().map(|host| format!("http://{host}")),
+    ];
+    let ours = |url: &str, exact: bool| {
+        origins.iter().flatten().any(|origin| match url.strip_prefix(origin.as_str()) {
+            Some(rest) => {
+                if exact {
+                    rest.is_empty()
+                } else {
+                    rest.starts_with('/')
+                }
+            }
+            None => false,
+        })
+    };
+    let (site, origin, referer) = (&headers.fetch_site, &headers.origin, &headers.referer);
+    if site.is_none() && origin.is_none() && referer.is_none() {
+        return headers.token.is_some();
+    }
+    site.as_deref().is_none_or(|site| site == "same-origin")
+        && origin.as_deref().is_none_or(|origin| ours(origin, true))
+        && referer.as_deref().is_none_or(|referer| ours(referer, false))
+}
+
+/// `a=1&b=x%20y` as pairs (at most 32), `+` as a space, percent escapes decoded; `None`
+/// when an escape is malformed or the decoded bytes are not UTF-8 (a refusal, never a
+/// replacement character).
+fn parse_form(text: &[u8]) -> Option<Vec<(String, String)>> {
+    text.split(|&byte| byte == b'&')
         .filter(|pair| !pair.is_empty())
         .take(32)
         .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(&key.replace('+', " ")), percent_decode(&value.replace('+', " ")))
+            let (key, value) = match pair.iter().position(|&byte| byte == b'=') {
+                Some(at) => (&pair[..at], &pair[at + 1..]),
+                None => (pair, &[][..]),
+            };
+            let plus = |part: &[u8]| -> Vec<u8> {
+                part.iter().map(|&byte| if byte == b'+' { b' ' } else { byte }).collect()
+            };
+            Some((percent_decode(&plus(key))?, percent_decode(&plus(value))?))
         })
         .collect()
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while let Some(&byte) = bytes.get(index) {
-        let hex = |at: usize| bytes.get(at).and_then(|digit| char::from(*digit).to_digit(16));
-        match (byte, hex(index + 1), hex(index + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
-                index += 3;
-            }
-            _ => {
-                out.push(byte);
-                index += 1;
-            }
+/// `text` with its `%XX` escapes decoded, strictly: a `%` not followed by two hex digits,
+/// or bytes that are not UTF-8, are `None`.
+fn percent_decode(text: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((&byte, after)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = |at: usize| after.get(at).and_then(|digit| char::from(*digit).to_digit(16));
+            let (high, low) = (hex(0)?, hex(1)?);
+            out.push(u8::try_from(high * 16 + low).ok()?);
+            rest = after.get(2..).unwrap_or_default();
+        } else {
+            out.push(byte);
+            rest = after;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -739,15 +777,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forms_decode_and_tokens_compare_whole() {
+    fn forms_decode_strictly_and_tokens_compare_whole() {
         assert_eq!(
-            parse_form("reason=the+API%20is+back&token=abc%2B1&bad=%zz"),
-            [
+            parse_form(b"reason=the+API%20is+back&token=abc%2B1&e=%C3%A9&flag"),
+            Some(vec![
                 ("reason".to_owned(), "the API is back".to_owned()),
                 ("token".to_owned(), "abc+1".to_owned()),
-                ("bad".to_owned(), "%zz".to_owned())
-            ]
+                ("e".to_owned(), "\u{e9}".to_owned()),
+                ("flag".to_owned(), String::new()),
+            ])
         );
+        for bad in [&b"a=%zz"[..], b"a=%f", b"a=%", b"a=%ff", b"a=%C3", b"%zz=a", b"a=\xff"] {
+            assert_eq!(parse_form(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
         assert!(token_matches("0123456789abcdef", "0123456789abcdef"));
         assert!(!token_matches("0123456789abcdef", "0123456789abcdeF"));
         assert!(!token_matches("0123456789abcdef", "0123456789abcde"));

@@ -389,3 +389,62 @@ fn text_a_downstream_wrote_is_shown_as_text() {
         assert_discreet(&page);
     }
 }
+
+#[test]
+fn requeue_refuses_any_foreign_browser_mark_and_reasons_that_do_not_decode() {
+    let dir = Dir::new();
+    let [_, dead, ..] = ledger(&dir);
+    dir.write("token", format!("{TOKEN}\n").as_bytes());
+    let server = Dashboard::start(&dir, &["--allow-actions", "--token-file", "token"]);
+    let path = format!("/operations/{dead}/requeue");
+    let origin = server.base.clone();
+    let page = format!("{origin}/operations/{dead}");
+    let unchanged = || {
+        assert_eq!(
+            dir.db_text(&format!("SELECT status FROM operations WHERE status_ref = '{dead}'")),
+            "dead"
+        );
+        assert_eq!(dir.db_int("SELECT count(*) FROM operator_log"), 0);
+    };
+    let form = format!("reason=back&token={TOKEN}");
+    let lookalike = format!("{origin}.evil.example/x");
+    for (form, headers) in [
+        // A typed or bookmarked request is no form of ours, even with the token header.
+        ("reason=back", vec![("X-Toolledger-Token", TOKEN), ("Sec-Fetch-Site", "none")]),
+        (form.as_str(), vec![("Origin", origin.as_str()), ("Sec-Fetch-Site", "same-site")]),
+        // Each mark present must agree: our Origin does not excuse a foreign Referer,
+        // nor our Referer a foreign (or opaque) Origin.
+        (form.as_str(), vec![("Origin", origin.as_str()), ("Referer", "http://evil.example/x")]),
+        (form.as_str(), vec![("Origin", "null"), ("Referer", page.as_str())]),
+        (form.as_str(), vec![("Referer", lookalike.as_str())]),
+        (
+            "reason=back",
+            vec![
+                ("X-Toolledger-Token", TOKEN),
+                ("Origin", origin.as_str()),
+                ("Sec-Fetch-Site", "cross-site"),
+            ],
+        ),
+    ] {
+        let (status, body) = server.post(&path, form, &headers);
+        assert_eq!(status, 403, "{form} {headers:?}: {body}");
+        assert!(body.contains("CROSS_SITE"), "{form} {headers:?}: {body}");
+        unchanged();
+    }
+    // What a browser sends from the operation's page: every mark ours.
+    let ours = [("Origin", origin.as_str()), ("Referer", &page), ("Sec-Fetch-Site", "same-origin")];
+    let too_long = "a".repeat(513);
+    for reason in ["%zz", "a%f", "%ff", "%C3", "a%00b", "a%07b", "%0A", "%7F", "+", &too_long] {
+        let (status, body) = server.post(&path, &format!("token={TOKEN}&reason={reason}"), &ours);
+        assert_eq!(status, 400, "{reason}: {body}");
+        assert!(body.contains("USAGE_ERROR"), "{reason}: {body}");
+        assert!(reason.len() < 3 || !body.contains(reason), "the page repeats the input: {body}");
+        unchanged();
+    }
+    // 512 bytes of valid UTF-8 (256 two-byte characters) are taken whole.
+    let reason = "\u{e9}".repeat(256);
+    let (status, body) =
+        server.post(&path, &format!("token={TOKEN}&reason={}", "%C3%A9".repeat(256)), &ours);
+    assert_eq!((status, body.as_str()), (303, ""));
+    assert_eq!(dir.db_text("SELECT reason FROM operator_log"), reason);
+}

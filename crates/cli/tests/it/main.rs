@@ -20,6 +20,7 @@ mod http;
 mod iofaults;
 mod kill;
 mod library;
+mod listeners;
 mod liveness;
 mod multihost;
 mod operators;

@@ -194,7 +194,7 @@ fn the_relay_serves_metrics_on_loopback_only() {
     let addr = first.trim().strip_prefix("relay metrics listening on ").unwrap().to_owned();
     let get = |path: &str| {
         let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         response
