@@ -55,7 +55,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }
-        "toolledger-store-postgres" => &["serde_json", "thiserror", "postgres"],
+        "toolledger-store-postgres" => {
+            &["serde_json", "thiserror", "postgres", "tokio-postgres", "tokio"]
+        }
         "toolledger-conformance" => &["serde_json", "rusqlite", "postgres"],
         "toolledger-downstream-http" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]

@@ -8,7 +8,7 @@
 //! in its own savepoint: one that cannot run (a table dropped by hand) is a finding of
 //! that check, and the rest still run on the same snapshot.
 
-use postgres::{IsolationLevel, Row, Transaction, fallible_iterator::FallibleIterator};
+use tokio_postgres::{IsolationLevel, Row};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
@@ -19,10 +19,10 @@ use toolledger_store::{
 
 use crate::{
     AuditReport, STAND_IN_NAME, STAND_IN_REVISION, StoreError,
-    error::{is_lost, pg},
+    error::is_lost,
     pg::raw_operation,
     schema,
-    session::{Conn, Db, Params, get},
+    session::{Conn, Db, Params, Transaction, get},
 };
 
 /// PostgreSQL's health checks, reported before the invariants.
@@ -71,13 +71,22 @@ fn strings(
     db.query(sql, params)?.iter().map(|row| get(row, 0)).collect()
 }
 
-/// Hands each row of `sql` to `each`, streamed.
+/// Rows of a streamed listing fetched per exchange with the server.
+const PAGE_ROWS: i32 = 1_000;
+
+/// Hands each row of `sql` to `each`, read a page at a time through a portal (each page
+/// one bounded exchange; the whole listing never held in memory).
 fn each_row(db: &mut Tx<'_, '_>, sql: &str, mut each: impl FnMut(&Row)) -> Result<(), StoreError> {
-    let mut rows = db.c.query_raw(sql, std::iter::empty::<&str>()).map_err(pg)?;
-    while let Some(row) = rows.next().map_err(pg)? {
-        each(&row);
+    let portal = db.c.bind(sql)?;
+    loop {
+        let page = db.c.query_portal(&portal, PAGE_ROWS)?;
+        for row in &page {
+            each(row);
+        }
+        if page.len() < usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX) {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 /// A server setting, as the session sees it.
@@ -85,14 +94,22 @@ fn setting(db: &mut Tx<'_, '_>, name: &str) -> Result<Option<String>, StoreError
     db.value("SELECT current_setting($1)", &[&name])
 }
 
+/// The longest one of the audit's exchanges may take: its listings scan whole tables
+/// (a 1M-operation ledger's take seconds each), so they get far longer than a lock wait,
+/// but still a bound: a server that stopped answering ends the audit with `STORE_BUSY`.
+const AUDIT_ANSWER_BOUND: std::time::Duration = std::time::Duration::from_secs(600);
+
 pub(crate) fn run(conn: &mut Conn) -> Result<AuditReport, StoreError> {
+    let bound = conn.client.bound();
+    conn.client.set_bound(bound.max(AUDIT_ANSWER_BOUND));
+    let report = audit(conn);
+    conn.client.set_bound(bound);
+    report
+}
+
+fn audit(conn: &mut Conn) -> Result<AuditReport, StoreError> {
     let Conn { client, cache } = conn;
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(pg)?;
+    let mut tx = client.begin(IsolationLevel::RepeatableRead, true)?;
     let db = &mut Db::new(&mut tx, cache);
     let mut findings = Findings::default();
 
@@ -153,7 +170,7 @@ pub(crate) fn run(conn: &mut Conn) -> Result<AuditReport, StoreError> {
         .flatten()
         .collect();
     // Nothing was written; ending the read transaction cannot lose anything.
-    tx.rollback().map_err(pg)?;
+    tx.rollback()?;
     Ok(report(&CHECKS, findings, counts, unreconciled))
 }
 

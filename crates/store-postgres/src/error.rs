@@ -21,6 +21,15 @@ pub(crate) const NO_DATABASE: &str = "the database does not exist";
 const GENERIC: &str = "a PostgreSQL error";
 /// A connection that could not be made.
 pub(crate) const UNREACHABLE: &str = "could not connect to the server";
+/// A server that accepted the connection but did not finish its startup within the
+/// wait bound (stopped, overloaded, or not a PostgreSQL server at all).
+pub(crate) const UNANSWERED: &str = "the server did not answer within the wait bound";
+
+/// A connection abandoned after an exchange ran past its bound: never used again, so
+/// the store makes a new one (see [`is_lost`]).
+pub(crate) fn abandoned() -> StoreError {
+    failed(LOST)
+}
 
 /// A failure described by `what`, with no underlying error.
 pub(crate) fn failed(what: &'static str) -> StoreError {

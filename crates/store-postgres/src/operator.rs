@@ -103,7 +103,7 @@ impl OperatorStore for PgStore {
                 if left == 0 {
                     break;
                 }
-                let params: [&(dyn postgres::types::ToSql + Sync); 8] = [
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                     &stored(state),
                     &cutoff,
                     &start.updated_at,
@@ -255,7 +255,7 @@ impl OperatorStore for PgStore {
 
 /// The one number `sql` answers (0 for none, or NULL).
 fn number(
-    db: &mut Db<'_, postgres::Client>,
+    db: &mut Db<'_, crate::session::Client>,
     sql: &str,
     params: &Params<'_>,
 ) -> Result<i64, StoreError> {

@@ -12,8 +12,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use postgres::{Config, GenericClient, IsolationLevel, Row, Transaction, types::ToSql};
 use serde_json::Value;
+use tokio_postgres::{Config, IsolationLevel, Row, types::ToSql};
 use toolledger_contract::{
     DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef, UnixSeconds,
 };
@@ -24,10 +24,10 @@ use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
     OutboxEvent, RecordedCall, Release, Reservation, StandInReceipts, StoreError, Waits,
-    error::{self, failed, is_conflict, is_lost, pg},
+    error::{self, failed, is_conflict, is_lost},
     pool::Shared,
     schema,
-    session::{self, Conn, Db, get},
+    session::{self, Conn, Db, GenericClient, Transaction, get},
     verify::{self, RawOperation},
 };
 
@@ -586,7 +586,7 @@ impl PgStore {
     /// A read on the connection (see [`PgStore::with_conn`]).
     pub(crate) fn read<T>(
         &mut self,
-        mut work: impl FnMut(&mut Db<'_, postgres::Client>) -> Result<T, StoreError>,
+        mut work: impl FnMut(&mut Db<'_, session::Client>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.with_conn(|conn| work(&mut conn.db()))
     }
@@ -597,7 +597,7 @@ impl PgStore {
     pub(crate) fn read_at<T>(
         &mut self,
         now: Now,
-        mut work: impl FnMut(&mut Db<'_, postgres::Client>, Now) -> Result<T, StoreError>,
+        mut work: impl FnMut(&mut Db<'_, session::Client>, Now) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let clock = self.clock;
         self.read(|db| {
@@ -660,19 +660,16 @@ impl PgStore {
     ) -> Result<T, (StoreError, bool)> {
         let clock = self.clock;
         let Conn { client, cache } = self.ready().map_err(|err| (err, false))?;
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .map_err(|err| (pg(err), false))?;
+        let mut tx =
+            client.begin(IsolationLevel::ReadCommitted, false).map_err(|err| (err, false))?;
         let (value, keep) =
             run(&mut Db::new(&mut tx, cache), clock, now, work).map_err(|err| (err, true))?;
         if keep {
-            // The server may have committed before the answer was lost.
-            tx.commit().map_err(|err| (StoreError::commit_unknown("postgres", pg(err)), true))?;
+            // The server may have committed before the answer was lost, or went unsaid.
+            tx.commit().map_err(|err| (StoreError::commit_unknown("postgres", err), true))?;
             toolledger_store::crash::committed();
         } else {
-            tx.rollback().map_err(|err| (pg(err), true))?;
+            tx.rollback().map_err(|err| (err, true))?;
         }
         Ok(value)
     }
@@ -1445,7 +1442,7 @@ impl LedgerStore for PgStore {
                 Release::Later { at, reason } => {
                     let at = shifted(*at, caller_now, now).get();
                     let reason = toolledger_store::bounded_reason(reason);
-                    let params: [&(dyn postgres::types::ToSql + Sync); 6] =
+                    let params: [&(dyn ToSql + Sync); 6] =
                         [&status_ref.as_str(), &owner.as_str(), &attempt, &now.get(), &at, &reason];
                     return match db.value::<i64>(SET_ASIDE, &params)? {
                         Some(_) => Ok(Finalize::Finalized),

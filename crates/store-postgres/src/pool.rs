@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use postgres::Config;
+use tokio_postgres::Config;
 
 use crate::{
     StoreError, Waits,

@@ -10,13 +10,12 @@
 //! tables are created (in one transaction, creators serialized by an advisory lock)
 //! only when none of them exists.
 
-use postgres::{GenericClient, IsolationLevel};
+use tokio_postgres::IsolationLevel;
 use toolledger_store::audit::TABLES;
 
 use crate::{
     StoreError,
-    error::pg,
-    session::{Conn, Db, get},
+    session::{Conn, Db, GenericClient, get},
 };
 
 /// The schema id kept in `meta`.
@@ -288,23 +287,19 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
         Contents::Empty => {}
     }
     let Conn { client, cache } = conn;
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
-        .map_err(pg)?;
-    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({CREATE_LOCK})")).map_err(pg)?;
+    let mut tx = client.begin(IsolationLevel::ReadCommitted, false)?;
+    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({CREATE_LOCK})"))?;
     let mut db = Db::new(&mut tx, cache);
     match classify(&mut db)? {
         Contents::Empty => {
-            db.c.batch_execute(DDL).map_err(pg)?;
+            db.c.batch_execute(DDL)?;
             db.exec(SEED_META, &[&SCHEMA_ID])?;
             db.exec(SEED_MIGRATION, &[&SCHEMA_VERSION, &SCHEMA_ID])?;
         }
         Contents::Store => {}
         Contents::Damaged => return Err(StoreError::SchemaUnsupported),
     }
-    tx.commit().map_err(pg)
+    tx.commit()
 }
 
 #[cfg(test)]

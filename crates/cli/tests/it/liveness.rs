@@ -263,3 +263,60 @@ fn stop(relay: &mut Child) {
     let _ = relay.kill();
     panic!("the relay did not stop within 10 s of SIGTERM");
 }
+
+/// Runs `toolledger ARGS` against the ledger at `db` with a 2 s wait bound; the run and
+/// how long it took.
+fn bounded(dir: &Dir, db: &str, args: &[&str]) -> (crate::Run, Duration) {
+    let mut all = vec!["--db", db, "--busy-timeout-ms", "2000"];
+    all.extend_from_slice(args);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
+    command.current_dir(dir.path()).args(&all);
+    let started = std::time::Instant::now();
+    let run = crate::finish(command);
+    (run, started.elapsed())
+}
+
+/// Every wait on PostgreSQL has a bound, as on SQLite: against a server that was stopped
+/// (`SIGSTOP`: it accepts connections and says nothing), and against a port that accepts
+/// and never answers, `list` and `dispatch` answer `STORE_ERROR` within the wait bound
+/// and a little (before: they waited past 30 s whatever `--busy-timeout-ms` said), and
+/// nothing is accepted; once the server runs again, they work.
+#[test]
+fn a_stopped_postgres_server_is_answered_within_the_bound() {
+    let dir = Dir::new();
+    let cluster = toolledger_store_postgres::cluster::Cluster::start().unwrap();
+    let db = cluster.url();
+    let (created, _) = bounded(&dir, &db, &["--case", "case.json", "dispatch"]);
+    assert_eq!(created.code, 0, "{created:?}");
+    let postmaster = std::fs::read_to_string(cluster.dir().unwrap().join("data/postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_owned();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_db = format!("postgres://postgres@{}/none", silent.local_addr().unwrap());
+    let holder = thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(4).collect();
+        thread::sleep(Duration::from_secs(20));
+        drop(held);
+    });
+    assert!(Command::new("kill").args(["-STOP", &postmaster]).status().unwrap().success());
+    let mut answers = Vec::new();
+    for target in [&db, &silent_db] {
+        for args in [&["list"][..], &["--case", "case.json", "dispatch"]] {
+            answers.push(bounded(&dir, target, args));
+        }
+    }
+    assert!(Command::new("kill").args(["-CONT", &postmaster]).status().unwrap().success());
+    for (run, waited) in &answers {
+        run.assert_error("STORE_ERROR");
+        assert!(*waited < Duration::from_secs(10), "{waited:?}: {run:?}");
+    }
+    let (listed, _) = bounded(&dir, &db, &["list"]);
+    assert_eq!((listed.code, listed.stdout.lines().count()), (0, 1), "{listed:?}");
+    let (replayed, _) = bounded(&dir, &db, &["--case", "case.json", "dispatch"]);
+    assert_eq!(replayed.text("/delivery"), "local_replay", "{replayed:?}");
+    drop(holder);
+}

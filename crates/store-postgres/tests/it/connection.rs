@@ -160,3 +160,73 @@ fn a_refused_write_is_answered_in_fixed_words_with_the_cause_kept() {
     // The store goes on.
     assert_audit_passes(&mut store);
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to the process `pid`.
+fn signal(signal: &str, pid: i32) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// A server process stopped (`SIGSTOP`) under an open connection says nothing at all:
+/// each exchange is bounded by the wait bound and a second, so the write and the read
+/// are answered `Busy` (before: they waited for ever), and once the server runs again
+/// the store makes a new connection and goes on.
+#[test]
+fn a_stopped_server_is_answered_busy_within_the_bound() {
+    let url = fresh("stopped");
+    let waits = Waits { busy_timeout: Duration::from_millis(500), deadline: None };
+    let mut store = toolledger_store_postgres::PgStore::connect(&url, waits).unwrap();
+    let (first, call) = intent("k-1");
+    store.reserve(&first, &call, at(0)).unwrap();
+    let pid = store.backend_pid().unwrap();
+    signal("STOP", pid);
+    let (second, second_call) = intent("k-2");
+    let started = Instant::now();
+    let written = store.reserve(&second, &second_call, at(1));
+    let read = store.operation_by_status_ref(&first.status_ref);
+    let waited = started.elapsed();
+    signal("CONT", pid);
+    assert_eq!(written.unwrap_err(), StoreError::Busy);
+    // The abandoned connection is never used again: the read connected anew, to the
+    // server's other processes, which were never stopped.
+    assert!(read.unwrap().is_some());
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_ne!(store.backend_pid().unwrap(), pid);
+    let again = store.reserve(&second, &second_call, at(1)).unwrap();
+    assert!(matches!(again, Reservation::Reserved(_)));
+    assert_audit_passes(&mut store);
+}
+
+/// Something that accepts connections and then says nothing (a stopped server's
+/// listening socket, a port held by another program): the connect is bounded too, and
+/// answered `STORE_ERROR` in fixed words, never waited on for ever.
+#[test]
+fn a_server_that_accepts_and_says_nothing_is_answered_within_the_bound() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().take(4) {
+            open.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/none?connect_timeout=2");
+    let started = Instant::now();
+    let refused = toolledger_store_postgres::PgStore::connect(
+        &url,
+        Waits::total(Duration::from_millis(1_500)),
+    )
+    .unwrap_err();
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(refused.code().as_str(), "STORE_ERROR");
+    assert_eq!(
+        refused.to_string(),
+        "postgres failed: the server did not answer within the wait bound"
+    );
+    drop(held);
+}
