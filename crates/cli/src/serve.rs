@@ -58,8 +58,6 @@ const SAMPLES: usize = 2_160;
 const BODY_MAX: usize = 8_192;
 /// Connections answered at once: a slow client holds one of them, never the server.
 const CONNECTIONS_MAX: usize = 128;
-/// The longest requeue reason, in bytes.
-const REASON_BYTES_MAX: usize = 512;
 
 /// What the server shares between its threads.
 struct State {
@@ -631,9 +629,13 @@ fn operation(state: &State, wanted: &str) -> Reply {
 /// The operation's state as the list names it: `unknown` for a processing operation
 /// whose lease has ended.
 fn state_of(status: &str, shown: &Value, now: i64) -> String {
+    // As `list` judges it: nobody is working it when its lease has ended or a relay set
+    // its attempt aside (the reason kept).
+    let outbox = &shown["outbox"];
     let unknown = status == "processing"
-        && shown["outbox"]["state"].as_str() == Some("processing")
-        && shown["outbox"]["lease_until"].as_i64().is_some_and(|until| until <= now);
+        && outbox["state"].as_str() == Some("processing")
+        && (outbox["lease_until"].as_i64().is_some_and(|until| until <= now)
+            || outbox["last_reason"].is_string());
     tag(if unknown { "unknown" } else { status })
 }
 
@@ -675,13 +677,14 @@ fn requeue(
             "the token is missing or wrong: nothing was changed",
         );
     }
-    let reason = field("reason").map(str::trim).unwrap_or_default();
-    if reason.is_empty() || reason.len() > REASON_BYTES_MAX {
-        return Reply::error(400, "USAGE_ERROR", "a reason of 1 to 512 bytes is required");
-    }
-    if reason.chars().any(char::is_control) {
-        return Reply::error(400, "USAGE_ERROR", "a reason may not hold control characters");
-    }
+    // The library's rule, as the command line applies it: refused, never shortened.
+    let Some(reason) = toolledger::operator_reason(field("reason").unwrap_or_default()) else {
+        return Reply::error(
+            400,
+            "USAGE_ERROR",
+            "a reason of 1 to 512 bytes without control characters is required",
+        );
+    };
     let Ok(status_ref) = StatusRef::new(wanted) else {
         return Reply::error(404, "NOT_FOUND", "no such operation");
     };

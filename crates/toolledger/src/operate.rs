@@ -171,6 +171,11 @@ fn history(operation: &Operation) -> Value {
 }
 
 /// The longest reason an operator action keeps, in bytes.
+///
+/// ```
+/// let longest = "x".repeat(toolledger::REASON_BYTES_MAX);
+/// assert!(toolledger::operator_reason(&longest).is_some());
+/// ```
 pub const REASON_BYTES_MAX: usize = 512;
 
 /// An operator's reason as it is kept: trimmed, 1 to [`REASON_BYTES_MAX`] bytes, and no
