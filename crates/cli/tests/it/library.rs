@@ -125,6 +125,11 @@ fn no_downstream_but_the_simulation_may_declare_its_identity() {
             dir.run(&args).assert_error("USAGE_ERROR");
         }
     }
+    // An https:// service is refused before anything is accepted, saying why.
+    let https =
+        dir.run(&["--fixture", "case.json", "dispatch", "--downstream", "https://127.0.0.1:9"]);
+    https.assert_error("USAGE_ERROR");
+    assert!(https.stderr.contains("TLS is not built in"), "{https:?}");
     assert!(dir.ledger_is_empty());
     let stand_in = || DownstreamIdentity::new("toolledger-stand-in", "1").unwrap();
     let opened = Ledger::builder(dir.location())

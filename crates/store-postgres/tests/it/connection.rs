@@ -230,3 +230,13 @@ fn a_server_that_accepts_and_says_nothing_is_answered_within_the_bound() {
     );
     drop(held);
 }
+
+/// A connection string that requires TLS is refused in words that say why: no TLS stack
+/// is built in (before: "could not connect to the server", after a handshake).
+#[test]
+fn sslmode_require_is_refused_saying_tls_is_not_built_in() {
+    let url = format!("{}?sslmode=require", fresh("tls"));
+    let refused = toolledger_store_postgres::PgStore::connect(&url, Waits::default()).unwrap_err();
+    assert_eq!(refused.code().as_str(), "STORE_ERROR");
+    assert!(refused.to_string().contains("TLS, which is not built in"), "{refused}");
+}
