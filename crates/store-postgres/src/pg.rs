@@ -148,8 +148,8 @@ const RELEASE: &str = "UPDATE outbox SET state = $5, lease_owner = NULL, lease_u
      AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
 const MARK_RELEASED: &str = "UPDATE operations SET status = $3, updated_at = $2 WHERE id = $1";
 /// An attempt set aside (`Release::Later`): SQLite's statement.
-const SET_ASIDE: &str = "UPDATE outbox SET lease_until = $5, next_attempt_at = $5, last_reason = $6, updated_at = $4 \
-     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
+const SET_ASIDE: &str = "UPDATE outbox SET state = $5, lease_until = $6, next_attempt_at = $6, last_reason = $7, \
+     updated_at = $4 WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
      AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
 /// The relay's due events, locked; events another relay has locked are skipped, so two
 /// relays never wait on each other or take the same event.
@@ -1438,28 +1438,25 @@ impl LedgerStore for PgStore {
     ) -> Result<Finalize, StoreError> {
         let caller_now = now;
         self.write(now, |db, now| {
-            let (state, at, reason) = match release {
-                Release::Later { at, reason } => {
-                    let at = shifted(*at, caller_now, now).get();
-                    let reason = toolledger_store::bounded_reason(reason);
-                    let params: [&(dyn ToSql + Sync); 6] =
-                        [&status_ref.as_str(), &owner.as_str(), &attempt, &now.get(), &at, &reason];
-                    return match db.value::<i64>(SET_ASIDE, &params)? {
-                        Some(_) => Ok(Finalize::Finalized),
-                        None => not_written(db, status_ref, true),
-                    };
-                }
+            let (sql, state, at, reason) = match release {
+                Release::Later { at, reason } => (
+                    SET_ASIDE,
+                    "processing",
+                    shifted(*at, caller_now, now).get(),
+                    toolledger_store::bounded_reason(reason),
+                ),
                 Release::Retry { at, reason } => (
+                    RELEASE,
                     "pending",
                     shifted(*at, caller_now, now).get(),
                     toolledger_store::bounded_reason(reason),
                 ),
                 Release::Dead { reason } => {
-                    ("dead", now.get(), toolledger_store::bounded_reason(reason))
+                    (RELEASE, "dead", now.get(), toolledger_store::bounded_reason(reason))
                 }
             };
             let id: Option<i64> = db.value(
-                RELEASE,
+                sql,
                 &[
                     &status_ref.as_str(),
                     &owner.as_str(),

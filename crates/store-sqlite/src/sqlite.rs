@@ -76,10 +76,10 @@ const RELEASE: &str = "UPDATE outbox SET state = ?5, lease_owner = NULL, lease_u
                  WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
 const MARK_RELEASED: &str = "UPDATE operations SET status = ?3, updated_at = ?2 WHERE id = ?1";
-/// An attempt set aside (`Release::Later`): still processing, its lease ending at ?5, the
-/// reason kept (so no heartbeat renews it), fenced as a release is.
-const SET_ASIDE: &str = "UPDATE outbox SET lease_until = ?5, next_attempt_at = ?5, last_reason = ?6, updated_at = ?4 \
-                 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
+/// An attempt set aside (`Release::Later`): still processing (?5), its lease ending at ?6,
+/// the reason kept (so no heartbeat renews it), fenced as a release is; the owner stays.
+const SET_ASIDE: &str = "UPDATE outbox SET state = ?5, lease_until = ?6, next_attempt_at = ?6, last_reason = ?7, \
+                 updated_at = ?4 WHERE op_id = (SELECT id FROM operations WHERE status_ref = ?1) \
                  AND state = 'processing' AND lease_owner = ?2 AND attempt_count = ?3 RETURNING op_id";
 const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.id = b.op_id \
                  WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= ?1 \
@@ -144,7 +144,7 @@ fn hot_statements() -> Vec<(&'static str, String)> {
         ("C: insert terminal outcome", INSERT_OUTCOME.to_owned()),
         ("C: mark ended", MARK_ENDED.to_owned()),
         ("release: outbox", RELEASE.to_owned()),
-        ("release: mark pending or dead", MARK_RELEASED.to_owned()),
+        ("release: mark pending, dead or still processing", MARK_RELEASED.to_owned()),
         ("release: set an attempt aside", SET_ASIDE.to_owned()),
         ("relay: due events", DUE.to_owned()),
         ("relay: claim one due event", CLAIM_ONE.to_owned()),
@@ -1181,45 +1181,22 @@ impl LedgerStore for SqliteStore {
         release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        let (state, at, reason) = match release {
+        let (sql, state, at, reason) = match release {
             Release::Later { at, reason } => {
-                let (at, reason) = (*at, toolledger_store::bounded_reason(reason));
-                let (status_ref, owner) = (status_ref.clone(), owner.clone());
-                return self.batched(move |tx| {
-                    let id: Option<i64> = tx
-                        .prepare_cached(SET_ASIDE)
-                        .map_err(sqlite)?
-                        .query_row(
-                            params![
-                                status_ref.as_str(),
-                                owner.as_str(),
-                                attempt,
-                                now.get(),
-                                at.get(),
-                                reason
-                            ],
-                            |row| row.get(0),
-                        )
-                        .optional()
-                        .map_err(sqlite)?;
-                    match id {
-                        Some(_) => Ok(Finalize::Finalized),
-                        None => not_written(tx, &status_ref, true),
-                    }
-                });
+                (SET_ASIDE, "processing", at.get(), toolledger_store::bounded_reason(reason))
             }
             Release::Retry { at, reason } => {
-                ("pending", at.get(), toolledger_store::bounded_reason(reason))
+                (RELEASE, "pending", at.get(), toolledger_store::bounded_reason(reason))
             }
             Release::Dead { reason } => {
-                ("dead", now.get(), toolledger_store::bounded_reason(reason))
+                (RELEASE, "dead", now.get(), toolledger_store::bounded_reason(reason))
             }
         };
         let (status_ref, owner) = (status_ref.clone(), owner.clone());
         self.batched(move |tx| {
             let (status_ref, owner) = (&status_ref, &owner);
             let id: Option<i64> = tx
-                .prepare_cached(RELEASE)
+                .prepare_cached(sql)
                 .map_err(sqlite)?
                 .query_row(
                     params![

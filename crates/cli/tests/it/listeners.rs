@@ -10,7 +10,7 @@
 use std::{
     io::{BufRead, BufReader, ErrorKind, Read, Write},
     net::TcpStream,
-    process::{Child, ChildStderr, ChildStdout, Command, Stdio},
+    process::{Child, ChildStderr, ChildStdout, Stdio},
     sync::{
         Arc, Barrier,
         atomic::{AtomicBool, Ordering},
@@ -34,9 +34,9 @@ const STOP_WITHIN: Duration = Duration::from_secs(5);
 
 /// A listening `toolledger` process, killed when dropped. Its output pipes are kept open,
 /// so what it prints when it stops is not lost.
-struct Listening {
+pub(crate) struct Listening {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     stdout: Option<BufReader<ChildStdout>>,
     _stderr: Option<BufReader<ChildStderr>>,
 }
@@ -58,7 +58,7 @@ impl Listening {
     }
 
     /// `toolledger relay --metrics-listen 127.0.0.1:0` over two accepted intents.
-    fn relay(dir: &Dir) -> Listening {
+    pub(crate) fn relay(dir: &Dir) -> Listening {
         accepted(dir, 2);
         let mut child = dir
             .command(&[
@@ -92,17 +92,8 @@ impl Listening {
 
     /// Sends SIGTERM and waits at most [`STOP_WITHIN`] for the exit: its code and the
     /// answer the process printed last.
-    fn terminate(&mut self) -> (Option<i32>, Value) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(started.elapsed() < STOP_WITHIN, "still running {STOP_WITHIN:?} after SIGTERM");
-            thread::sleep(Duration::from_millis(20));
-        };
+    pub(crate) fn terminate(&mut self) -> (Option<i32>, Value) {
+        let status = crate::sigterm(&mut self.child, STOP_WITHIN);
         let mut rest = String::new();
         self.stdout.take().unwrap().read_to_string(&mut rest).unwrap();
         let last = rest.lines().last().unwrap_or_else(|| panic!("no answer: {rest:?}"));
@@ -131,7 +122,7 @@ fn exchange(addr: &str, request: &[u8]) -> String {
 }
 
 /// `GET path` addressed to `addr`, with `extra` header lines.
-fn get(addr: &str, path: &str, extra: &str) -> String {
+pub(crate) fn get(addr: &str, path: &str, extra: &str) -> String {
     exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n").as_bytes())
 }
 

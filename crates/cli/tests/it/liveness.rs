@@ -252,16 +252,7 @@ fn a_running_relay_shows_what_its_recheck_refused_as_unknown() {
 
 /// SIGTERM, then the exit within a bound.
 fn stop(relay: &mut Child) {
-    let pid = relay.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    for _ in 0..200 {
-        if relay.try_wait().unwrap().is_some() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    let _ = relay.kill();
-    panic!("the relay did not stop within 10 s of SIGTERM");
+    crate::sigterm(relay, Duration::from_secs(10));
 }
 
 /// Runs `toolledger ARGS` against the ledger at `db` with a 2 s wait bound; the run and

@@ -348,6 +348,27 @@ pub fn finish_to(command: &mut Command) -> Run {
     Run::from(std::process::Output { status, stdout, stderr })
 }
 
+/// Sends SIGTERM to `child` and waits at most `within` for it to exit: its status.
+/// Panics when it is still running then.
+pub fn sigterm(
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+) -> std::process::ExitStatus {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            panic!("still running {within:?} after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn workspace(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)
 }

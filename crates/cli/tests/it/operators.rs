@@ -3,7 +3,7 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Read, Write},
+    io::Write,
     process::{Command, Stdio},
 };
 
@@ -171,44 +171,17 @@ fn gc_retires_finished_operations_behind_tombstones() {
 #[test]
 fn the_relay_serves_metrics_on_loopback_only() {
     let dir = Dir::new();
-    accepted(&dir, 2);
     dir.run(&["--fixture", "case.json", "relay", "--metrics-listen", "0.0.0.0:0"])
         .assert_error("USAGE_ERROR");
-    let mut child = dir
-        .command(&[
-            "--fixture",
-            "case.json",
-            "relay",
-            "--poll-ms",
-            "20",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    stderr.read_line(&mut first).unwrap();
-    let addr = first.trim().strip_prefix("relay metrics listening on ").unwrap().to_owned();
-    let get = |path: &str| {
-        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    };
+    let mut relay = crate::listeners::Listening::relay(&dir);
+    let get = |path: &str| crate::listeners::get(&relay.addr, path, "");
     let response = get("/metrics");
     assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
     assert!(response.contains("Content-Type: text/plain; version=0.0.4"));
     let body = response.split_once("\r\n\r\n").unwrap().1;
     promtool(body);
     assert!(get("/other").starts_with("HTTP/1.1 404"));
-    assert!(
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success()
-    );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(relay.terminate().0, Some(0));
 }
 
 /// A ledger whose schema was changed by hand is refused by every command but `audit`,
