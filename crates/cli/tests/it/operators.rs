@@ -189,17 +189,19 @@ fn the_relay_serves_metrics_on_loopback_only() {
 /// if healthy, `requeue` and `gc` wrote into it, and PostgreSQL's `migrate` passed it).
 #[test]
 fn every_command_but_audit_refuses_a_damaged_store() {
-    let tampers: [&[&str]; 3] = if crate::on_postgres() {
+    let tampers: [&[&str]; 4] = if crate::on_postgres() {
         [
             &["DROP INDEX outbox_due"],
             &["DROP TRIGGER operator_log_no_update ON operator_log"],
             &["ALTER TABLE outbox ADD COLUMN note TEXT"],
+            &["DROP TABLE counters"],
         ]
     } else {
         [
             &["DROP INDEX outbox_due"],
             &["DROP TRIGGER operator_log_no_update", "DROP TRIGGER operator_log_no_delete"],
             &["CREATE TABLE notes (id INTEGER PRIMARY KEY)"],
+            &["DROP TABLE counters"],
         ]
     };
     for tamper in tampers {

@@ -77,3 +77,30 @@ fn the_caller_clock_keeps_the_instants_handed_in() {
     let stored: i64 = raw(&url).query_one("SELECT created_at FROM operations", &[]).unwrap().get(0);
     assert_eq!(stored, 1_000_000_000);
 }
+
+/// The operator's reads judge by the database's clock too: a host a minute behind the
+/// server lists every operation the writers stamped, with ages never negative, and
+/// counts what it lists (before: `list` hid what changed after the host's clock, while
+/// `metrics` counted it).
+#[test]
+fn a_host_behind_the_database_clock_lists_what_it_counts() {
+    use toolledger_store::{ListFilter, OperatorStore};
+    let url = fresh("lagging_host");
+    let mut store = PgStore::connect(&url, Waits::default()).unwrap();
+    let behind = UnixSeconds::new(real_now() - 60).unwrap();
+    for key in ["k-1", "k-2"] {
+        let (new, call) = intent(key);
+        store.reserve(&new, &call, behind).unwrap();
+    }
+    let filter = ListFilter { state: Some("pending"), ..ListFilter::default() };
+    let listed = store.list(&filter, false, behind).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|listed| listed.age >= 0 && listed.idle >= 0));
+    let figures = store.figures(behind).unwrap();
+    let pending = figures.by_state.iter().find(|(state, _)| *state == "pending").unwrap();
+    assert_eq!(pending.1, 2);
+    // An age filter judges by the database's clock: nothing is a minute old yet.
+    let aged = ListFilter { older_than: 60, ..filter };
+    assert!(store.list(&aged, false, behind).unwrap().is_empty());
+    assert_audit_passes(&mut store);
+}
