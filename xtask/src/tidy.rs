@@ -56,7 +56,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }
         "toolledger-store-postgres" => {
-            &["serde_json", "thiserror", "postgres", "tokio-postgres", "tokio"]
+            &["serde_json", "thiserror", "postgres", "tokio-postgres", "tokio", "futures-core"]
         }
         "toolledger-conformance" => &["serde_json", "rusqlite", "postgres"],
         "toolledger-downstream-http" => {

@@ -71,22 +71,10 @@ fn strings(
     db.query(sql, params)?.iter().map(|row| get(row, 0)).collect()
 }
 
-/// Rows of a streamed listing fetched per exchange with the server.
-const PAGE_ROWS: i32 = 1_000;
-
-/// Hands each row of `sql` to `each`, read a page at a time through a portal (each page
-/// one bounded exchange; the whole listing never held in memory).
-fn each_row(db: &mut Tx<'_, '_>, sql: &str, mut each: impl FnMut(&Row)) -> Result<(), StoreError> {
-    let portal = db.c.bind(sql)?;
-    loop {
-        let page = db.c.query_portal(&portal, PAGE_ROWS)?;
-        for row in &page {
-            each(row);
-        }
-        if page.len() < usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX) {
-            return Ok(());
-        }
-    }
+/// Hands each row of `sql` to `each`, streamed as the server sends them (the whole
+/// listing never held in memory), in one exchange bounded by the audit's bound.
+fn each_row(db: &mut Tx<'_, '_>, sql: &str, each: impl FnMut(&Row)) -> Result<(), StoreError> {
+    db.c.stream(sql, each)
 }
 
 /// A server setting, as the session sees it.
