@@ -43,15 +43,6 @@ impl Chosen {
             return Err(usage("invalid value for --downstream: expected http://HOST:PORT"));
         }
         let identity = identity(&args.downstream_identity, "--downstream-identity")?;
-        // The simulation's identity belongs to the simulation alone: a service declaring
-        // it would be handed the simulation's operations, and its own would later be
-        // finished by the simulation with nothing sent.
-        if identity.name() == toolledger::STAND_IN_NAME {
-            return Err(usage(
-                "invalid value for --downstream-identity: toolledger-stand-in is the \
-                 simulation's identity, reserved to it",
-            ));
-        }
         let total = Duration::from_millis(args.downstream_timeout_ms);
         let timeouts = Timeouts { connect: total.min(Duration::from_secs(2)), total };
         Ok(Chosen::Http { base_url: url.clone(), identity, timeouts })

@@ -286,6 +286,15 @@ impl Relay {
         owner_of(self.concurrency, u64::MAX)?;
         let in_flight: Vec<std::sync::Mutex<Option<Identifier>>> =
             (0..self.concurrency).map(|_| std::sync::Mutex::new(None)).collect();
+        // Each worker's downstream, judged before any store is opened: one declaring the
+        // simulation's identity is refused with nothing created.
+        let downstreams = (0..self.concurrency)
+            .map(|_| {
+                let downstream = downstream()?;
+                crate::refuse_reserved(&downstream)?;
+                Ok(downstream)
+            })
+            .collect::<Result<Vec<D>, Error>>()?;
         // One connection per worker and one for the heartbeat (a PostgreSQL ledger's
         // come from one pool).
         let mut stores =
@@ -293,9 +302,7 @@ impl Relay {
         let mut heart =
             stores.pop().ok_or(Error::invalid("no connection for the heartbeat".to_owned()))?;
         let mut engines = Vec::new();
-        for store in stores {
-            let downstream = downstream()?;
-            crate::refuse_reserved(&downstream)?;
+        for (store, downstream) in stores.into_iter().zip(downstreams) {
             engines.push(Engine::new(store, downstream, resolver(), registry.clone()));
         }
         // Dropped once every worker has finished: the heartbeat wakes and stops at once.
