@@ -42,8 +42,10 @@ const GRAPH: [(&str, &[&str]); 12] = [
 ];
 
 /// Workspace crates a crate may add for tests only: the command line's end-to-end tests
-/// make their PostgreSQL ledgers with the conformance suite's backends.
-const DEV_GRAPH: [(&str, &[&str]); 1] = [(CLI, &["toolledger-conformance"])];
+/// make their PostgreSQL ledgers with the conformance suite's backends; the facade's
+/// tests run tools from definitions against the reference service, served in a thread.
+const DEV_GRAPH: [(&str, &[&str]); 2] =
+    [(CLI, &["toolledger-conformance"]), (FACADE, &["toolledger-refundd"])];
 
 /// External crates each crate may use in `[dependencies]`.
 fn allowed_external(krate: &str) -> &'static [&'static str] {
@@ -51,7 +53,12 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
     match krate {
         // serde for the canonical serializer (`to_string` of any `Serialize`).
         "toolledger-json" => &["serde", "serde_json", "thiserror"],
-        "toolledger-contract" | "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
+        // jsonschema and toml for tool definitions: JSON Schema draft 2020-12, read from
+        // TOML or JSON.
+        "toolledger-contract" => {
+            &["serde", "serde_json", "sha2", "thiserror", "jiff", "jsonschema", "toml"]
+        }
+        "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }

@@ -23,6 +23,7 @@
 mod approval;
 mod authz;
 mod case;
+mod definition;
 pub mod digest;
 mod error;
 mod ids;
@@ -30,12 +31,18 @@ mod package;
 mod refund;
 mod registry;
 mod rules;
+mod schema;
 
 pub use crate::{
     approval::{Approval, ApprovalBinding, ApprovalRefusal, approval_preimage, approval_sha256},
     authz::{NoRoles, PrincipalResolver, ResolverError},
     case::{
         CASE_VERSION, Case, Claims, Clock, HostContext, Principal, Proposal, load_case, load_claims,
+    },
+    definition::{
+        ApprovalRule, ApprovalValidAt, Authorization, Binding, DEFINITION_BYTES_MAX,
+        DefinitionError, ToolDefinition, duplicate_names, is_tool_name, parse_document,
+        placeholders,
     },
     digest::{Delivery, HostView, Purpose, Scope},
     error::{BlockCode, ContractError, ErrorCode, InvalidValue},
@@ -44,10 +51,13 @@ pub use crate::{
         CONTRACT, PackageError, block_package, pass_package, pass_package_with_result,
         verify_package,
     },
-    refund::{Order, RefundOrder, SUPPORT_ADMIN, orders},
+    refund::{Order, REFUND_ORDER_DEFINITION, RefundOrder, SUPPORT_ADMIN, orders},
     registry::{
         Charset, DownstreamIdentity, Field, FieldRule, ProviderProfile, Registry, Revisions,
         Schema, SchemaError, ToolSpec, builtin_profiles,
     },
-    rules::{ApprovalPolicy, BusinessRefusal, Denied, RuleCall, ToolRules},
+    rules::{ApprovalPolicy, BusinessRefusal, Denied, Precondition, RuleCall, ToolRules, Verdict},
+    schema::{
+        DRAFT_2020_12, JsonSchema, Rejection, SCHEMA_BYTES_MAX, SCHEMA_DEPTH_MAX, SchemaRefusal,
+    },
 };

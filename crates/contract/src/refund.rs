@@ -2,13 +2,13 @@
 //! registers. Its business context is a list of orders:
 //! `{"orders":[{"order_id","tenant_id","owner_subject_id","status","amount_minor","currency"}]}`.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use serde_json::Value;
 
 use crate::{
     ApprovalPolicy, BusinessRefusal, ContractError, Denied, Identifier, Revisions, RuleCall,
-    ToolRules, ToolSpec,
+    ToolDefinition, ToolRules, ToolSpec,
     case::Members,
     registry::{Charset, Field, FieldRule, Schema},
 };
@@ -47,9 +47,30 @@ pub struct RefundOrder {
     pub approval_threshold_minor: Option<i64>,
 }
 
+/// The shipped definition of `refund_order` (`crates/contract/tools/refund_order.toml`).
+pub const REFUND_ORDER_DEFINITION: &str = include_str!("../tools/refund_order.toml");
+
 impl RefundOrder {
-    /// The tool: its revisions, schemas and these rules.
+    /// The tool: the shipped definition ([`REFUND_ORDER_DEFINITION`]) composed with
+    /// these rules.
+    ///
+    /// ```
+    /// let tool = toolledger_contract::RefundOrder::default().tool();
+    /// assert_eq!(tool.revisions.input, "refund_order.input.v2");
+    /// assert!(matches!(tool.input, toolledger_contract::Schema::Json { .. }));
+    /// ```
     pub fn tool(self) -> ToolSpec {
+        match ToolDefinition::from_document("refund_order.toml", &definition_document()) {
+            Ok(definition) => definition.tool_with(Some(Arc::new(self)), None),
+            // The shipped definition is a constant, read by a test on every build: this
+            // arm is the same tool, written as the code-defined table.
+            Err(_) => self.code_defined(),
+        }
+    }
+
+    /// The same tool defined in code: its schemas as [`Schema::Fields`] tables. Equal
+    /// digests, the same answers; what the benchmark compares the definition with.
+    pub fn code_defined(self) -> ToolSpec {
         ToolSpec::new(
             "refund_order",
             Revisions {
@@ -67,61 +88,47 @@ impl RefundOrder {
     }
 }
 
+fn definition_document() -> Value {
+    crate::parse_document("refund_order.toml", REFUND_ORDER_DEFINITION.as_bytes())
+        .unwrap_or(Value::Null)
+}
+
 /// The input schema of `refund_order`.
 fn input() -> Schema {
-    Schema {
-        fields: vec![
-            Field {
-                name: "order_id",
-                rule: FieldRule::Text {
-                    prefix: "",
-                    len_min: 1,
-                    len_max: 64,
-                    charset: Charset::Slug,
-                },
-            },
-            Field { name: "amount_minor", rule: FieldRule::Integer { min: 1, max: 100_000_000 } },
-            Field {
-                name: "currency",
-                rule: FieldRule::Text {
-                    prefix: "",
-                    len_min: 3,
-                    len_max: 3,
-                    charset: Charset::Upper,
-                },
-            },
-            Field {
-                name: "reason",
-                rule: FieldRule::OneOf(&[
-                    "damaged",
-                    "not_delivered",
-                    "duplicate",
-                    "customer_request",
-                ]),
-            },
-        ],
-    }
+    Schema::Fields(vec![
+        Field {
+            name: "order_id",
+            rule: FieldRule::Text { prefix: "", len_min: 1, len_max: 64, charset: Charset::Slug },
+        },
+        Field { name: "amount_minor", rule: FieldRule::Integer { min: 1, max: 100_000_000 } },
+        Field {
+            name: "currency",
+            rule: FieldRule::Text { prefix: "", len_min: 3, len_max: 3, charset: Charset::Upper },
+        },
+        Field {
+            name: "reason",
+            rule: FieldRule::OneOf(&["damaged", "not_delivered", "duplicate", "customer_request"]),
+        },
+    ])
 }
 
 /// The output schema of `refund_order`.
 fn output() -> Schema {
-    Schema {
-        fields: vec![
-            Field {
-                name: "refund_id",
-                rule: FieldRule::Text {
-                    prefix: "rf_",
-                    len_min: 32,
-                    len_max: 32,
-                    charset: Charset::LowerHex,
-                },
+    Schema::Fields(vec![
+        Field {
+            name: "refund_id",
+            rule: FieldRule::Text {
+                prefix: "rf_",
+                len_min: 32,
+                len_max: 32,
+                charset: Charset::LowerHex,
             },
-            Field { name: "order_id", rule: FieldRule::SameAsInput },
-            Field { name: "amount_minor", rule: FieldRule::SameAsInput },
-            Field { name: "currency", rule: FieldRule::SameAsInput },
-            Field { name: "status", rule: FieldRule::Const("refunded") },
-        ],
-    }
+        },
+        Field { name: "order_id", rule: FieldRule::SameAsInput },
+        Field { name: "amount_minor", rule: FieldRule::SameAsInput },
+        Field { name: "currency", rule: FieldRule::SameAsInput },
+        Field { name: "status", rule: FieldRule::Const("refunded") },
+    ])
 }
 
 /// `^[A-Za-z0-9_-]{1,64}$`, the input schema's order id.

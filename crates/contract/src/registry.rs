@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use toolledger_json::{V2_INTEGER_MAX, V2_INTEGER_MIN};
 
-use crate::{InvalidValue, RefundOrder, ToolRules};
+use crate::{ApprovalRule, Binding, InvalidValue, JsonSchema, RefundOrder, Rejection, ToolRules};
 
 /// The six revisions that pin what a tool call means.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -179,14 +179,24 @@ pub struct Field {
     pub rule: FieldRule,
 }
 
-/// An object schema: exactly these members, no others, each satisfying its rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Schema {
-    /// The members, all required.
-    pub fields: Vec<Field>,
+/// What a tool's arguments or output must be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schema {
+    /// The table form, for tools defined in code: an object of exactly these members,
+    /// all required, each satisfying its rule.
+    Fields(Vec<Field>),
+    /// A JSON Schema (draft 2020-12) from a tool definition, and for an output the
+    /// members bound to the input.
+    Json {
+        /// The compiled schema.
+        schema: JsonSchema,
+        /// Output members that must equal input members (empty for an input schema).
+        bindings: Vec<Binding>,
+    },
 }
 
-/// Why a value failed a schema. Names only the schema's member, never the value.
+/// Why a value failed a schema. Names only the schema's member, or a JSON pointer and a
+/// keyword, never the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemaError {
@@ -205,35 +215,74 @@ pub enum SchemaError {
     /// An output member differs from the input member it is bound to.
     #[error("member {0} is not bound to the input")]
     NotBound(&'static str),
+    /// A JSON Schema refused the value: where, and which keyword.
+    #[error("at {:?}: {}", .0.pointer, .0.keyword)]
+    Rejected(Rejection),
+    /// An output member (a JSON pointer) differs from the input member it is bound to.
+    #[error("at {0:?}: not bound to the input")]
+    NotBoundAt(String),
+}
+
+impl SchemaError {
+    /// Whether the value broke an input binding (rather than the schema itself).
+    pub fn is_binding(&self) -> bool {
+        matches!(self, SchemaError::NotBound(_) | SchemaError::NotBoundAt(_))
+    }
+
+    /// The JSON pointer and keyword a JSON Schema named, if it was one.
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            SchemaError::Rejected(rejection) => Some(rejection),
+            _ => None,
+        }
+    }
 }
 
 impl Schema {
-    /// Checks `value` against this schema. `input` is the call's arguments, for
-    /// [`FieldRule::SameAsInput`] members; pass `None` for an input schema.
+    /// Checks `value` against this schema. `input` is the call's arguments, for the
+    /// input bindings of an output schema; pass `None` for an input schema.
     ///
     /// # Errors
     ///
     /// The first [`SchemaError`] found.
-    pub fn validate(
-        &self,
-        value: &Value,
-        input: Option<&Map<String, Value>>,
-    ) -> Result<(), SchemaError> {
-        let members = value.as_object().ok_or(SchemaError::NotAnObject)?;
-        for field in &self.fields {
-            let member = members.get(field.name).ok_or(SchemaError::Missing(field.name))?;
-            if !field.rule.accepts(member, field.name, input) {
-                return Err(match field.rule {
-                    FieldRule::SameAsInput => SchemaError::NotBound(field.name),
-                    _ => SchemaError::Invalid(field.name),
-                });
+    pub fn validate(&self, value: &Value, input: Option<&Value>) -> Result<(), SchemaError> {
+        match self {
+            Schema::Fields(fields) => {
+                validate_fields(fields, value, input.and_then(Value::as_object))
+            }
+            Schema::Json { schema, bindings } => {
+                schema.check(value).map_err(SchemaError::Rejected)?;
+                for binding in bindings {
+                    let bound = input.and_then(|input| input.pointer(&binding.input));
+                    if value.pointer(&binding.output) != bound {
+                        return Err(SchemaError::NotBoundAt(binding.output.clone()));
+                    }
+                }
+                Ok(())
             }
         }
-        if members.len() != self.fields.len() {
-            return Err(SchemaError::Unknown);
-        }
-        Ok(())
     }
+}
+
+fn validate_fields(
+    fields: &[Field],
+    value: &Value,
+    input: Option<&Map<String, Value>>,
+) -> Result<(), SchemaError> {
+    let members = value.as_object().ok_or(SchemaError::NotAnObject)?;
+    for field in fields {
+        let member = members.get(field.name).ok_or(SchemaError::Missing(field.name))?;
+        if !field.rule.accepts(member, field.name, input) {
+            return Err(match field.rule {
+                FieldRule::SameAsInput => SchemaError::NotBound(field.name),
+                _ => SchemaError::Invalid(field.name),
+            });
+        }
+    }
+    if members.len() != fields.len() {
+        return Err(SchemaError::Unknown);
+    }
+    Ok(())
 }
 
 impl FieldRule {
@@ -263,6 +312,8 @@ impl FieldRule {
 pub struct ToolSpec {
     /// The tool's name, as the model calls it.
     pub name: String,
+    /// What it does, for the model (empty for a tool defined in code without one).
+    pub description: String,
     /// Its six revisions.
     pub revisions: Revisions,
     /// What the arguments must be.
@@ -274,6 +325,9 @@ pub struct ToolSpec {
     /// How many times a relay sends a request that was not sent before the event is
     /// `dead` (default 5).
     pub max_attempts: u32,
+    /// The approval policy's data: approver roles, the longest validity, and when the
+    /// approval must be valid (a code-defined tool: the defaults, today's rule).
+    pub approval: ApprovalRule,
 }
 
 impl ToolSpec {
@@ -287,11 +341,13 @@ impl ToolSpec {
     ) -> ToolSpec {
         ToolSpec {
             name: name.to_owned(),
+            description: String::new(),
             revisions,
             input,
             output,
             rules: Arc::new(rules),
             max_attempts: 5,
+            approval: ApprovalRule::default(),
         }
     }
 
@@ -317,6 +373,7 @@ impl std::fmt::Debug for ToolSpec {
             .field("output", &self.output)
             .field("rules", &self.rules)
             .field("max_attempts", &self.max_attempts)
+            .field("approval", &self.approval)
             .finish()
     }
 }
@@ -330,6 +387,8 @@ impl PartialEq for ToolSpec {
             && self.input == other.input
             && self.output == other.output
             && self.max_attempts == other.max_attempts
+            && self.description == other.description
+            && self.approval == other.approval
             && Arc::ptr_eq(&self.rules, &other.rules)
     }
 }

@@ -48,6 +48,33 @@ pub struct Denied;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BusinessRefusal;
 
+/// What a business precondition answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The effect is allowed now.
+    Allow,
+    /// The business does not allow it (`BUSINESS_STATE_INVALID`), with the reason the
+    /// one who judged it gave, if any.
+    Refuse {
+        /// Why, as the judge said it.
+        reason: Option<String>,
+    },
+    /// The judge could not be asked (a lookup that did not answer): nothing is decided.
+    /// At acceptance nothing is written (`DOWNSTREAM_UNAVAILABLE`); before the effect
+    /// the request is not sent, and is tried again later.
+    Unavailable {
+        /// What went wrong, naming the kind of failure only.
+        reason: String,
+    },
+}
+
+/// A business precondition asked of a system outside the ledger (an HTTP lookup on the
+/// tool's downstream): what a definition's `precondition` is answered by.
+pub trait Precondition: fmt::Debug + Send + Sync {
+    /// Whether the effect `call` asks for is allowed now.
+    fn ask(&self, call: &RuleCall<'_>) -> Verdict;
+}
+
 /// A tool's rules. Every method is pure over what it is handed (and whatever the
 /// implementation reads of the host's own systems): the ledger calls them at
 /// acceptance, again in the worker right before the side effect, and on every replay
@@ -98,6 +125,15 @@ pub trait ToolRules: fmt::Debug + Send + Sync {
     ///
     /// [`BusinessRefusal`].
     fn check_business(&self, call: &RuleCall<'_>) -> Result<(), BusinessRefusal>;
+
+    /// The business precondition with its reason and a third answer, *not decided*: what
+    /// the ledger asks. The default is [`ToolRules::check_business`]'s answer.
+    fn precondition(&self, call: &RuleCall<'_>) -> Verdict {
+        match self.check_business(call) {
+            Ok(()) => Verdict::Allow,
+            Err(BusinessRefusal) => Verdict::Refuse { reason: None },
+        }
+    }
 
     /// Whether these arguments need an approval (a threshold is a policy that looks at
     /// an argument).

@@ -69,6 +69,22 @@ pub(crate) fn block(code: BlockCode, operation: Option<&Operation>) -> Answer {
     Answer::Block { code, package }
 }
 
+/// `INPUT_INVALID` for arguments a JSON Schema refused: the package names where
+/// (`detail.pointer`, a JSON pointer into the arguments) and which keyword failed
+/// (`detail.keyword`), never the value, so the model can correct its call.
+pub(crate) fn input_invalid(rejection: Option<&toolledger_contract::Rejection>) -> Answer {
+    let mut answer = block(BlockCode::InputInvalid, None);
+    if let (Some(rejection), Answer::Block { package, .. }) = (rejection, &mut answer) {
+        if let Some(members) = package.as_object_mut() {
+            members.insert(
+                "detail".to_owned(),
+                serde_json::json!({"pointer": rejection.pointer, "keyword": rejection.keyword}),
+            );
+        }
+    }
+    answer
+}
+
 /// `CALL_REUSED`: the model call is already the dispatch of another operation. That
 /// operation's status and ref are shown only to a principal who may see it (its own
 /// tenant and subject, the scope of a status query).

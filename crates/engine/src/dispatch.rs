@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use toolledger_contract::{
     ApprovalPolicy, ApprovalRefusal, BlockCode, Case, Purpose, Registry, Scope, Sha256Hex,
-    ToolSpec, block_package,
+    ToolSpec, Verdict, block_package,
     digest::{request_sha256, status_ref},
 };
 use toolledger_store::{
@@ -145,8 +145,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             arguments,
             context: &case.business_state,
         };
-        if !judged.business_allows(tool, &roles) {
-            return Ok(block(BlockCode::BusinessStateInvalid, None));
+        match judged.precondition(tool, &roles) {
+            Verdict::Allow => {}
+            Verdict::Refuse { .. } => return Ok(block(BlockCode::BusinessStateInvalid, None)),
+            // Nothing is written: the judge could not be asked, so nothing is decided.
+            Verdict::Unavailable { .. } => {
+                return Ok(block(BlockCode::DownstreamUnavailable, None));
+            }
         }
         let mut intent = NewOperation {
             status_ref: status_ref(&scope),
@@ -165,11 +170,24 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             let Some(approval) = &case.approval else {
                 return Ok(block(BlockCode::ApprovalInvalid, None));
             };
-            match approval.admits(
-                &approval_binding(&intent),
-                &case.eligible_approvers,
-                case.clock.now,
-            ) {
+            // A definition's policy: the approver holds one of its roles now (asked of
+            // the resolver, never stored), and the approval is valid no longer than it
+            // allows. Without roles, the call's list of eligible approvers decides.
+            let rule = &tool.approval;
+            let by_roles;
+            let eligible = if rule.approver_roles.is_empty() {
+                &case.eligible_approvers
+            } else {
+                let roles = self.resolver.current_roles(tenant, &approval.approver_id)?;
+                let holds = roles.iter().any(|role| rule.approver_roles.contains(role));
+                by_roles = if holds { vec![approval.approver_id.clone()] } else { Vec::new() };
+                &by_roles
+            };
+            let validity = approval.expires_at.get() - approval.approved_at.get();
+            if rule.max_validity_seconds.is_some_and(|max| validity > max) {
+                return Ok(block(BlockCode::ApprovalInvalid, None));
+            }
+            match approval.admits(&approval_binding(&intent), eligible, case.clock.now) {
                 Ok(()) => {}
                 Err(ApprovalRefusal::Invalid) => {
                     return Ok(block(BlockCode::ApprovalInvalid, None));
@@ -247,8 +265,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let Some(tool) = registry.tool(&case.proposal.tool_name) else {
             return Ok(Err(block(BlockCode::InputInvalid, None)));
         };
-        if tool.input.validate(&case.proposal.arguments, None).is_err() {
-            return Ok(Err(block(BlockCode::InputInvalid, None)));
+        if let Err(refused) = tool.input.validate(&case.proposal.arguments, None) {
+            return Ok(Err(crate::answers::input_invalid(refused.rejection())));
         }
         let judged = Judged {
             tenant_id: &case.principal.tenant_id,

@@ -26,7 +26,7 @@ mod worker;
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolledger_contract::{Identifier, PrincipalResolver, Registry, RuleCall, ToolSpec};
+use toolledger_contract::{Identifier, PrincipalResolver, Registry, RuleCall, ToolSpec, Verdict};
 use toolledger_store::LedgerStore;
 pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 
@@ -118,7 +118,7 @@ impl<'a> Judged<'a> {
     }
 
     /// Whether the business allows the call now, judged with `roles`.
-    fn business_allows(&self, tool: &ToolSpec, roles: &'a [String]) -> bool {
-        tool.rules.check_business(&self.with(roles)).is_ok()
+    fn precondition(&self, tool: &ToolSpec, roles: &'a [String]) -> Verdict {
+        tool.rules.precondition(&self.with(roles))
     }
 }

@@ -16,7 +16,7 @@ use toolledger_store::{Finalize, Finalizer, Release};
 use crate::{
     Caller, Downstream, Engine, EngineError,
     answers::Answer,
-    worker::{Checked, Lease, check_receipt, request_of},
+    worker::{Checked, Lease, Recheck, check_receipt, request_of},
 };
 
 /// How long a relay waits before sending a request again that was not sent:
@@ -207,10 +207,22 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 self.ended(&status_ref, &lease, clock, worked, &mut drained);
                 continue;
             }
-            match self.recheck(&operation, context) {
-                Ok(None) => ready.push((attempt, operation)),
-                Ok(Some(refused)) => {
+            match self.recheck(&operation, context, clock.now) {
+                Ok(Recheck::Send) => ready.push((attempt, operation)),
+                Ok(Recheck::Refused(refused)) => {
                     self.ended(&status_ref, &lease, clock, Ok(refused), &mut drained)
+                }
+                Ok(Recheck::NotYet(reason)) => {
+                    let not_sent = Err(crate::DownstreamError::NotSent { reason });
+                    let worked =
+                        self.conclude(&status_ref, &operation, &lease, not_sent, clock, context);
+                    self.ended(&status_ref, &lease, clock, worked, &mut drained);
+                }
+                Ok(Recheck::End(reason)) => {
+                    let not_sent = Err(crate::DownstreamError::Refused { reason });
+                    let worked =
+                        self.conclude(&status_ref, &operation, &lease, not_sent, clock, context);
+                    self.ended(&status_ref, &lease, clock, worked, &mut drained);
                 }
                 Err(err) => self.ended(&status_ref, &lease, clock, Err(err), &mut drained),
             }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolledger_contract::{
-    BlockCode, Clock, Delivery, Identifier, PrincipalResolver, StatusRef, ToolSpec,
+    ApprovalValidAt, BlockCode, Clock, Delivery, Identifier, PrincipalResolver, StatusRef,
+    ToolSpec, Verdict,
     digest::{request_sha256, result_sha256},
 };
 use toolledger_store::{
@@ -46,12 +47,11 @@ pub(crate) fn check_receipt(
         return Err(violation("the downstream receipt is not bound to the operation"));
     }
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
-    if let Err(broken) = tool.output.validate(&output, intent.arguments.as_object()) {
-        return Ok(Checked::Broken(match broken {
-            toolledger_contract::SchemaError::NotBound(_) => {
-                "the receipt's output is not bound to the request's arguments"
-            }
-            _ => "the receipt's output breaks the tool's output schema",
+    if let Err(broken) = tool.output.validate(&output, Some(&intent.arguments)) {
+        return Ok(Checked::Broken(if broken.is_binding() {
+            "the receipt's output is not bound to the request's arguments"
+        } else {
+            "the receipt's output breaks the tool's output schema"
         }));
     }
     let result = result_sha256(&tool.name, &intent.revisions.output, &output);
@@ -152,8 +152,17 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         context: &Value,
     ) -> Result<Answer, EngineError> {
         let operation = claimed;
-        if let Some(refused) = self.recheck(operation, context)? {
-            return Ok(refused);
+        match self.recheck(operation, context, clock.now)? {
+            Recheck::Send => {}
+            Recheck::Refused(refused) => return Ok(refused),
+            Recheck::NotYet(reason) => {
+                let not_sent = Err(DownstreamError::NotSent { reason });
+                return self.conclude(status_ref, operation, lease, not_sent, clock, context);
+            }
+            Recheck::End(reason) => {
+                let ended = Err(DownstreamError::Refused { reason });
+                return self.conclude(status_ref, operation, lease, ended, clock, context);
+            }
         }
         let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
         // A lease taken over from a worker that vanished: its attempt may have acted, so
@@ -280,12 +289,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         &mut self,
         operation: &Operation,
         context: &Value,
-    ) -> Result<Option<Answer>, EngineError> {
+        now: toolledger_contract::UnixSeconds,
+    ) -> Result<Recheck, EngineError> {
         self.check_stored_arguments(operation)?;
         let intent = &operation.intent;
         let registry = Arc::clone(&self.registry);
         let Some(tool) = registry.tool(&intent.scope.tool_name) else {
-            return Ok(Some(block(BlockCode::ContractDrift, Some(operation))));
+            return Ok(Recheck::Refused(block(BlockCode::ContractDrift, Some(operation))));
         };
         let current_request = request_sha256(
             &intent.scope.tenant_id,
@@ -295,17 +305,31 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             &tool.revisions,
         );
         if tool.revisions != intent.revisions || current_request != intent.request_sha256 {
-            return Ok(Some(block(BlockCode::ContractDrift, Some(operation))));
+            return Ok(Recheck::Refused(block(BlockCode::ContractDrift, Some(operation))));
+        }
+        // A definition may ask for the approval to be valid at the side effect too: one
+        // that expired while the event waited ends the operation, with nothing sent.
+        if tool.approval.valid_at == ApprovalValidAt::Effect
+            && intent.approval.as_ref().is_some_and(|approval| now >= approval.expires_at)
+        {
+            return Ok(Recheck::End(APPROVAL_EXPIRED_REASON.to_owned()));
         }
         let judged = judged(intent, context);
         let (roles, allowed) = self.authorize(tool, &judged)?;
         if !allowed {
-            return Ok(Some(block(BlockCode::AuthorizationDenied, Some(operation))));
+            return Ok(Recheck::Refused(block(BlockCode::AuthorizationDenied, Some(operation))));
         }
-        if !judged.business_allows(tool, &roles) {
-            return Ok(Some(block(BlockCode::BusinessStateInvalid, Some(operation))));
+        match judged.precondition(tool, &roles) {
+            Verdict::Allow => {}
+            Verdict::Refuse { .. } => {
+                return Ok(Recheck::Refused(block(
+                    BlockCode::BusinessStateInvalid,
+                    Some(operation),
+                )));
+            }
+            Verdict::Unavailable { reason } => return Ok(Recheck::NotYet(reason)),
         }
-        Ok(None)
+        Ok(Recheck::Send)
     }
 
     /// The answer after this worker tried to end the operation as failed or
@@ -432,12 +456,28 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         match self.registry.tool(&intent.scope.tool_name) {
             Some(tool) if tool.revisions.output == intent.revisions.output => tool
                 .output
-                .validate(output, intent.arguments.as_object())
+                .validate(output, Some(&intent.arguments))
                 .map_err(|_| violation("stored output fails the output contract")),
             _ => Ok(()),
         }
     }
 }
+
+/// What the worker's rechecks decided.
+pub(crate) enum Recheck {
+    /// The downstream may be asked.
+    Send,
+    /// Refused before the downstream (drift, authorization, business state).
+    Refused(Answer),
+    /// The business precondition could not be asked: not sent, tried again later.
+    NotYet(String),
+    /// Never to be sent: the operation ends `failed` with this reason.
+    End(String),
+}
+
+/// Why an operation whose approval had to be valid at the side effect ended.
+pub(crate) const APPROVAL_EXPIRED_REASON: &str =
+    "the approval expired before the side effect; nothing was sent";
 
 /// The worker's lease: its fencing token, and who it works for.
 pub(crate) struct Lease<'a> {

@@ -23,6 +23,12 @@ fn block(run: &Run) -> String {
         for member in ["checks", "counts", "findings", "unreconciled_downstream_receipts"] {
             assert!(object.contains_key(member), "{member}");
         }
+    } else if code == "INPUT_INVALID" && object.contains_key("detail") {
+        // Arguments a JSON Schema refused: where, and which keyword, never the value.
+        assert_eq!(members, ["code", "detail", "gate", "message", "status", "status_ref"]);
+        let detail = object["detail"].as_object().unwrap();
+        assert!(detail["pointer"].as_str().unwrap().starts_with('/'), "{detail:?}");
+        assert!(!detail["keyword"].as_str().unwrap().is_empty(), "{detail:?}");
     } else {
         assert_eq!(members, ["code", "gate", "message", "status", "status_ref"], "{code}");
     }

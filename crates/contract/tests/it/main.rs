@@ -5,6 +5,7 @@
 //! `TOOLLEDGER_BLESS=1` to rewrite them after an intended change.
 
 mod cases;
+mod definitions;
 mod digests;
 mod packages;
 mod vectors;

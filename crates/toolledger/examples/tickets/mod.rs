@@ -27,29 +27,25 @@ pub(crate) fn open_ticket() -> ToolSpec {
             producer: "acme-host.v1".to_owned(),
             policy: "open_ticket.policy.v1".to_owned(),
         },
-        Schema {
-            fields: vec![
-                Field { name: "queue", rule: slug(64) },
-                Field { name: "summary", rule: slug(120) },
-                Field { name: "priority", rule: FieldRule::OneOf(&["low", "normal", "high"]) },
-            ],
-        },
-        Schema {
-            fields: vec![
-                Field {
-                    name: "ticket_id",
-                    rule: FieldRule::Text {
-                        prefix: "T-",
-                        len_min: 8,
-                        len_max: 8,
-                        charset: Charset::LowerHex,
-                    },
+        Schema::Fields(vec![
+            Field { name: "queue", rule: slug(64) },
+            Field { name: "summary", rule: slug(120) },
+            Field { name: "priority", rule: FieldRule::OneOf(&["low", "normal", "high"]) },
+        ]),
+        Schema::Fields(vec![
+            Field {
+                name: "ticket_id",
+                rule: FieldRule::Text {
+                    prefix: "T-",
+                    len_min: 8,
+                    len_max: 8,
+                    charset: Charset::LowerHex,
                 },
-                Field { name: "queue", rule: FieldRule::SameAsInput },
-                Field { name: "priority", rule: FieldRule::SameAsInput },
-                Field { name: "state", rule: FieldRule::Const("open") },
-            ],
-        },
+            },
+            Field { name: "queue", rule: FieldRule::SameAsInput },
+            Field { name: "priority", rule: FieldRule::SameAsInput },
+            Field { name: "state", rule: FieldRule::Const("open") },
+        ]),
         TicketRules,
     )
 }
