@@ -56,6 +56,7 @@
 
 mod audit;
 mod call;
+mod definitions;
 mod operate;
 mod relay;
 mod reply;
@@ -66,10 +67,12 @@ use std::path::PathBuf;
 use toolledger_engine::Engine;
 
 pub use toolledger_contract::{
-    ApprovalPolicy, BlockCode, BusinessRefusal, Case, Charset, Claims, Clock, ContractError,
-    Delivery, Denied, DownstreamIdentity, ErrorCode, Field, FieldRule, Identifier, LeaseSeconds,
-    NoRoles, PrincipalResolver, ProviderProfile, RefundOrder, Registry, ResolverError, Revisions,
-    RuleCall, Schema, StatusRef, ToolRules, ToolSpec, UnixSeconds, load_case, load_claims,
+    ApprovalPolicy, ApprovalRule, ApprovalValidAt, Authorization, Binding, BlockCode,
+    BusinessRefusal, Case, Charset, Claims, Clock, ContractError, DefinitionError, Delivery,
+    Denied, DownstreamIdentity, ErrorCode, Field, FieldRule, Identifier, JsonSchema, LeaseSeconds,
+    NoRoles, Precondition, PrincipalResolver, ProviderProfile, RefundOrder, Registry, Rejection,
+    ResolverError, Revisions, RuleCall, Schema, SchemaRefusal, StatusRef, ToolDefinition,
+    ToolRules, ToolSpec, UnixSeconds, Verdict, load_case, load_claims, parse_document,
 };
 pub use toolledger_engine::{
     Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
@@ -98,6 +101,7 @@ pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 pub use crate::{
     audit::{Audit, audit, audit_with},
     call::{Call, Grant, ModelCall},
+    definitions::load_tool,
     operate::{
         REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue, show,
     },

@@ -4,6 +4,7 @@
 #[path = "../../examples/tickets/mod.rs"]
 mod tickets;
 
+mod definitions;
 mod host;
 mod migrate;
 mod relay;
