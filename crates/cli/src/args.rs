@@ -9,7 +9,7 @@ Exit codes:
   0  PASS: the operation succeeded (fresh, receipt_reconciled or local_replay), or the audit passed
   1  BLOCK: a business answer on stdout, e.g. OUTCOME_UNKNOWN, IDEMPOTENCY_CONFLICT, NOT_FOUND,
      LEASE_HELD, DOWNSTREAM_REFUSED, RECEIPT_QUARANTINED, DOWNSTREAM_MISMATCH, KEY_RETIRED,
-     AUDIT_FAILED.
+     AUDIT_FAILED, or ACCEPTED (enqueue: accepted, nothing sent yet).
      OUTCOME_UNKNOWN means the side effect may have happened: query it with `status`, never
      retry it under a new key
   2  error, and nothing was accepted: stdout is empty and stderr holds one line
@@ -84,7 +84,7 @@ pub(crate) struct ClockArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct CaseArgs {
     /// The case file (persistence-case/v1): the call, its approval, the clock and the
-    /// order's business state. Required
+    /// order's business state. Required (optional for the relay)
     #[arg(long = "case", visible_alias = "fixture", value_name = "PATH")]
     pub(crate) case: Option<PathBuf>,
 
@@ -111,9 +111,14 @@ pub(crate) enum StoreClockArg {
     Caller,
 }
 
-/// Which downstream a command that works operations calls.
+/// Which downstream a command that works operations calls, and which tools it knows.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct DownstreamArgs {
+    /// A configuration file (toolledger.toml) declaring the tools and the services that
+    /// perform them [default: $TOOLLEDGER_CONFIG, else ./toolledger.toml when present].
+    /// Without one: refund_order alone, on the simulation or --downstream
+    #[arg(long, value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
     /// A refund service over HTTP (http://HOST:PORT) that implements the Idempotency-Key
     /// header, instead of the simulation: POST /refunds, GET /refunds/by-key/KEY
     #[arg(long, value_name = "URL")]
@@ -146,6 +151,24 @@ pub(crate) enum Command {
         /// Stop right after this commit, as a crash would (for recovery drills)
         #[arg(long, value_name = "POINT")]
         failure: Option<DispatchFailure>,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
+    },
+    /// Accept the case's tool call (commit A) and stop: ACCEPTED with its status_ref,
+    /// nothing sent; `process` or the relay performs it. A known intent answers as
+    /// `dispatch` would
+    Enqueue {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        case: CaseArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+        /// Judge the call at this Unix time instead of the case's clock.now
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
+        now: Option<i64>,
         #[command(flatten)]
         downstream: DownstreamArgs,
     },
@@ -207,7 +230,7 @@ pub(crate) enum Command {
     /// Drain the outbox: claim due events in batches (pending ones, and processing ones
     /// whose lease ended), work each as `process` would, retry what was not sent after a
     /// backoff, and mark dead what used up its attempts. Reads business_state from the case
-    /// file. Runs until SIGTERM/SIGINT (finishing what it holds), or with --once until
+    /// file when one is given (else every event's rules judge an empty context). Runs until SIGTERM/SIGINT (finishing what it holds), or with --once until
     /// nothing is due; progress goes to stderr, the totals to stdout
     Relay {
         #[command(flatten)]
@@ -242,9 +265,10 @@ pub(crate) enum Command {
         /// Serve `metrics` at http://ADDR/metrics while the relay runs (a loopback address)
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<std::net::SocketAddr>,
-        /// How many sends that did not go out before an event is dead
-        #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        max_attempts: u32,
+        /// How many sends that did not go out before an event is dead, for every tool
+        /// [default: each tool's own max_attempts; 5 for refund_order]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        max_attempts: Option<u32>,
         /// Drill: percent of the simulation's requests answered "not sent"
         #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
         simulate_unavailable: u8,
@@ -379,6 +403,16 @@ pub(crate) enum Command {
         /// Judge ages from this Unix time instead of the wall clock (for drills)
         #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
+        /// The configuration whose tools the Tools page shows [default: $TOOLLEDGER_CONFIG,
+        /// else ./toolledger.toml when present; without one: the built-in refund_order]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Check or list the tools a configuration declares (toolledger.toml and the tool
+    /// files it names): schemas, bindings, revisions, policies, routes. Creates nothing
+    Tools {
+        #[command(subcommand)]
+        action: ToolsAction,
     },
     /// Tell the whole story in a fresh temporary directory, narrated for a person:
     /// PASS, replay, conflict, a crash with OUTCOME_UNKNOWN, reconciliation, audit
@@ -389,6 +423,29 @@ pub(crate) enum Command {
         /// The shell
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
+    },
+}
+
+/// `toolledger tools …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolsAction {
+    /// Check every definition, route and service of the configuration: PASS with the
+    /// tools and the environment variables it reads, or one error naming the file, a
+    /// JSON pointer into it and the reason
+    Check {
+        #[command(flatten)]
+        output: OutputArgs,
+        /// The configuration [default: $TOOLLEDGER_CONFIG, else ./toolledger.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// One JSON object per declared tool: name, description, source, revisions,
+    /// policies and where its effects are performed (without a configuration: the
+    /// built-in refund_order)
+    List {
+        /// The configuration [default: $TOOLLEDGER_CONFIG, else ./toolledger.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -406,6 +463,7 @@ impl Command {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Command::Dispatch { .. } => "dispatch",
+            Command::Enqueue { .. } => "enqueue",
             Command::Process { .. } => "process",
             Command::Status { .. } => "status",
             Command::Audit { .. } => "audit",
@@ -417,6 +475,7 @@ impl Command {
             Command::Gc { .. } => "gc",
             Command::Migrate { .. } => "migrate",
             Command::Serve { .. } => "serve",
+            Command::Tools { .. } => "tools",
             Command::Demo => "demo",
             Command::Completions { .. } => "completions",
         }
@@ -426,6 +485,7 @@ impl Command {
     pub(crate) fn takes(&self) -> Takes<'_> {
         match self {
             Command::Dispatch { ledger, clock, case, output, .. }
+            | Command::Enqueue { ledger, clock, case, output, .. }
             | Command::Process { ledger, clock, case, output, .. }
             | Command::Status { ledger, clock, case, output, .. }
             | Command::Relay { ledger, clock, case, output, .. } => Takes {
@@ -444,7 +504,12 @@ impl Command {
             Command::List { ledger, .. }
             | Command::Metrics { ledger, .. }
             | Command::Serve { ledger, .. } => Takes { ledger: Some(ledger), ..Takes::default() },
-            Command::Demo | Command::Completions { .. } => Takes::default(),
+            Command::Tools { action: ToolsAction::Check { output, .. } } => {
+                Takes { output: Some(output), ..Takes::default() }
+            }
+            Command::Tools { action: ToolsAction::List { .. } }
+            | Command::Demo
+            | Command::Completions { .. } => Takes::default(),
         }
     }
 }

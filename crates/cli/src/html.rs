@@ -68,7 +68,8 @@ pub(crate) fn page(title: &str, body: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title} · toolledger</title><link rel=\"stylesheet\" href=\"/style.css\"></head>\
          <body><header><strong>toolledger</strong><a href=\"/\">Overview</a>\
-         <a href=\"/operations\">Operations</a><a href=\"/metrics\">Metrics</a></header>\
+         <a href=\"/operations\">Operations</a><a href=\"/tools\">Tools</a>\
+         <a href=\"/metrics\">Metrics</a></header>\
          <main>{body}</main></body></html>\n",
         title = escape(title),
     )

@@ -16,6 +16,7 @@ mod listen;
 mod relay;
 mod run;
 mod serve;
+mod tools;
 mod wire;
 
 use std::{

@@ -14,8 +14,8 @@ use clap::{
 };
 use serde_json::{Value, json};
 use toolledger::{
-    Answer, Case, ContractError, EngineError, Identifier, Ledger, Location, Migrated, RefundOrder,
-    Registry, StatusRef, StoreClock, Waits, drill::FailurePoint, load_case,
+    Answer, Case, Config, ContractError, EngineError, Identifier, Ledger, Location, Migrated,
+    RefundOrder, Registry, StatusRef, StoreClock, ToolSpec, Waits, drill::FailurePoint, load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
@@ -406,12 +406,27 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             downstream,
             ..
         } => {
-            let (case, claims) = inputs(settings, None)?;
+            let config = configured(downstream)?;
+            let tools = tools_of(config.as_ref())?;
+            // Without a case file, each event's rules judge an empty business context:
+            // a definition's precondition is asked of its service per event, and the
+            // refund tool's rules, which read the case's orders, refuse.
+            let (context, claims) = match settings.case {
+                Some(_) => {
+                    let (case, claims) = inputs(settings, None, &registry_of(&tools))?;
+                    (case.business_state, claims)
+                }
+                None => (json!({}), claims_of(settings)?),
+            };
             // A relay runs for long: every wait is bounded, but there is no overall deadline.
             let per_wait = settings.busy_timeout();
-            let mut relay = toolledger::Relay::new(&db)
+            let tools = tools.into_iter().map(|tool| match max_attempts {
+                Some(max) => tool.with_max_attempts(*max),
+                None => tool,
+            });
+            let mut relay = tools
+                .fold(toolledger::Relay::new(&db), toolledger::Relay::tool)
                 .store_clock(clock)
-                .tool(RefundOrder::default().tool().with_max_attempts(*max_attempts))
                 .concurrency(usize::try_from(*concurrency).unwrap_or(1))
                 .batch(usize::try_from(*batch).unwrap_or(32))
                 .lease_seconds(*lease_seconds)
@@ -430,9 +445,9 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                     once: *once,
                     format: *log_format,
                     metrics_listen: *metrics_listen,
-                    downstream: Chosen::from_args(downstream, faults)?,
+                    downstream: Chosen::from_args(downstream, faults, config)?,
                 };
-                crate::relay::run(&relay, &db, claims, &case.business_state, &options)
+                crate::relay::run(&relay, &db, claims, &context, &options)
             }
         }
         Command::Serve {
@@ -443,10 +458,12 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             show_arguments,
             sample_seconds,
             now,
+            config,
             ..
         } => crate::serve::run(
             &db,
             crate::serve::Options {
+                tools: crate::tools::rows(Config::discover(config.as_deref())?.as_ref()),
                 listen: *listen,
                 allow_remote: *allow_remote,
                 allow_actions: *allow_actions,
@@ -456,16 +473,21 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 now: *now,
             },
         ),
+        Command::Tools { action } => crate::tools::run(action),
         Command::Demo | Command::Completions { .. } => {
             Err(usage("this command runs on its own".to_owned()))
         }
         Command::Dispatch { now, failure, downstream, .. } => {
-            let (case, claims) = inputs(settings, *now)?;
+            let config = configured(downstream)?;
+            let tools = tools_of(config.as_ref())?;
+            let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             let worker = default_worker();
-            let mut ledger = open(&db, clock, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
             let engine = ledger.engine();
             let answer = match failure {
-                Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?,
+                // A crash right after commit A: the host learns nothing, so the drill
+                // answers what a host must assume, OUTCOME_UNKNOWN with the ref.
+                Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?.as_if_lost(),
                 Some(DispatchFailure::Claim) => {
                     engine.downstream().switch().arm(FailurePoint::AfterClaim);
                     engine.dispatch(&case, &worker)?
@@ -478,19 +500,28 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             };
             Ok(Printed::Answer(answer))
         }
+        Command::Enqueue { now, downstream, .. } => {
+            let config = configured(downstream)?;
+            let tools = tools_of(config.as_ref())?;
+            let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
+            Ok(Printed::Answer(ledger.engine().enqueue(&case)?))
+        }
         Command::Process { status_ref, now, worker_id, failure, downstream, .. } => {
             let worker = match worker_id {
                 Some(text) => Identifier::new(text)
                     .map_err(|_| usage("invalid value for --worker-id".to_owned()))?,
                 None => default_worker(),
             };
-            let (case, claims) = inputs(settings, *now)?;
+            let config = configured(downstream)?;
+            let tools = tools_of(config.as_ref())?;
+            let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             // A worker takes an operation that exists; it never creates a ledger.
             drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, clock, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
             let engine = ledger.engine();
             match failure {
                 Some(ProcessFailure::Claim) => {
@@ -505,33 +536,51 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             Ok(Printed::Answer(answer))
         }
         Command::Status { status_ref, now, downstream, .. } => {
-            let (case, claims) = inputs(settings, *now)?;
+            let config = configured(downstream)?;
+            let tools = tools_of(config.as_ref())?;
+            let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             // A status query reconciles what exists; it never creates a ledger.
             drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            let mut ledger = open(&db, clock, claims, waits, downstream)?;
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
             Ok(Printed::Answer(ledger.engine().status(&case, &status_ref)?))
         }
     }
 }
 
-/// The command line's ledger: the built-in refund tool, and the simulated downstream or
-/// the one `--downstream` names.
+/// The configuration `--config` (or the environment, or the working directory) names.
+fn configured(downstream: &DownstreamArgs) -> Result<Option<Config>, Failure> {
+    Ok(Config::discover(downstream.config.as_deref())?)
+}
+
+/// The tools a command serves: the configuration's, or the built-in refund tool.
+fn tools_of(config: Option<&Config>) -> Result<Vec<ToolSpec>, Failure> {
+    match config {
+        Some(config) => Ok(config.tool_specs()?),
+        None => Ok(vec![RefundOrder::default().tool()]),
+    }
+}
+
+fn registry_of(tools: &[ToolSpec]) -> Registry {
+    Registry::new(tools.to_vec(), toolledger::builtin_profiles())
+}
+
+/// The command line's ledger: its tools, and the simulated downstream, the
+/// configuration's services, or the one `--downstream` names.
 fn open(
     db: &Location,
     clock: StoreClock,
     claims: Claims,
     waits: Waits,
     downstream: &DownstreamArgs,
+    config: Option<Config>,
+    tools: Vec<ToolSpec>,
 ) -> Result<Ledger<Wire, Claims>, Failure> {
-    let wire = Chosen::from_args(downstream, toolledger::Faults::default())?.open(db)?;
-    Ok(Ledger::builder(db)
-        .tool(RefundOrder::default().tool())
-        .waits(waits)
-        .store_clock(clock)
-        .open(wire, claims)?)
+    let wire = Chosen::from_args(downstream, toolledger::Faults::default(), config)?.open(db)?;
+    let builder = tools.into_iter().fold(Ledger::builder(db), toolledger::LedgerBuilder::tool);
+    Ok(builder.waits(waits).store_clock(clock).open(wire, claims)?)
 }
 
 /// `migrate`: upgrades the store, naming the downstream its older operations belong to.
@@ -561,7 +610,11 @@ fn migrate(db: &Location, downstream: &str, waits: Waits) -> Result<Printed, Fai
 
 /// Reads and validates the case and claims files, before the store is opened: a bad
 /// case creates no database. Each is read at most one byte past the parser's limit.
-fn inputs(settings: &Settings, now: Option<i64>) -> Result<(Case, Claims), Failure> {
+fn inputs(
+    settings: &Settings,
+    now: Option<i64>,
+    registry: &Registry,
+) -> Result<(Case, Claims), Failure> {
     let path: &Path = settings
         .case
         .as_deref()
@@ -574,7 +627,12 @@ fn inputs(settings: &Settings, now: Option<i64>) -> Result<(Case, Claims), Failu
         },
         message: format!("the case file {}", why.reason()),
     })?;
-    let case = load_case(&bytes, &Registry::builtin(), now)?;
+    let case = load_case(&bytes, registry, now)?;
+    Ok((case, claims_of(settings)?))
+}
+
+/// The claims file, checked before the store is opened.
+fn claims_of(settings: &Settings) -> Result<Claims, Failure> {
     let claims = settings.claims.clone().map_or(Claims::None, Claims::File);
     claims.check().map_err(|why| Failure {
         code: match why {
@@ -589,7 +647,7 @@ fn inputs(settings: &Settings, now: Option<i64>) -> Result<(Case, Claims), Failu
             crate::claims::Refused::Invalid(err) => err.to_string(),
         },
     })?;
-    Ok((case, claims))
+    Ok(claims)
 }
 
 /// A worker id unique to this process: its pid and the instant it started.

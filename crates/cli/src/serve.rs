@@ -41,6 +41,8 @@ use crate::{
 /// How `serve` was started.
 #[derive(Debug)]
 pub(crate) struct Options {
+    /// The declared tools, one JSON object each, as `tools list` prints them.
+    pub(crate) tools: Vec<serde_json::Value>,
     pub(crate) listen: SocketAddr,
     pub(crate) allow_remote: bool,
     pub(crate) allow_actions: bool,
@@ -345,6 +347,7 @@ fn handle(
     match (method, path) {
         ("GET", "/") => overview(state),
         ("GET", "/operations") => operations(state, &query),
+        ("GET", "/tools") => tools(state),
         ("GET", "/healthz") => match opens(&state.db) {
             Ok(_) => Reply::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
             Err(_) => Reply::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
@@ -368,6 +371,36 @@ fn handle(
         ("GET" | "POST", _) => Reply::error(404, "NOT_FOUND", "no such page"),
         _ => Reply::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
     }
+}
+
+/// The tools this dashboard's configuration declares: what each does, its revisions,
+/// and who performs it.
+fn tools(state: &State) -> Reply {
+    let text = |tool: &serde_json::Value, pointer: &str| {
+        escape(tool.pointer(pointer).and_then(serde_json::Value::as_str).unwrap_or(""))
+    };
+    let mut body = String::from(
+        "<h1>Tools</h1><table class=\"tools\"><tr><th>tool</th><th>description</th>\
+         <th>input</th><th>output</th><th>policy</th><th>performed by</th></tr>",
+    );
+    for tool in &state.options.tools {
+        let performer =
+            match tool.pointer("/downstream/identity").and_then(serde_json::Value::as_str) {
+                Some(identity) => escape(identity),
+                None => "the simulation".to_owned(),
+            };
+        body.push_str(&format!(
+            "<tr id=\"tool-{name}\"><td><code>{name}</code></td><td>{}</td><td><code>{}</code></td>\
+             <td><code>{}</code></td><td><code>{}</code></td><td>{performer}</td></tr>",
+            text(tool, "/description"),
+            text(tool, "/revisions/input"),
+            text(tool, "/revisions/output"),
+            text(tool, "/revisions/policy"),
+            name = text(tool, "/name"),
+        ));
+    }
+    body.push_str("</table>");
+    Reply::html(200, crate::html::page("Tools", &body))
 }
 
 fn overview(state: &State) -> Reply {

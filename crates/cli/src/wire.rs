@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use toolledger::{
-    Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Faults,
-    Location, Lookup, Simulated, UnixSeconds, drill,
+    Config, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
+    Faults, Location, Lookup, Simulated, UnixSeconds, drill,
     http::{Endpoint, HttpDownstream, Timeouts},
 };
 
@@ -22,12 +22,47 @@ pub(crate) enum Wire {
 #[derive(Debug, Clone)]
 pub(crate) enum Chosen {
     Simulated(Faults),
-    Http { base_url: String, identity: DownstreamIdentity, timeouts: Timeouts },
+    Http {
+        base_url: String,
+        identity: DownstreamIdentity,
+        timeouts: Timeouts,
+    },
+    /// The configuration's services, and `--downstream` for `refund_order` when the
+    /// configuration routes it nowhere.
+    Configured {
+        config: Box<Config>,
+        refunds: Option<(String, Timeouts)>,
+        identity: DownstreamIdentity,
+    },
 }
 
 impl Chosen {
     /// From the command's options: `--downstream` is an `http://` URL.
-    pub(crate) fn from_args(args: &DownstreamArgs, faults: Faults) -> Result<Chosen, Failure> {
+    pub(crate) fn from_args(
+        args: &DownstreamArgs,
+        faults: Faults,
+        config: Option<Config>,
+    ) -> Result<Chosen, Failure> {
+        let chosen = Chosen::from_flags(args, faults)?;
+        let Some(config) = config.filter(Config::has_routes) else { return Ok(chosen) };
+        let identity = identity(&args.downstream_identity, "--downstream-identity")?;
+        // Every service's URL and headers are read now, so a variable that is not set is
+        // refused before anything is accepted.
+        drop(config.downstream(identity.clone())?);
+        let routes_refunds = config
+            .tools()
+            .iter()
+            .any(|tool| tool.definition.name == "refund_order" && tool.route.is_some());
+        let refunds = match chosen {
+            Chosen::Http { base_url, timeouts, .. } if !routes_refunds => {
+                Some((base_url, timeouts))
+            }
+            _ => None,
+        };
+        Ok(Chosen::Configured { config: Box::new(config), refunds, identity })
+    }
+
+    fn from_flags(args: &DownstreamArgs, faults: Faults) -> Result<Chosen, Failure> {
         let Some(url) = &args.downstream else { return Ok(Chosen::Simulated(faults)) };
         let usage = |message: &str| Failure { code: "USAGE_ERROR", message: message.to_owned() };
         if url.starts_with("https://") {
@@ -55,6 +90,18 @@ impl Chosen {
             Chosen::Http { base_url, identity, timeouts } => {
                 let http = HttpDownstream::new(identity.clone(), *timeouts)
                     .endpoint("refund_order", Endpoint::refunds(base_url));
+                Wire::Http(drill::Interrupt::new(http, drill::Switch::default()))
+            }
+            Chosen::Configured { config, refunds, identity } => {
+                let mut http = config.downstream(identity.clone())?;
+                if let Some((base_url, timeouts)) = refunds {
+                    let endpoint = Endpoint {
+                        identity: Some(identity.clone()),
+                        timeouts: Some(*timeouts),
+                        ..Endpoint::refunds(base_url)
+                    };
+                    http = http.endpoint("refund_order", endpoint);
+                }
                 Wire::Http(drill::Interrupt::new(http, drill::Switch::default()))
             }
         })
@@ -93,6 +140,20 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.is_simulation(),
             Wire::Http(http) => http.is_simulation(),
+        }
+    }
+
+    fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+        match self {
+            Wire::Simulated(simulated) => simulated.identity_for(tool),
+            Wire::Http(http) => http.identity_for(tool),
+        }
+    }
+
+    fn identities(&self) -> Vec<DownstreamIdentity> {
+        match self {
+            Wire::Simulated(simulated) => simulated.identities(),
+            Wire::Http(http) => http.identities(),
         }
     }
 

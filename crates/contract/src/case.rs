@@ -138,6 +138,13 @@ impl<'v> Members<'v> {
         Ok(value)
     }
 
+    /// The member `name`, when present.
+    fn optional(&mut self, name: &'static str) -> Option<&'v Value> {
+        let value = self.object.get(name)?;
+        self.taken += 1;
+        Some(value)
+    }
+
     pub(crate) fn text(&mut self, name: &'static str) -> Result<&'v str, ContractError> {
         let value = self.get(name)?;
         value.as_str().ok_or_else(|| self.error(name, "must be a string"))
@@ -269,29 +276,26 @@ pub fn load_case(
     };
     proposal.finish()?;
 
-    let mut approval = Members::of(top.get("approval")?, "approval", fixture)?;
-    let approval_sha256 = approval.text("approval_sha256")?;
-    let approval_value = Approval {
-        approval_id: approval.id("approval_id")?,
-        approver_id: approval.id("approver_id")?,
-        approved_at: approval.instant("approved_at")?,
-        expires_at: approval.instant("expires_at")?,
-        approval_sha256: Sha256Hex::new(approval_sha256).map_err(|_| {
-            fixture("approval.approval_sha256 must be 64 lowercase hex digits".to_owned())
-        })?,
+    // A call whose tool needs no approval (for these arguments) may leave out the
+    // approval and the tenant's approvers; every other call carries both.
+    let needs_approval = registry.tool(&proposal_value.tool_name).is_none_or(|tool| {
+        tool.rules.approval(&proposal_value.arguments) == crate::ApprovalPolicy::Required
+    });
+    let approval_member =
+        if needs_approval { Some(top.get("approval")?) } else { top.optional("approval") };
+    let approval_value = match approval_member {
+        None => None,
+        Some(member) => Some(approval_of(member)?),
     };
-    approval.finish()?;
-
-    let mut policy = Members::of(top.get("tenant_policy")?, "tenant_policy", fixture)?;
-    let eligible_approvers = policy
-        .array("eligible_approvers")?
-        .iter()
-        .map(|approver| approver.as_str().and_then(|text| Identifier::new(text).ok()))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| {
-            fixture("tenant_policy.eligible_approvers must hold identifiers".to_owned())
-        })?;
-    policy.finish()?;
+    let policy_member = if needs_approval {
+        Some(top.get("tenant_policy")?)
+    } else {
+        top.optional("tenant_policy")
+    };
+    let eligible_approvers = match policy_member {
+        None => Vec::new(),
+        Some(member) => eligible_approvers_of(member)?,
+    };
 
     // The business context is the tool's to judge: the proposal's tool checks it (the
     // refund tool: its orders); for an unknown tool it need only be an object.
@@ -309,10 +313,42 @@ pub fn load_case(
         principal: principal_value,
         host: host_value,
         proposal: proposal_value,
-        approval: Some(approval_value),
+        approval: approval_value,
         eligible_approvers,
         business_state,
     })
+}
+
+fn approval_of(member: &Value) -> Result<Approval, ContractError> {
+    let mut approval = Members::of(member, "approval", fixture)?;
+    let approval_sha256 = approval.text("approval_sha256")?;
+    let approval_value = Approval {
+        approval_id: approval.id("approval_id")?,
+        approver_id: approval.id("approver_id")?,
+        approved_at: approval.instant("approved_at")?,
+        expires_at: approval.instant("expires_at")?,
+        approval_sha256: Sha256Hex::new(approval_sha256).map_err(|_| {
+            fixture("approval.approval_sha256 must be 64 lowercase hex digits".to_owned())
+        })?,
+    };
+    approval.finish()?;
+
+    Ok(approval_value)
+}
+
+fn eligible_approvers_of(member: &Value) -> Result<Vec<Identifier>, ContractError> {
+    let mut policy = Members::of(member, "tenant_policy", fixture)?;
+    let eligible_approvers = policy
+        .array("eligible_approvers")?
+        .iter()
+        .map(|approver| approver.as_str().and_then(|text| Identifier::new(text).ok()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            fixture("tenant_policy.eligible_approvers must hold identifiers".to_owned())
+        })?;
+    policy.finish()?;
+
+    Ok(eligible_approvers)
 }
 
 /// The claims file: current roles per subject. It is a [`PrincipalResolver`]; a

@@ -169,11 +169,14 @@ pub enum BlockCode {
     KeyRetired,
     /// Only a dead or failed operation can be requeued.
     NotRequeueable,
+    /// The intent is accepted and queued, and nothing was sent yet (`enqueue`): a worker
+    /// or the relay performs it. Not a failure and not an unknown outcome.
+    Accepted,
 }
 
 impl BlockCode {
     /// Every code, in the contract's order.
-    pub const ALL: [BlockCode; 19] = [
+    pub const ALL: [BlockCode; 20] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -193,6 +196,7 @@ impl BlockCode {
         BlockCode::DownstreamUnavailable,
         BlockCode::KeyRetired,
         BlockCode::NotRequeueable,
+        BlockCode::Accepted,
     ];
 
     /// The stable code, e.g. `OUTCOME_UNKNOWN`.
@@ -217,6 +221,7 @@ impl BlockCode {
             BlockCode::DownstreamUnavailable => "DOWNSTREAM_UNAVAILABLE",
             BlockCode::KeyRetired => "KEY_RETIRED",
             BlockCode::NotRequeueable => "NOT_REQUEUEABLE",
+            BlockCode::Accepted => "ACCEPTED",
         }
     }
 
@@ -268,6 +273,9 @@ impl BlockCode {
                 "this key belonged to an operation removed by retention; a new intent needs a new key"
             }
             BlockCode::NotRequeueable => "only a dead or failed operation can be requeued",
+            BlockCode::Accepted => {
+                "the intent is accepted and queued; nothing was sent yet: a worker performs it, and a status query tells what became of it"
+            }
         }
     }
 }

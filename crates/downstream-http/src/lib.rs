@@ -20,8 +20,12 @@
 //! | other 4xx | refused definitively, with the service's reason |
 //! | 5xx, a timeout or a reset after connecting, an unreadable answer | unknown |
 //!
-//! The status lookup is `GET <lookup_url><key>`: 200 with the stored answer, 404 when
-//! the service never committed the key.
+//! The status lookup is `GET <lookup_url>` with `{key}` replaced by the key (or the key
+//! appended): 200 with the stored answer, 404 when the service never committed the key.
+//!
+//! A tool's business precondition may be asked of the service too ([`HttpPrecondition`]):
+//! `GET` a URL templated over the arguments, answered `{"allow": true}` or
+//! `{"allow": false, "reason": …}`.
 //!
 //! Reading an answer is kept apart from fetching it: [`execute_answer`] and
 //! [`lookup_answer`] take a status and a body text and do no I/O, so the mapping above
@@ -53,10 +57,33 @@ const ANSWER_LIMIT: u64 = 1024 * 1024;
 pub struct Endpoint {
     /// Where a request is `POST`ed.
     pub execute_url: String,
-    /// The status lookup: the key is appended and the result `GET`.
+    /// The status lookup, `GET`: `{key}` is replaced by the key, or, without it, the key
+    /// is appended.
     pub lookup_url: String,
     /// Headers sent with every request (an API key, a tenant header).
     pub headers: Vec<(String, String)>,
+    /// Who performs this tool's effects, when not the downstream's own identity.
+    pub identity: Option<DownstreamIdentity>,
+    /// This tool's timeouts, when not the downstream's.
+    pub timeouts: Option<Timeouts>,
+}
+
+impl Endpoint {
+    /// The lookup URL of `key`.
+    ///
+    /// ```
+    /// let mut endpoint = toolledger_downstream_http::Endpoint::refunds("http://127.0.0.1:8080");
+    /// assert_eq!(endpoint.lookup_url_of("dr_1"), "http://127.0.0.1:8080/refunds/by-key/dr_1");
+    /// endpoint.lookup_url = "http://127.0.0.1:8080/keys/{key}/status".to_owned();
+    /// assert_eq!(endpoint.lookup_url_of("dr_1"), "http://127.0.0.1:8080/keys/dr_1/status");
+    /// ```
+    pub fn lookup_url_of(&self, key: &str) -> String {
+        if self.lookup_url.contains("{key}") {
+            self.lookup_url.replace("{key}", key)
+        } else {
+            format!("{}{key}", self.lookup_url)
+        }
+    }
 }
 
 impl Endpoint {
@@ -68,6 +95,8 @@ impl Endpoint {
             execute_url: format!("{base}/refunds"),
             lookup_url: format!("{base}/refunds/by-key/"),
             headers: Vec::new(),
+            identity: None,
+            timeouts: None,
         }
     }
 }
@@ -107,7 +136,7 @@ impl Default for Timeouts {
 pub struct HttpDownstream {
     identity: DownstreamIdentity,
     agent: ureq::Agent,
-    endpoints: BTreeMap<String, Endpoint>,
+    endpoints: BTreeMap<String, (Endpoint, ureq::Agent)>,
 }
 
 impl HttpDownstream {
@@ -115,15 +144,7 @@ impl HttpDownstream {
     /// connection the service has closed would turn a request that was never sent into
     /// an unknown outcome.
     pub fn new(identity: DownstreamIdentity, timeouts: Timeouts) -> HttpDownstream {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(timeouts.connect))
-            .timeout_global(Some(timeouts.total))
-            .max_idle_connections(0)
-            .max_redirects(0)
-            .build()
-            .into();
-        HttpDownstream { identity, agent, endpoints: BTreeMap::new() }
+        HttpDownstream { identity, agent: agent(timeouts), endpoints: BTreeMap::new() }
     }
 
     /// Sends `tool`'s requests to `endpoint`.
@@ -137,18 +158,23 @@ impl HttpDownstream {
     /// ```
     #[must_use]
     pub fn endpoint(mut self, tool: &str, endpoint: Endpoint) -> HttpDownstream {
-        self.endpoints.insert(tool.to_owned(), endpoint);
+        let agent = endpoint.timeouts.map_or_else(|| self.agent.clone(), agent);
+        self.endpoints.insert(tool.to_owned(), (endpoint, agent));
         self
     }
 
     /// The tool's endpoint, when it has one this client can reach: plain `http://` only
     /// (no TLS is compiled in; an `https://` URL is refused here, before any connection,
     /// rather than left to the client library).
-    fn endpoint_of(&self, request: &DownstreamRequest) -> Result<&Endpoint, DownstreamError> {
-        let endpoint =
+    fn endpoint_of(
+        &self,
+        request: &DownstreamRequest,
+    ) -> Result<&(Endpoint, ureq::Agent), DownstreamError> {
+        let routed =
             self.endpoints.get(&request.tool_name).ok_or_else(|| DownstreamError::NotSent {
                 reason: format!("no HTTP endpoint is configured for {}", request.tool_name),
             })?;
+        let endpoint = &routed.0;
         if ![&endpoint.execute_url, &endpoint.lookup_url]
             .iter()
             .all(|url| url.starts_with("http://"))
@@ -157,8 +183,22 @@ impl HttpDownstream {
                 reason: "only http:// URLs are supported (no TLS is compiled in)".to_owned(),
             });
         }
-        Ok(endpoint)
+        Ok(routed)
     }
+}
+
+/// A client of these timeouts: no pooled connections (a pooled connection the service
+/// has closed would turn a request that was never sent into an unknown outcome), no
+/// redirects, statuses as answers.
+fn agent(timeouts: Timeouts) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(timeouts.connect))
+        .timeout_global(Some(timeouts.total))
+        .max_idle_connections(0)
+        .max_redirects(0)
+        .build()
+        .into()
 }
 
 /// The canonical body of `request`: the same intent always sends the same bytes.
@@ -385,14 +425,33 @@ impl Downstream for HttpDownstream {
         &self.identity
     }
 
+    fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+        self.endpoints
+            .get(tool)
+            .and_then(|(endpoint, _)| endpoint.identity.as_ref())
+            .unwrap_or(&self.identity)
+    }
+
+    fn identities(&self) -> Vec<DownstreamIdentity> {
+        let mut identities: Vec<DownstreamIdentity> = Vec::new();
+        let own = self.endpoints.is_empty()
+            || self.endpoints.values().any(|(endpoint, _)| endpoint.identity.is_none());
+        let named = self.endpoints.values().filter_map(|(endpoint, _)| endpoint.identity.clone());
+        for identity in own.then(|| self.identity.clone()).into_iter().chain(named) {
+            if !identities.contains(&identity) {
+                identities.push(identity);
+            }
+        }
+        identities
+    }
+
     fn execute(
         &mut self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        let endpoint = self.endpoint_of(request)?;
-        let call = self
-            .agent
+        let (endpoint, agent) = self.endpoint_of(request)?;
+        let call = agent
             .post(&endpoint.execute_url)
             .header("Idempotency-Key", format!("\"{}\"", request.downstream_request_ref))
             .header("Content-Type", "application/json");
@@ -407,14 +466,136 @@ impl Downstream for HttpDownstream {
     }
 
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
-        let endpoint = self.endpoint_of(request)?;
-        let call =
-            self.agent.get(format!("{}{}", endpoint.lookup_url, request.downstream_request_ref));
+        let (endpoint, agent) = self.endpoint_of(request)?;
+        let call = agent.get(endpoint.lookup_url_of(&request.downstream_request_ref));
         let unknown = |err: &ureq::Error| DownstreamError::Unknown {
             reason: format!("the status lookup failed: {}", short(err)),
         };
         let response = headers(call, endpoint).call().map_err(|err| unknown(&err))?;
         let (status, text) = read(response).map_err(|err| unknown(&err))?;
         lookup_answer(request, status, &text)
+    }
+}
+
+/// A tool's business precondition asked of its service over HTTP: `GET` the URL
+/// template with each `{name}` replaced by the argument of that name (a string,
+/// percent-encoded, or an integer), answered 200 `{"allow": true}` or
+/// `{"allow": false, "reason": …}` ([`precondition_answer`]).
+///
+/// ```
+/// use toolledger_contract::Precondition;
+/// use toolledger_downstream_http::{HttpPrecondition, Timeouts};
+///
+/// let ask = HttpPrecondition::new("http://127.0.0.1:9/orders/{order_id}/refundable", Vec::new(), Timeouts::default());
+/// assert_eq!(ask.url_of(&serde_json::json!({"order_id": "ord 1/2"})).as_deref(),
+///     Some("http://127.0.0.1:9/orders/ord%201%2F2/refundable"));
+/// # let _: &dyn Precondition = &ask;
+/// ```
+#[derive(Debug)]
+pub struct HttpPrecondition {
+    url: String,
+    headers: Vec<(String, String)>,
+    agent: ureq::Agent,
+}
+
+impl HttpPrecondition {
+    /// Asks `url` (a template over the arguments) with `headers`, within `timeouts`.
+    pub fn new(url: &str, headers: Vec<(String, String)>, timeouts: Timeouts) -> HttpPrecondition {
+        HttpPrecondition { url: url.to_owned(), headers, agent: agent(timeouts) }
+    }
+
+    /// The URL asked for these arguments; `None` when a placeholder names no string or
+    /// integer argument.
+    pub fn url_of(&self, arguments: &Value) -> Option<String> {
+        let mut url = String::with_capacity(self.url.len() + 32);
+        let mut rest = self.url.as_str();
+        while let Some(open) = rest.find('{') {
+            let (head, tail) = rest.split_at(open);
+            url.push_str(head);
+            let close = tail.find('}')?;
+            let name = tail.get(1..close)?;
+            match arguments.get(name)? {
+                Value::String(text) => percent_encode(text, &mut url),
+                Value::Number(number) if number.is_i64() || number.is_u64() => {
+                    url.push_str(&number.to_string());
+                }
+                _ => return None,
+            }
+            rest = tail.get(close + 1..)?;
+        }
+        url.push_str(rest);
+        Some(url)
+    }
+}
+
+/// Every byte but RFC 3986's unreserved ones, percent-encoded.
+fn percent_encode(text: &str, out: &mut String) {
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(byte >> 4)]));
+            out.push(char::from(b"0123456789ABCDEF"[usize::from(byte & 15)]));
+        }
+    }
+}
+
+impl toolledger_contract::Precondition for HttpPrecondition {
+    fn ask(&self, call: &toolledger_contract::RuleCall<'_>) -> toolledger_contract::Verdict {
+        use toolledger_contract::Verdict;
+        let Some(url) = self.url_of(call.arguments) else {
+            return Verdict::Unavailable {
+                reason: "the precondition's URL names an argument the call lacks".to_owned(),
+            };
+        };
+        if !url.starts_with("http://") {
+            return Verdict::Unavailable {
+                reason: "only http:// URLs are supported (no TLS is compiled in)".to_owned(),
+            };
+        }
+        let call = self
+            .headers
+            .iter()
+            .fold(self.agent.get(&url).header("Connection", "close"), |call, (name, value)| {
+                call.header(name, value)
+            });
+        match call.call().and_then(read) {
+            Ok((status, text)) => precondition_answer(status, &text),
+            Err(err) => Verdict::Unavailable {
+                reason: format!("the precondition could not be asked: {}", short(&err)),
+            },
+        }
+    }
+}
+
+/// What a precondition lookup's answer means, from its status and body alone: 200
+/// with `{"allow": true}` allows; 200 with `{"allow": false}` refuses, with its
+/// `reason` (at most 400 characters); anything else decides nothing.
+///
+/// ```
+/// use toolledger_contract::Verdict;
+/// use toolledger_downstream_http::precondition_answer;
+///
+/// assert_eq!(precondition_answer(200, r#"{"allow":true}"#), Verdict::Allow);
+/// assert_eq!(
+///     precondition_answer(200, r#"{"allow":false,"reason":"order 7 is not paid"}"#),
+///     Verdict::Refuse { reason: Some("order 7 is not paid".to_owned()) },
+/// );
+/// assert!(matches!(precondition_answer(503, ""), Verdict::Unavailable { .. }));
+/// assert!(matches!(precondition_answer(200, "<html>"), Verdict::Unavailable { .. }));
+/// ```
+pub fn precondition_answer(status: u16, body: &str) -> toolledger_contract::Verdict {
+    use toolledger_contract::Verdict;
+    let value = json_body(body);
+    match (status, value.get("allow").and_then(Value::as_bool)) {
+        (200, Some(true)) => Verdict::Allow,
+        (200, Some(false)) => Verdict::Refuse {
+            reason: value
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(|reason| reason.chars().take(400).collect()),
+        },
+        _ => Verdict::Unavailable { reason: format!("HTTP {status}: not a precondition's answer") },
     }
 }

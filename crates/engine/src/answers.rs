@@ -51,6 +51,23 @@ impl Answer {
         }
     }
 
+    /// What a host that crashed right after commit A must assume of this `ACCEPTED`
+    /// answer, which it never saw: `OUTCOME_UNKNOWN`, with the same status and ref (the
+    /// recovery drills answer this). Any other answer is returned as it is.
+    pub fn as_if_lost(self) -> Answer {
+        match self {
+            Answer::Block { code: BlockCode::Accepted, mut package } => {
+                if let Some(members) = package.as_object_mut() {
+                    let unknown = BlockCode::OutcomeUnknown;
+                    members.insert("code".to_owned(), Value::from(unknown.as_str()));
+                    members.insert("message".to_owned(), Value::from(unknown.message()));
+                }
+                Answer::Block { code: BlockCode::OutcomeUnknown, package }
+            }
+            other => other,
+        }
+    }
+
     /// `NOT_FOUND` with no operation shown: what a status ref that is not even well
     /// formed is answered, exactly like one that names nothing.
     pub fn not_found() -> Answer {

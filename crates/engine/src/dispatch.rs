@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use toolledger_contract::{
     ApprovalPolicy, ApprovalRefusal, BlockCode, Case, Purpose, Registry, Scope, Sha256Hex,
     ToolSpec, Verdict, block_package,
@@ -10,7 +11,7 @@ use toolledger_contract::{
 };
 use toolledger_store::{
     CallIdentity, LedgerStore, NewOperation, Operation, OperationStatus, Reservation, StoreError,
-    approval_binding,
+    TerminalOutcome, approval_binding,
 };
 
 use crate::{
@@ -163,7 +164,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             provider_call_id: case.host.provider_call_id.clone(),
             operation_id: case.host.operation_id.clone(),
             approval: None,
-            downstream: self.downstream.identity().clone(),
+            downstream: self.downstream.identity_for(&tool.name).clone(),
             scope,
         };
         if tool.rules.approval(arguments) == ApprovalPolicy::Required {
@@ -235,7 +236,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Reservation::Retired => return Ok(block(BlockCode::KeyRetired, None)),
         };
         if then == Then::Stop {
-            return Ok(block(BlockCode::OutcomeUnknown, Some(&reserved)));
+            // Commit A alone: accepted, and certainly not sent.
+            return Ok(block(BlockCode::Accepted, Some(&reserved)));
         }
         // Commit A (with the claim) has succeeded in this call: from here on no failure
         // may be answered as "nothing happened". Whatever fails (store, resolver,
@@ -294,7 +296,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if !same_intent(&stored.intent, request, tool, case) {
             return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
         }
-        if stored.intent.downstream != *self.downstream.identity() {
+        if stored.intent.downstream != *self.downstream.identity_for(&stored.intent.scope.tool_name)
+        {
             return Ok(block(BlockCode::DownstreamMismatch, Some(stored)));
         }
         match stored.status {
@@ -316,12 +319,23 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     }
 }
 
-/// How an operation that did not succeed ended, answered the same way on every read.
+/// How an operation that did not succeed ended, answered the same way on every read. A
+/// quarantine names its reason's kind (`reason`): the service holds another request
+/// under the key, its output broke the tool's schema, or it broke an input binding.
 pub(crate) fn ended(operation: &Operation) -> Answer {
     let code = match operation.status {
         OperationStatus::Quarantined => BlockCode::ReceiptQuarantined,
         OperationStatus::Dead => BlockCode::DownstreamUnavailable,
         _ => BlockCode::DownstreamRefused,
     };
-    block(code, Some(operation))
+    let mut answer = block(code, Some(operation));
+    if let (Some(TerminalOutcome::Quarantined { reason, .. }), Answer::Block { package, .. }) =
+        (&operation.outcome, &mut answer)
+    {
+        let kind = crate::worker::quarantine_kind(reason);
+        if let Some(members) = package.as_object_mut() {
+            members.insert("reason".to_owned(), Value::from(kind));
+        }
+    }
+    answer
 }

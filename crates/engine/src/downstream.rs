@@ -133,6 +133,20 @@ pub trait Downstream {
     /// Who this is: recorded with every intent it is to perform.
     fn identity(&self) -> &DownstreamIdentity;
 
+    /// Who performs `tool`'s effects: [`Downstream::identity`] unless this downstream
+    /// routes tools to several services, each of its own identity. Commit A records it,
+    /// and every later step compares the operation's with it.
+    fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+        let _ = tool;
+        self.identity()
+    }
+
+    /// Every identity [`Downstream::identity_for`] answers: a relay claims the events of
+    /// each, and no other.
+    fn identities(&self) -> Vec<DownstreamIdentity> {
+        vec![self.identity().clone()]
+    }
+
     /// Performs `request` (or, if this ref was seen, returns the first receipt).
     ///
     /// # Errors
@@ -197,7 +211,8 @@ pub trait Downstream {
 /// assert!(!reserved_identity(&Impostor(payments)));
 /// ```
 pub fn reserved_identity(downstream: &impl Downstream) -> bool {
-    downstream.identity().name() == STAND_IN_NAME && !downstream.is_simulation()
+    let declared = std::iter::once(downstream.identity().clone()).chain(downstream.identities());
+    !downstream.is_simulation() && declared.into_iter().any(|id| id.name() == STAND_IN_NAME)
 }
 
 /// The offline simulation of a refund API, on its own store connection. It only
@@ -449,6 +464,14 @@ pub mod drill {
     impl<D: Downstream> Downstream for Interrupt<D> {
         fn identity(&self) -> &DownstreamIdentity {
             self.inner.identity()
+        }
+
+        fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+            self.inner.identity_for(tool)
+        }
+
+        fn identities(&self) -> Vec<DownstreamIdentity> {
+            self.inner.identities()
         }
 
         fn is_simulation(&self) -> bool {

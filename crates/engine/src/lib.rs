@@ -38,6 +38,7 @@ pub use crate::{
     },
     error::EngineError,
     relay::{Backoff, Drained},
+    status::Asking,
 };
 
 /// Who is working an operation: it decides how a lost lease is answered.
@@ -99,11 +100,11 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
 
 /// A call as the rules judge it, before the roles are known.
 #[derive(Debug, Clone, Copy)]
-struct Judged<'a> {
-    tenant_id: &'a Identifier,
-    subject_id: &'a Identifier,
-    arguments: &'a Value,
-    context: &'a Value,
+pub(crate) struct Judged<'a> {
+    pub(crate) tenant_id: &'a Identifier,
+    pub(crate) subject_id: &'a Identifier,
+    pub(crate) arguments: &'a Value,
+    pub(crate) context: &'a Value,
 }
 
 impl<'a> Judged<'a> {

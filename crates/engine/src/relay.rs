@@ -190,9 +190,26 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         limit: usize,
         backoff: Backoff,
     ) -> Result<Drained, EngineError> {
-        let identity = self.downstream.identity().clone();
-        let batch =
-            self.store.claim_due(owner, &identity, clock.now, clock.lease_seconds, limit)?;
+        // A downstream that routes tools to several services: one claim per identity, so
+        // no event is ever sent to a service it was not accepted for.
+        let mut drained = Drained::default();
+        for identity in self.downstream.identities() {
+            let each = self.relay_batch_of(&identity, owner, clock, context, limit, backoff)?;
+            drained.add(&each);
+        }
+        Ok(drained)
+    }
+
+    fn relay_batch_of(
+        &mut self,
+        identity: &toolledger_contract::DownstreamIdentity,
+        owner: &Identifier,
+        clock: &Clock,
+        context: &Value,
+        limit: usize,
+        backoff: Backoff,
+    ) -> Result<Drained, EngineError> {
+        let batch = self.store.claim_due(owner, identity, clock.now, clock.lease_seconds, limit)?;
         let mut drained = Drained { skipped: batch.skipped, ..Drained::default() };
         // Each event is rechecked on its own; those that may be sent go to the downstream
         // together, and those it answered with a receipt end in one commit C.

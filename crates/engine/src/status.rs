@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use toolledger_contract::{
-    BlockCode, Case, Delivery, PrincipalResolver, Purpose, StatusRef,
+    BlockCode, Case, Delivery, Identifier, PrincipalResolver, Purpose, StatusRef, UnixSeconds,
     digest::{StatusQueryPart, request_sha256, status_query_id},
 };
 use toolledger_store::{CallIdentity, Finalize, Finalizer, LedgerStore, OperationStatus};
@@ -14,6 +15,40 @@ use crate::{
     dispatch::{call_of, ended, same_intent},
     worker::{Checked, check_receipt, request_of},
 };
+
+/// The host-owned identity a status query answers under: derived from the asking call
+/// and the ref, never reusable for a dispatch.
+fn query_identity(asking: &CallIdentity, status_ref: &StatusRef) -> CallIdentity {
+    CallIdentity {
+        profile: asking.profile.clone(),
+        provider_response_id: status_query_id(
+            StatusQueryPart::Response,
+            &asking.provider_response_id,
+            status_ref,
+        ),
+        provider_call_id: status_query_id(
+            StatusQueryPart::Call,
+            &asking.provider_call_id,
+            status_ref,
+        ),
+    }
+}
+
+/// Who asks in a status query that names only the operation ([`Engine::status_by_ref`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Asking<'a> {
+    /// The principal's tenant.
+    pub tenant_id: &'a Identifier,
+    /// The principal.
+    pub subject_id: &'a Identifier,
+    /// The asking model call's own identity (the query is answered under identities
+    /// derived from it and the ref).
+    pub call: &'a CallIdentity,
+    /// The instant the query is judged at.
+    pub now: UnixSeconds,
+    /// The business context the tool's rules judge (`null` when none).
+    pub context: &'a Value,
+}
 
 impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// Reconciles the operation named by `status_ref` on the evidence of the
@@ -33,21 +68,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Err(refused) => return Ok(refused),
         };
         let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
-        // The host-owned identity this query answers under: derived, never reusable for
-        // a dispatch.
-        let identity = CallIdentity {
-            profile: case.host.profile.clone(),
-            provider_response_id: status_query_id(
-                StatusQueryPart::Response,
-                &case.host.provider_response_id,
-                status_ref,
-            ),
-            provider_call_id: status_query_id(
-                StatusQueryPart::Call,
-                &case.host.provider_call_id,
-                status_ref,
-            ),
-        };
+        let asking = call_of(case);
+        let identity = query_identity(&asking, status_ref);
         let Some(operation) = self.store.operation_by_status_ref(status_ref)? else {
             // Removed by retention: said so to the principal whose scope it was.
             let own = toolledger_contract::digest::status_ref(&toolledger_contract::Scope {
@@ -67,19 +89,96 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             return Ok(block(BlockCode::NotFound, None));
         }
         self.check_stored_arguments(&operation)?;
-        if operation.intent.downstream != *self.downstream.identity() {
+        if operation.intent.downstream
+            != *self.downstream.identity_for(&operation.intent.scope.tool_name)
+        {
             return Ok(block(BlockCode::DownstreamMismatch, Some(&operation)));
         }
+        let expected =
+            request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
+        self.answer_query(
+            &operation,
+            tool,
+            &asking,
+            &identity,
+            case.clock.now,
+            Some((&expected, case)),
+        )
+    }
+
+    /// The explicit status query of a host that holds only the operation's ref: the
+    /// principal asking, the asking call's own identity (the query stays a
+    /// purpose-bound call of its own) and the business context its rules judge
+    /// (`null` when they consult the host's own systems). The tool, the arguments and
+    /// the approval come from the ledger; the principal must be the one whose scope it
+    /// is, and is authorized again, with the roles it holds now.
+    ///
+    /// A key removed by retention answers `NOT_FOUND` here: without the key, the ledger
+    /// cannot tell whose tombstone it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::status`].
+    pub fn status_by_ref(
+        &mut self,
+        asking: &Asking<'_>,
+        status_ref: &StatusRef,
+    ) -> Result<Answer, EngineError> {
+        let Some(operation) = self.store.operation_by_status_ref(status_ref)? else {
+            return Ok(block(BlockCode::NotFound, None));
+        };
+        let intent = &operation.intent;
+        if intent.scope.tenant_id != *asking.tenant_id
+            || intent.scope.subject_id != *asking.subject_id
+        {
+            return Ok(block(BlockCode::NotFound, None));
+        }
+        let registry = Arc::clone(&self.registry);
+        let Some(tool) = registry.tool(&intent.scope.tool_name) else {
+            return Ok(block(BlockCode::ContractDrift, Some(&operation)));
+        };
+        if tool.revisions != intent.revisions {
+            return Ok(block(BlockCode::ContractDrift, Some(&operation)));
+        }
+        self.check_stored_arguments(&operation)?;
+        let judged = crate::Judged {
+            tenant_id: asking.tenant_id,
+            subject_id: asking.subject_id,
+            arguments: &intent.arguments,
+            context: asking.context,
+        };
+        if !self.authorize(tool, &judged)?.1 {
+            return Ok(block(BlockCode::NotFound, None));
+        }
+        if intent.downstream != *self.downstream.identity_for(&intent.scope.tool_name) {
+            return Ok(block(BlockCode::DownstreamMismatch, Some(&operation)));
+        }
+        let identity = query_identity(asking.call, status_ref);
+        self.answer_query(&operation, tool, asking.call, &identity, asking.now, None)
+    }
+
+    /// A status query's steps once the operation is known to be the asker's: one model
+    /// call is one intent, the derived identity recorded, then the downstream asked.
+    fn answer_query(
+        &mut self,
+        operation: &toolledger_store::Operation,
+        tool: &toolledger_contract::ToolSpec,
+        asking: &CallIdentity,
+        identity: &CallIdentity,
+        now: toolledger_contract::UnixSeconds,
+        intent_check: Option<(&toolledger_contract::Sha256Hex, &Case)>,
+    ) -> Result<Answer, EngineError> {
+        let status_ref = &operation.intent.status_ref;
+        let (tenant, subject) =
+            (&operation.intent.scope.tenant_id, &operation.intent.scope.subject_id);
         // The model call asking is one intent too: if it already dispatched another
         // operation, it may not query this one.
-        if let Some(recorded) = self.store.recorded_call(&call_of(case))? {
+        if let Some(recorded) = self.store.recorded_call(asking)? {
             if recorded.purpose == Purpose::Dispatch && recorded.status_ref != *status_ref {
                 return Ok(call_reused(&recorded, tenant, subject));
             }
         }
-        if let Some(recorded) =
-            self.store.record_status_query(&identity, status_ref, case.clock.now)?
-        {
+        if let Some(recorded) = self.store.record_status_query(identity, status_ref, now)? {
             if recorded.purpose != Purpose::QueryStatus {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
             }
@@ -87,10 +186,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(call_reused(&recorded, tenant, subject));
             }
         }
-        let expected_request =
-            request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
-        if !same_intent(&operation.intent, &expected_request, tool, case) {
-            return Ok(block(BlockCode::IdempotencyConflict, Some(&operation)));
+        if let Some((expected_request, case)) = intent_check {
+            if !same_intent(&operation.intent, expected_request, tool, case) {
+                return Ok(block(BlockCode::IdempotencyConflict, Some(operation)));
+            }
         }
         let answering = Answering {
             response: &identity.provider_response_id,
@@ -98,23 +197,22 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             purpose: Purpose::QueryStatus,
         };
         match operation.status {
-            OperationStatus::Succeeded => return self.replay(&operation, &answering),
+            OperationStatus::Succeeded => return self.replay(operation, &answering),
             OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
-                return Ok(ended(&operation));
+                return Ok(ended(operation));
             }
             OperationStatus::Pending | OperationStatus::Processing => {}
         }
-        let now = case.clock.now;
         // Whichever way the operation ends (by this query or a racer), the answer is
         // what the ledger says afterwards.
-        match self.downstream.lookup(&request_of(&operation)) {
-            Ok(Lookup::Done(receipt)) => match check_receipt(&operation, tool, receipt.clone())? {
+        match self.downstream.lookup(&request_of(operation)) {
+            Ok(Lookup::Done(receipt)) => match check_receipt(operation, tool, receipt.clone())? {
                 Checked::Valid(local) => {
                     let by = Finalizer::StatusQuery;
                     if self.store.finalize(status_ref, &by, &local, now)? == Finalize::Finalized {
                         return Ok(pass(
                             Delivery::ReceiptReconciled,
-                            &operation,
+                            operation,
                             &local,
                             &answering,
                         ));
@@ -129,13 +227,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 self.store.fail(status_ref, &Finalizer::StatusQuery, &reason, now)?;
             }
             Err(crate::DownstreamError::Conflict) => {
-                let kept = crate::worker::conflict_kept(&operation);
+                let kept = crate::worker::conflict_kept(operation);
                 let reason = crate::worker::CONFLICT_REASON;
                 self.store.quarantine(status_ref, &Finalizer::StatusQuery, &kept, reason, now)?;
             }
             // No record, or the downstream cannot be asked: still unknown.
             Ok(Lookup::NotFound) | Err(_) => {
-                return Ok(block(BlockCode::OutcomeUnknown, Some(&operation)));
+                return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
             }
         }
         let operation = self.reread(status_ref)?;

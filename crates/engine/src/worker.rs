@@ -49,9 +49,9 @@ pub(crate) fn check_receipt(
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
     if let Err(broken) = tool.output.validate(&output, Some(&intent.arguments)) {
         return Ok(Checked::Broken(if broken.is_binding() {
-            "the receipt's output is not bound to the request's arguments"
+            BINDING_REASON
         } else {
-            "the receipt's output breaks the tool's output schema"
+            OUTPUT_SCHEMA_REASON
         }));
     }
     let result = result_sha256(&tool.name, &intent.revisions.output, &output);
@@ -112,7 +112,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             },
         };
         self.check_stored_arguments(operation)?;
-        if operation.intent.downstream != *self.downstream.identity() {
+        if operation.intent.downstream
+            != *self.downstream.identity_for(&operation.intent.scope.tool_name)
+        {
             return Ok(block(BlockCode::DownstreamMismatch, Some(operation)));
         }
         match operation.status {
@@ -502,6 +504,26 @@ fn judged<'a>(intent: &'a NewOperation, context: &'a Value) -> Judged<'a> {
 /// Why an operation whose key the downstream holds for another request is quarantined.
 pub(crate) const CONFLICT_REASON: &str =
     "the downstream holds a different request under this operation's key";
+
+/// Why a receipt that breaks the tool's output schema is quarantined.
+pub(crate) const OUTPUT_SCHEMA_REASON: &str =
+    "the receipt's output breaks the tool's output schema";
+
+/// Why a receipt whose output differs from the arguments it is bound to is quarantined.
+pub(crate) const BINDING_REASON: &str =
+    "the receipt's output is not bound to the request's arguments";
+
+/// The stable kind of a quarantine's reason, as BLOCK packages name it:
+/// `fingerprint_conflict` (the service holds another request under the key),
+/// `output_schema`, `input_binding`, or `contract_broken` for any other reason.
+pub(crate) fn quarantine_kind(reason: &str) -> &'static str {
+    match reason {
+        CONFLICT_REASON => "fingerprint_conflict",
+        OUTPUT_SCHEMA_REASON => "output_schema",
+        BINDING_REASON => "input_binding",
+        _ => "contract_broken",
+    }
+}
 
 /// What a quarantine keeps when the downstream answered a conflict: the key it holds
 /// for another request. No retry can change it and nothing may send the intent under

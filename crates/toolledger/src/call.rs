@@ -277,3 +277,106 @@ impl Call {
         Ok(case)
     }
 }
+
+/// A status query of a host that holds only the operation's ref: who asks, from which
+/// model call (the query is a purpose-bound call of its own), and the business context
+/// the tool's rules judge. The tool, the arguments and the approval are the ledger's.
+///
+/// ```
+/// let query = toolledger::StatusQuery::new("acme", "user-7")
+///     .model_call(toolledger::ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp-9", "call-9"));
+/// # let _ = query;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusQuery {
+    principal: (String, String),
+    model_call: Option<ModelCall>,
+    context: Value,
+    now: Option<i64>,
+}
+
+impl StatusQuery {
+    /// A query by `subject_id` of `tenant_id`.
+    ///
+    /// ```
+    /// let query = toolledger::StatusQuery::new("acme", "user-7");
+    /// # let _ = query;
+    /// ```
+    pub fn new(tenant_id: &str, subject_id: &str) -> StatusQuery {
+        StatusQuery {
+            principal: (tenant_id.to_owned(), subject_id.to_owned()),
+            model_call: None,
+            context: Value::Null,
+            now: None,
+        }
+    }
+
+    /// The model call asking (required).
+    ///
+    /// ```
+    /// let query = toolledger::StatusQuery::new("acme", "user-7")
+    ///     .model_call(toolledger::ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp-9", "call-9"));
+    /// # let _ = query;
+    /// ```
+    pub fn model_call(mut self, model_call: ModelCall) -> StatusQuery {
+        self.model_call = Some(model_call);
+        self
+    }
+
+    /// The business context the tool's rules judge (default `null`: rules that consult
+    /// the host's own systems, or a definition's, need none).
+    ///
+    /// ```
+    /// let query = toolledger::StatusQuery::new("acme", "user-7").context(serde_json::json!({"orders": []}));
+    /// # let _ = query;
+    /// ```
+    pub fn context(mut self, context: Value) -> StatusQuery {
+        self.context = context;
+        self
+    }
+
+    /// Judge the query at `now` (Unix seconds) instead of the wall clock.
+    ///
+    /// ```
+    /// let query = toolledger::StatusQuery::new("acme", "user-7").at(1_767_225_600);
+    /// # let _ = query;
+    /// ```
+    pub fn at(mut self, now: i64) -> StatusQuery {
+        self.now = Some(now);
+        self
+    }
+
+    pub(crate) fn now(&self) -> Option<i64> {
+        self.now
+    }
+
+    pub(crate) fn context_value(&self) -> &Value {
+        &self.context
+    }
+
+    /// The principal and the asking call, validated.
+    pub(crate) fn parts(
+        &self,
+        registry: &Registry,
+    ) -> Result<(Identifier, Identifier, toolledger_store::CallIdentity), Error> {
+        let id = |text: &str, what: &str| {
+            Identifier::new(text)
+                .map_err(|_| Error::invalid(format!("the query's {what} is not an identifier")))
+        };
+        let model_call = self
+            .model_call
+            .as_ref()
+            .ok_or_else(|| Error::invalid("the query names no model call".to_owned()))?;
+        if !registry.has_profile(&model_call.profile) {
+            return Err(Error::invalid(
+                "the model call's provider profile is not registered".to_owned(),
+            ));
+        }
+        let call = toolledger_store::CallIdentity {
+            profile: model_call.profile.clone(),
+            provider_response_id: id(&model_call.response_id, "model response id")?,
+            provider_call_id: id(&model_call.call_id, "model call id")?,
+        };
+        Ok((id(&self.principal.0, "tenant id")?, id(&self.principal.1, "subject id")?, call))
+    }
+}

@@ -47,13 +47,13 @@ pub fn load_tool(path: &Path) -> Result<ToolDefinition, Error> {
     ToolDefinition::from_document(&file, &document).map_err(definition_error)
 }
 
-fn definition_error(err: toolledger_contract::DefinitionError) -> Error {
+pub(crate) fn definition_error(err: toolledger_contract::DefinitionError) -> Error {
     Error { code: ErrorCode::UsageError, message: err.to_string() }
 }
 
 /// The file's bytes, at most one more than the bound (so an over-long file is refused by
 /// the parser, which says how long it is).
-fn read_bounded(path: &Path) -> Result<Vec<u8>, &'static str> {
+pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, &'static str> {
     let file = std::fs::File::open(path).map_err(|err| match err.kind() {
         std::io::ErrorKind::NotFound => "no such file",
         std::io::ErrorKind::PermissionDenied => "permission denied",

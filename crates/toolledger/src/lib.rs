@@ -56,6 +56,7 @@
 
 mod audit;
 mod call;
+mod config;
 mod definitions;
 mod operate;
 mod relay;
@@ -72,7 +73,8 @@ pub use toolledger_contract::{
     Denied, DownstreamIdentity, ErrorCode, Field, FieldRule, Identifier, JsonSchema, LeaseSeconds,
     NoRoles, Precondition, PrincipalResolver, ProviderProfile, RefundOrder, Registry, Rejection,
     ResolverError, Revisions, RuleCall, Schema, SchemaRefusal, StatusRef, ToolDefinition,
-    ToolRules, ToolSpec, UnixSeconds, Verdict, load_case, load_claims, parse_document,
+    ToolRules, ToolSpec, UnixSeconds, Verdict, builtin_profiles, load_case, load_claims,
+    parse_document,
 };
 pub use toolledger_engine::{
     Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
@@ -90,7 +92,9 @@ pub use toolledger_engine::{
 /// # let _ = downstream;
 /// ```
 pub mod http {
-    pub use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
+    pub use toolledger_downstream_http::{
+        Endpoint, HttpDownstream, HttpPrecondition, Timeouts, body, precondition_answer,
+    };
 }
 
 pub use toolledger_store::{
@@ -100,7 +104,8 @@ pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 
 pub use crate::{
     audit::{Audit, audit, audit_with},
-    call::{Call, Grant, ModelCall},
+    call::{Call, Grant, ModelCall, StatusQuery},
+    config::{CONFIG_ENV, CONFIG_FILE, Config, Declared, Route, ServiceDecl, Setting},
     definitions::load_tool,
     operate::{
         REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue, show,
@@ -255,6 +260,23 @@ impl LedgerBuilder {
         self.tools.retain(|known| known.name != tool.name);
         self.tools.push(tool);
         self
+    }
+
+    /// Registers every tool a configuration declares ([`Config::tool_specs`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::tool_specs`].
+    ///
+    /// ```
+    /// let config = toolledger::Config::load(std::path::Path::new(concat!(
+    ///     env!("CARGO_MANIFEST_DIR"), "/../../examples/toolledger.toml")))?;
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3").config(&config)?;
+    /// # let _ = builder;
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn config(self, config: &Config) -> Result<LedgerBuilder, Error> {
+        Ok(config.tool_specs()?.into_iter().fold(self, LedgerBuilder::tool))
     }
 
     /// Registers a provider profile beyond the built-in ones.
@@ -456,7 +478,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     }
 
     /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it
-    /// later. The reply is [`Outcome::Unknown`] with the operation's ref.
+    /// later. The reply is [`Outcome::Accepted`] with the operation's ref: accepted,
+    /// and certainly not sent (not [`Outcome::Unknown`], which a host pages on).
     ///
     /// # Errors
     ///
@@ -465,6 +488,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// ```
     /// # let (mut ledger, call, dir) = toolledger::doc_fixture("enqueue");
     /// let accepted = ledger.enqueue(&call)?;
+    /// assert!(matches!(accepted.outcome(), toolledger::Outcome::Accepted { .. }));
     /// let status_ref = accepted.status_ref().unwrap().clone();
     /// let worked = ledger.process(&status_ref, &call)?;
     /// assert!(matches!(worked.outcome(), toolledger::Outcome::Fresh(_)));
@@ -521,6 +545,46 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     pub fn status(&mut self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
         let case = self.case_of(call)?;
         Ok(Reply::from(self.engine.status(&case, status_ref)?))
+    }
+
+    /// The status query of a host that holds only `status_ref`: the principal, the
+    /// asking model call and, where the tool's rules need one, the business context
+    /// ([`StatusQuery`]). The ledger holds the tool, the arguments and the approval; the
+    /// principal must be the one whose operation it is, with the roles it holds now.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::status`].
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("status-of");
+    /// use toolledger::{ModelCall, StatusQuery};
+    /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+    /// // Restarted with the ref alone (and the orders the refund's rules read).
+    /// let query = StatusQuery::new("tenant-a", "user-1")
+    ///     .model_call(ModelCall::new("openai", "responses", "openai-responses-2026-05", "resp-2", "call-2"))
+    ///     .context(serde_json::json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
+    ///         "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}));
+    /// assert!(matches!(ledger.status_of(&query, &status_ref)?.outcome(), toolledger::Outcome::Replayed(_)));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn status_of(
+        &mut self,
+        query: &StatusQuery,
+        status_ref: &StatusRef,
+    ) -> Result<Reply, Error> {
+        let now = UnixSeconds::new(query.now().unwrap_or_else(wall_clock))
+            .map_err(|_| Error::invalid("the query's instant is out of range".to_owned()))?;
+        let (tenant_id, subject_id, call) = query.parts(self.engine.registry())?;
+        let asking = toolledger_engine::Asking {
+            tenant_id: &tenant_id,
+            subject_id: &subject_id,
+            call: &call,
+            now,
+            context: query.context_value(),
+        };
+        Ok(Reply::from(self.engine.status_by_ref(&asking, status_ref)?))
     }
 
     /// The downstream, e.g. to arm a [`drill::Switch`] or read a test double.

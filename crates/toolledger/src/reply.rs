@@ -115,6 +115,7 @@ impl Receipt {
 ///     toolledger::Outcome::Fresh(receipt) | toolledger::Outcome::Replayed(receipt)
 ///     | toolledger::Outcome::Reconciled(receipt) => println!("done: {}", receipt.output()),
 ///     toolledger::Outcome::Unknown { status_ref } => println!("query {status_ref} later"),
+///     toolledger::Outcome::Accepted { status_ref } => println!("queued as {status_ref}"),
 ///     toolledger::Outcome::Blocked { code, .. } => println!("blocked: {code}"),
 /// }
 /// # std::fs::remove_dir_all(dir).unwrap();
@@ -131,6 +132,12 @@ pub enum Outcome {
     /// It may or may not have happened: query `status_ref`, never retry under a new key.
     Unknown {
         /// The operation to query.
+        status_ref: StatusRef,
+    },
+    /// Accepted and queued ([`Ledger::enqueue`](crate::Ledger::enqueue)); nothing was sent
+    /// yet: a worker or the relay performs it, and `status_ref` names it.
+    Accepted {
+        /// The operation.
         status_ref: StatusRef,
     },
     /// Refused, or ended without success: the code says why.
@@ -224,7 +231,7 @@ impl Reply {
             Outcome::Fresh(receipt) | Outcome::Replayed(receipt) | Outcome::Reconciled(receipt) => {
                 Some(receipt.status_ref())
             }
-            Outcome::Unknown { status_ref } => Some(status_ref),
+            Outcome::Unknown { status_ref } | Outcome::Accepted { status_ref } => Some(status_ref),
             Outcome::Blocked { status_ref, .. } => status_ref.as_ref(),
         }
     }
@@ -248,6 +255,10 @@ impl From<Answer> for Reply {
             Answer::Block { code: BlockCode::OutcomeUnknown, .. } => match status_ref {
                 Some(status_ref) => Outcome::Unknown { status_ref },
                 None => Outcome::Blocked { code: BlockCode::OutcomeUnknown, status_ref: None },
+            },
+            Answer::Block { code: BlockCode::Accepted, .. } => match status_ref {
+                Some(status_ref) => Outcome::Accepted { status_ref },
+                None => Outcome::Blocked { code: BlockCode::Accepted, status_ref: None },
             },
             Answer::Block { code, .. } => Outcome::Blocked { code: *code, status_ref },
         };

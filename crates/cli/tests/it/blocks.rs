@@ -23,6 +23,8 @@ fn block(run: &Run) -> String {
         for member in ["checks", "counts", "findings", "unreconciled_downstream_receipts"] {
             assert!(object.contains_key(member), "{member}");
         }
+    } else if code == "RECEIPT_QUARANTINED" {
+        assert_eq!(members, ["code", "gate", "message", "reason", "status", "status_ref"]);
     } else if code == "INPUT_INVALID" && object.contains_key("detail") {
         // Arguments a JSON Schema refused: where, and which keyword, never the value.
         assert_eq!(members, ["code", "detail", "gate", "message", "status", "status_ref"]);
@@ -168,6 +170,15 @@ fn every_block_code_is_reachable_from_the_command_line() {
         &drift_ref,
     ])));
 
+    // ACCEPTED: enqueued, nothing sent.
+    drift.write_case("queued.json", |case| {
+        case["host_context"]["idempotency_key"] = Value::from("refund-ord-1001-q");
+        case["host_context"]["provider_call_id"] = Value::from("call-queued");
+    });
+    let queued = drift.run(&["--fixture", "queued.json", "enqueue"]);
+    assert_eq!(queued.text("/status"), "pending");
+    seen.insert(block(&queued));
+
     // AUDIT_FAILED: an orphan downstream receipt.
     drift.db_execute(&format!(
         "INSERT INTO downstream_receipts VALUES ('dr_00000000000000000000000000000000', '{}', \
@@ -194,6 +205,7 @@ fn every_block_code_is_reachable_from_the_command_line() {
         "LEASE_HELD",
         "AUDIT_FAILED",
         "CALL_REUSED",
+        "ACCEPTED",
     ]
     .into_iter()
     .map(str::to_owned)

@@ -231,6 +231,10 @@ fn a_forged_request_under_the_same_key_is_refused_and_never_retried_under_anothe
     );
     println!("conflict: {refused:?}");
     assert_eq!(service.refunds(), 2, "one real refund and the squatter's");
+    // The reply names the quarantine's real reason: a fingerprint conflict, not a
+    // broken output contract.
+    assert_eq!(refused.text("/code"), "RECEIPT_QUARANTINED", "{refused:?}");
+    assert_eq!(refused.text("/reason"), "fingerprint_conflict");
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod multihost;
 mod operators;
 mod readme;
 mod relay;
+mod tools;
 
 use std::{
     path::{Path, PathBuf},
@@ -115,12 +116,12 @@ impl Dir {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
         command.current_dir(&self.0).args(args);
         // The commands that open a ledger; `demo`, `--help` and `--version` take no `--db`.
-        const LEDGER_COMMANDS: [&str; 12] = [
-            "dispatch", "process", "status", "audit", "migrate", "relay", "list", "show",
-            "requeue", "metrics", "gc", "serve",
+        const LEDGER_COMMANDS: [&str; 13] = [
+            "dispatch", "enqueue", "process", "status", "audit", "migrate", "relay", "list",
+            "show", "requeue", "metrics", "gc", "serve",
         ];
-        // The commands that take leases, and so `--store-clock`.
-        const LEASE_COMMANDS: [&str; 4] = ["dispatch", "process", "status", "relay"];
+        // The commands that take leases (or the clock), and so `--store-clock`.
+        const LEASE_COMMANDS: [&str; 5] = ["dispatch", "enqueue", "process", "status", "relay"];
         if let Some(postgres) = &self.1 {
             let opens_ledger = args.iter().any(|arg| LEDGER_COMMANDS.contains(arg));
             if opens_ledger && !args.contains(&"--db") {

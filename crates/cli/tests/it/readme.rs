@@ -9,7 +9,8 @@
 //! document saying so (`|| echo "exit $?"`) stops the run, and the transcript must equal
 //! the document's.
 //!
-//! The shell starts clean: an empty directory holding a copy of `fixtures/`, its own
+//! The shell starts clean: an empty directory holding a copy of the case, the claims and
+//! the tool files of `fixtures/`, its own
 //! `HOME` and `TMPDIR`, and a `PATH` with the binaries this test run built first. The
 //! one line not run as written is `cargo build …`: the binaries under test are already
 //! built, and building again inside a test would wait on the test's own build lock.
@@ -120,10 +121,16 @@ fn check_markdown(relative: &str, markdown: &str) {
     for dir in [&home, &tmp, &work.join("fixtures")] {
         std::fs::create_dir_all(dir).unwrap();
     }
-    for fixture in ["persistence-case.json", "claims.json"] {
+    std::fs::create_dir_all(work.join("fixtures/tools")).unwrap();
+    let tools = std::fs::read_dir(workspace("fixtures/tools"))
+        .unwrap()
+        .map(|entry| format!("tools/{}", entry.unwrap().file_name().to_string_lossy()));
+    for fixture in
+        ["persistence-case.json".to_owned(), "claims.json".to_owned()].into_iter().chain(tools)
+    {
         std::fs::copy(
             workspace(&format!("fixtures/{fixture}")),
-            work.join("fixtures").join(fixture),
+            work.join("fixtures").join(&fixture),
         )
         .unwrap();
     }

@@ -151,7 +151,11 @@ impl<S: toolledger_store::LedgerStore, D: Downstream, R: PrincipalResolver> Flow
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError> {
         match failure {
-            Some(FailurePoint::AfterIntentCommit) => return self.enqueue(case),
+            // A crash right after commit A: the host learns nothing, and must assume the
+            // outcome unknown (the library's `enqueue` itself answers ACCEPTED).
+            Some(FailurePoint::AfterIntentCommit) => {
+                return self.enqueue(case).map(Answer::as_if_lost);
+            }
             Some(point) => self.downstream().switch().arm(point.drill().unwrap()),
             None => {}
         }

@@ -30,14 +30,17 @@ struct Reference {
 
 impl Reference {
     fn start(dir: &TempDir) -> Reference {
+        Reference::start_with(dir, Faults::default())
+    }
+
+    fn start_with(dir: &TempDir, faults: Faults) -> Reference {
         let recipes: Value = serde_json::from_slice(
             &std::fs::read(crate::workspace("fixtures/tools/refundd-recipes.json")).unwrap(),
         )
         .unwrap();
         let db = dir.join("service.sqlite3");
         let service = Arc::new(
-            Service::open_with_tools(&db, Faults::default(), Recipes::from_json(&recipes).unwrap())
-                .unwrap(),
+            Service::open_with_tools(&db, faults, Recipes::from_json(&recipes).unwrap()).unwrap(),
         );
         let (server, addr) = bind("127.0.0.1:0").unwrap();
         let serving = Arc::clone(&server);
@@ -48,8 +51,10 @@ impl Reference {
     fn endpoint(&self, tool: &str) -> Endpoint {
         Endpoint {
             execute_url: format!("{}/tools/{tool}", self.url),
-            lookup_url: format!("{}/tools/{tool}/by-key/", self.url),
+            lookup_url: format!("{}/tools/{tool}/by-key/{{key}}", self.url),
             headers: Vec::new(),
+            identity: None,
+            timeouts: None,
         }
     }
 
@@ -179,6 +184,57 @@ fn a_tool_from_a_file_is_dispatched_retried_and_conflicted_over_http() {
     let foreign = invoice("inv-key-2", arguments()).principal("acme", "cust-8");
     assert_eq!(code(ledger.dispatch(&foreign).unwrap().outcome()), Some(BlockCode::NotFound));
     assert_eq!(operations(&path), 1);
+}
+
+#[test]
+fn a_host_restarted_with_only_the_status_ref_reconciles_a_lost_answer() {
+    let dir = TempDir::new("definition-status-of");
+    // The service commits the first email, then drops the connection.
+    let service = Reference::start_with(&dir, Faults { drop_next: 1, ..Faults::default() });
+    let path = dir.join("ledger.sqlite3");
+    let open = || {
+        Ledger::builder(&path)
+            .tool(invoice_tool())
+            .open(service.downstream(&["send_invoice_email"]), Roles::default())
+            .unwrap()
+    };
+    let mut ledger = open();
+    let lost = ledger.dispatch(&invoice("inv-lost", arguments())).unwrap();
+    let Outcome::Unknown { status_ref } = lost.outcome().clone() else { panic!("{lost:?}") };
+    assert_eq!(service.effects(), 1, "the service committed");
+    drop(ledger);
+    // Restarted, with the ref alone: who asks, from which model call.
+    let mut ledger = open();
+    let asking = |call: &str, subject: &str| {
+        toolledger::StatusQuery::new("acme", subject)
+            .model_call(ModelCall::new(
+                "openai",
+                "responses",
+                "openai-responses-2026-05",
+                "resp-q",
+                call,
+            ))
+            .at(1_767_225_700)
+    };
+    let settled = ledger.status_of(&asking("call-q1", "cust-7"), &status_ref).unwrap();
+    let Outcome::Reconciled(receipt) = settled.outcome() else { panic!("{settled:?}") };
+    assert_eq!(receipt.output()["to"], "ada@example.com");
+    let again = ledger.status_of(&asking("call-q1", "cust-7"), &status_ref).unwrap();
+    assert!(matches!(again.outcome(), Outcome::Replayed(_)), "{again:?}");
+    // Someone else, with the same ref: nothing to see.
+    let other = ledger.status_of(&asking("call-q2", "cust-8"), &status_ref).unwrap();
+    assert_eq!(code(other.outcome()), Some(BlockCode::NotFound));
+    assert_eq!(service.effects(), 1);
+    // Enqueued: accepted and certainly not sent, then worked.
+    let accepted = ledger.enqueue(&invoice("inv-queued", arguments())).unwrap();
+    let Outcome::Accepted { status_ref } = accepted.outcome().clone() else {
+        panic!("{accepted:?}")
+    };
+    assert_eq!(accepted.package()["status"], "pending");
+    assert_eq!(service.effects(), 1, "nothing sent yet");
+    let worked = ledger.process(&status_ref, &invoice("inv-queued", arguments())).unwrap();
+    assert!(matches!(worked.outcome(), Outcome::Fresh(_)), "{worked:?}");
+    assert_eq!(service.effects(), 2);
 }
 
 #[test]

@@ -160,10 +160,13 @@ fn a_receipt_breaking_the_contract_is_quarantined_and_the_audit_says_so() {
     );
     assert_eq!(int(&host.db(), "SELECT count(*) FROM local_receipts"), 0);
     for reply in [
+        garbled,
         host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap(),
         host.ledger.status(&ticket("k1", "acme-it"), &status_ref).unwrap(),
     ] {
         assert_eq!(blocked(reply.outcome()), BlockCode::ReceiptQuarantined);
+        // The real reason, by kind: the output broke the schema (not a conflict).
+        assert_eq!(reply.package()["reason"], "output_schema", "{:?}", reply.package());
     }
     let audit = toolledger::audit(host.db()).unwrap();
     assert!(!audit.passed());

@@ -301,3 +301,94 @@ fn the_backup_never_follows_a_symlink_and_a_killed_migrate_leaves_no_obstacle() 
     }
     assert!(toolledger::audit(&path).unwrap().passed());
 }
+
+/// One of `fixtures/v3-store.sqlite3`'s refunds, as the code before tool definitions
+/// (commit `33e2ec5`) accepted it.
+fn v3_refund(n: u32) -> Call {
+    let order = format!("ord-300{n}");
+    Call::new(
+        "refund_order",
+        json!({"order_id": order, "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+    )
+    .principal("tenant-a", "user-1")
+    .idempotency_key(&format!("v3-refund-{n}"))
+    .model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-v3",
+        &format!("call-v3-{n}"),
+    ))
+    .context(json!({"orders": [{"order_id": order, "tenant_id": "tenant-a",
+        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+    .approval(
+        toolledger::Grant {
+            approval_id: format!("appr-v3-{n}"),
+            approver_id: "approver-1".to_owned(),
+            approved_at: 1_767_225_500,
+            expires_at: 1_767_229_100,
+        },
+        &["approver-1"],
+    )
+    .at(1_767_225_600)
+}
+
+/// A v3 store written before `refund_order` became a definition replays, reconciles,
+/// works and audits unchanged through the definition: the same digests, byte for byte.
+#[test]
+fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_definition() {
+    let dir = TempDir::new("v3-definitions");
+    let path = dir.join("ledger.sqlite3");
+    std::fs::copy(workspace("fixtures/v3-store.sqlite3"), &path).unwrap();
+    let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    let audit = toolledger::audit(&path).unwrap();
+    assert!(audit.passed(), "{}", audit.package());
+    assert_eq!(audit.package()["unreconciled_downstream_receipts"].as_array().unwrap().len(), 1);
+    let stored = |key: &str, column: &str, table: &str| {
+        text(
+            &path,
+            &format!(
+                "SELECT t.{column} FROM {table} t JOIN operations o ON o.id = t.op_id \
+                 WHERE o.idempotency_key = '{key}'"
+            ),
+        )
+    };
+    let result_1 = stored("v3-refund-1", "result_sha256", "local_receipts");
+    let request_1 =
+        text(&path, "SELECT request_sha256 FROM operations WHERE idempotency_key = 'v3-refund-1'");
+
+    let tool = RefundOrder::default().tool();
+    assert!(matches!(tool.input, toolledger::Schema::Json { .. }), "through the definition");
+    let mut ledger = Ledger::builder(&path).tool(tool).open_simulated(NoRoles).unwrap();
+    // Succeeded: replayed, the same digests.
+    let replayed = ledger.dispatch(&v3_refund(1)).unwrap();
+    let Outcome::Replayed(receipt) = replayed.outcome() else { panic!("{replayed:?}") };
+    assert_eq!((receipt.result_sha256(), receipt.request_sha256()), (&*result_1, &*request_1));
+    // Unknown with the simulation's receipt: reconciled by the status query.
+    let lost = v3_refund(2);
+    let lost_ref = ledger.dispatch(&lost).unwrap().status_ref().unwrap().clone();
+    let reconciled = ledger.status(&lost, &lost_ref).unwrap();
+    assert!(matches!(reconciled.outcome(), Outcome::Reconciled(_)), "{reconciled:?}");
+    // Accepted and never worked: worked now.
+    let queued = v3_refund(3);
+    let queued_ref = ledger.dispatch(&queued).unwrap().status_ref().unwrap().clone();
+    assert!(matches!(ledger.process(&queued_ref, &queued).unwrap().outcome(), Outcome::Fresh(_)));
+    // Claimed, then the worker vanished: unknown until its lease ends, then worked.
+    let claimed = v3_refund(4);
+    let claimed_ref = ledger.dispatch(&claimed).unwrap().status_ref().unwrap().clone();
+    let asked = ledger.status(&claimed, &claimed_ref).unwrap();
+    assert!(matches!(asked.outcome(), Outcome::Unknown { .. }), "{asked:?}");
+    let later = claimed.clone().at(1_767_225_700);
+    assert!(matches!(ledger.process(&claimed_ref, &later).unwrap().outcome(), Outcome::Fresh(_)));
+    drop(ledger);
+    // The first refund's rows are byte for byte what the old code wrote.
+    let now: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    for (before, after) in kept.iter().zip(&now) {
+        let first = before.split('|').next().unwrap();
+        assert!(after.contains(first), "{first} kept");
+    }
+    let audit = toolledger::audit(&path).unwrap();
+    assert!(audit.passed(), "{}", audit.package());
+    assert_eq!(audit.package()["unreconciled_downstream_receipts"], json!([]));
+    assert_eq!(int(&path, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 4);
+}

@@ -28,7 +28,7 @@ fn accepted(dir: &TempDir, service: &Arc<Mutex<TicketService>>, count: usize) {
     for n in 0..count {
         let reply =
             ledger.enqueue(&ticket_call(&format!("k{n}"), "acme-it", "low").at(T0)).unwrap();
-        assert!(matches!(reply.outcome(), Outcome::Unknown { .. }));
+        assert!(matches!(reply.outcome(), Outcome::Accepted { .. }));
     }
 }
 
