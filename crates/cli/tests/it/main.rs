@@ -123,7 +123,9 @@ impl Dir {
         // The commands that take leases (or the clock), and so `--store-clock`.
         const LEASE_COMMANDS: [&str; 5] = ["dispatch", "enqueue", "process", "status", "relay"];
         if let Some(postgres) = &self.1 {
-            let opens_ledger = args.iter().any(|arg| LEDGER_COMMANDS.contains(arg));
+            // (`tools list` opens none: `list` there is a subcommand of `tools`.)
+            let opens_ledger = args.first() != Some(&"tools")
+                && args.iter().any(|arg| LEDGER_COMMANDS.contains(arg));
             if opens_ledger && !args.contains(&"--db") {
                 command.args(["--db", postgres.url()]);
                 if args.iter().any(|arg| LEASE_COMMANDS.contains(arg)) {
