@@ -19,6 +19,9 @@ pub const SCHEMA_BYTES_MAX: usize = 256 * 1024;
 /// The deepest schema document (the outermost object is depth 1).
 pub const SCHEMA_DEPTH_MAX: usize = 32;
 
+/// The most `$ref`s one schema holds (the cycle check looks at every pair).
+const REFS_MAX: usize = 256;
+
 /// The only `$schema` a definition may name.
 pub const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 
@@ -286,6 +289,9 @@ impl Walk {
                 };
                 if !(pointer.is_empty() || pointer.starts_with('/')) {
                     return Err(refused(here, "$ref must be \"#\" or a JSON pointer \"#/…\""));
+                }
+                if self.refs.len() == REFS_MAX {
+                    return Err(refused(here, format!("more than {REFS_MAX} $refs in one schema")));
                 }
                 self.refs.push((here.to_owned(), pointer.to_owned()));
             }

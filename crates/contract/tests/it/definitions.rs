@@ -268,6 +268,15 @@ fn bad_definitions_are_refused_with_the_file_the_pointer_and_the_reason() {
 }
 
 #[test]
+fn a_schema_of_too_many_refs_is_refused_before_its_refs_are_followed() {
+    let properties: serde_json::Map<String, Value> =
+        (0..300).map(|n| (format!("p{n}"), json!({"$ref": "#/$defs/text"}))).collect();
+    let many =
+        json!({"type": "object", "$defs": {"text": {"type": "string"}}, "properties": properties});
+    assert!(JsonSchema::compile(many).unwrap_err().reason.contains("$refs"));
+}
+
+#[test]
 fn recursion_through_properties_is_a_cycle_too() {
     let tree = json!({"type": "object", "$defs": {"node": {"type": "object",
         "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
