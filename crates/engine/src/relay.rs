@@ -229,16 +229,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 Ok(Recheck::Refused(refused)) => {
                     self.ended(&status_ref, &lease, clock, Ok(refused), &mut drained)
                 }
-                Ok(Recheck::NotYet(reason)) => {
-                    let not_sent = Err(crate::DownstreamError::NotSent { reason });
+                Ok(Recheck::Unsent(unsent)) => {
+                    let unsent = Err(unsent);
                     let worked =
-                        self.conclude(&status_ref, &operation, &lease, not_sent, clock, context);
-                    self.ended(&status_ref, &lease, clock, worked, &mut drained);
-                }
-                Ok(Recheck::End(reason)) => {
-                    let not_sent = Err(crate::DownstreamError::Refused { reason });
-                    let worked =
-                        self.conclude(&status_ref, &operation, &lease, not_sent, clock, context);
+                        self.conclude(&status_ref, &operation, &lease, unsent, clock, context);
                     self.ended(&status_ref, &lease, clock, worked, &mut drained);
                 }
                 Err(err) => self.ended(&status_ref, &lease, clock, Err(err), &mut drained),

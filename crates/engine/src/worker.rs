@@ -157,13 +157,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         match self.recheck(operation, context, clock.now)? {
             Recheck::Send => {}
             Recheck::Refused(refused) => return Ok(refused),
-            Recheck::NotYet(reason) => {
-                let not_sent = Err(DownstreamError::NotSent { reason });
-                return self.conclude(status_ref, operation, lease, not_sent, clock, context);
-            }
-            Recheck::End(reason) => {
-                let ended = Err(DownstreamError::Refused { reason });
-                return self.conclude(status_ref, operation, lease, ended, clock, context);
+            Recheck::Unsent(unsent) => {
+                return self.conclude(status_ref, operation, lease, Err(unsent), clock, context);
             }
         }
         let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
@@ -314,7 +309,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if tool.approval.valid_at == ApprovalValidAt::Effect
             && intent.approval.as_ref().is_some_and(|approval| now >= approval.expires_at)
         {
-            return Ok(Recheck::End(APPROVAL_EXPIRED_REASON.to_owned()));
+            let reason = APPROVAL_EXPIRED_REASON.to_owned();
+            return Ok(Recheck::Unsent(DownstreamError::Refused { reason }));
         }
         let judged = judged(intent, context);
         let (roles, allowed) = self.authorize(tool, &judged)?;
@@ -329,7 +325,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                     Some(operation),
                 )));
             }
-            Verdict::Unavailable { reason } => return Ok(Recheck::NotYet(reason)),
+            Verdict::Unavailable { reason } => {
+                return Ok(Recheck::Unsent(DownstreamError::NotSent { reason }));
+            }
         }
         Ok(Recheck::Send)
     }
@@ -471,10 +469,10 @@ pub(crate) enum Recheck {
     Send,
     /// Refused before the downstream (drift, authorization, business state).
     Refused(Answer),
-    /// The business precondition could not be asked: not sent, tried again later.
-    NotYet(String),
-    /// Never to be sent: the operation ends `failed` with this reason.
-    End(String),
+    /// Stopped before the downstream, nothing sent: `NotSent` when the business
+    /// precondition could not be asked (tried again later), `Refused` when the request
+    /// may never be sent (the operation ends `failed` with the reason).
+    Unsent(DownstreamError),
 }
 
 /// Why an operation whose approval had to be valid at the side effect ended.

@@ -349,18 +349,13 @@ impl Service {
     }
 
     fn refund(&self, conn: &mut Connection, mut request: Request) -> Result<(), StoreFailed> {
-        let Some(key) = idempotency_key(&request) else {
-            respond(request, (400, json!({"error": "idempotency_key_missing"})));
-            return Ok(());
-        };
-        let body = match read_body(&mut request) {
-            Ok(body) => body,
-            Err(reason) => {
-                respond(request, (400, json!({"error": "bad_body", "reason": reason})));
+        let (key, body, fingerprint) = match keyed_body(&mut request) {
+            Ok(keyed) => keyed,
+            Err(answer) => {
+                respond(request, (400, answer));
                 return Ok(());
             }
         };
-        let fingerprint = hex(&Sha256::digest(&body));
         let Some(order) = order_of(&body) else {
             respond(request, (400, json!({"error": "bad_body", "reason": "not a refund"})));
             return Ok(());
@@ -462,18 +457,13 @@ impl Service {
         name: &str,
         recipe: &Recipe,
     ) -> Result<(), StoreFailed> {
-        let Some(key) = idempotency_key(&request) else {
-            respond(request, (400, json!({"error": "idempotency_key_missing"})));
-            return Ok(());
-        };
-        let body = match read_body(&mut request) {
-            Ok(body) => body,
-            Err(reason) => {
-                respond(request, (400, json!({"error": "bad_body", "reason": reason})));
+        let (key, body, fingerprint) = match keyed_body(&mut request) {
+            Ok(keyed) => keyed,
+            Err(answer) => {
+                respond(request, (400, answer));
                 return Ok(());
             }
         };
-        let fingerprint = hex(&Sha256::digest(&body));
         let arguments = match arguments_of(&body, name) {
             Ok(arguments) => arguments,
             Err(reason) => {
@@ -659,6 +649,17 @@ impl Keys<'_> {
         }
         .map(drop)
     }
+}
+
+/// A request that commits: its key, its body and the body's fingerprint (the SHA-256 of
+/// its bytes, lowercase hex); or the 400 answer when it has no key or no readable body.
+fn keyed_body(request: &mut Request) -> Result<(String, Vec<u8>, String), Value> {
+    let key =
+        idempotency_key(request).ok_or_else(|| json!({"error": "idempotency_key_missing"}))?;
+    let body =
+        read_body(request).map_err(|reason| json!({"error": "bad_body", "reason": reason}))?;
+    let fingerprint = hex(&Sha256::digest(&body));
+    Ok((key, body, fingerprint))
 }
 
 /// A refund's order, from the request body.

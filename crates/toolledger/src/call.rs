@@ -46,6 +46,33 @@ impl ModelCall {
     }
 }
 
+impl ModelCall {
+    /// The model call of a `what` (call or query), checked: present, of a registered
+    /// profile, its ids identifiers.
+    fn checked(
+        model_call: Option<&ModelCall>,
+        registry: &Registry,
+        what: &str,
+    ) -> Result<(ProviderProfile, Identifier, Identifier), Error> {
+        let model_call =
+            model_call.ok_or_else(|| Error::invalid(format!("the {what} names no model call")))?;
+        if !registry.has_profile(&model_call.profile) {
+            return Err(Error::invalid(
+                "the model call's provider profile is not registered".to_owned(),
+            ));
+        }
+        let id = |text: &str, which: &str| {
+            Identifier::new(text)
+                .map_err(|_| Error::invalid(format!("the {what}'s {which} is not an identifier")))
+        };
+        Ok((
+            model_call.profile.clone(),
+            id(&model_call.response_id, "model response id")?,
+            id(&model_call.call_id, "model call id")?,
+        ))
+    }
+}
+
 /// An approval as the approver gave it. The library binds it to the call (computes its
 /// digest over the call's exact request, key and model call); the host never patches a
 /// digest in.
@@ -219,19 +246,11 @@ impl Call {
             Identifier::new(text)
                 .map_err(|_| Error::invalid(format!("the call's {what} is not an identifier")))
         };
-        let model_call = self
-            .model_call
-            .as_ref()
-            .ok_or_else(|| Error::invalid("the call names no model call".to_owned()))?;
-        if !registry.has_profile(&model_call.profile) {
-            return Err(Error::invalid(
-                "the model call's provider profile is not registered".to_owned(),
-            ));
-        }
-        let call_id = id(&model_call.call_id, "model call id")?;
+        let (profile, response_id, call_id) =
+            ModelCall::checked(self.model_call.as_ref(), registry, "call")?;
         let host = HostContext {
-            profile: model_call.profile.clone(),
-            provider_response_id: id(&model_call.response_id, "model response id")?,
+            profile,
+            provider_response_id: response_id,
             operation_id: match &self.operation_id {
                 Some(operation_id) => id(operation_id, "operation id")?,
                 None => call_id.clone(),
@@ -363,20 +382,10 @@ impl StatusQuery {
             Identifier::new(text)
                 .map_err(|_| Error::invalid(format!("the query's {what} is not an identifier")))
         };
-        let model_call = self
-            .model_call
-            .as_ref()
-            .ok_or_else(|| Error::invalid("the query names no model call".to_owned()))?;
-        if !registry.has_profile(&model_call.profile) {
-            return Err(Error::invalid(
-                "the model call's provider profile is not registered".to_owned(),
-            ));
-        }
-        let call = toolledger_store::CallIdentity {
-            profile: model_call.profile.clone(),
-            provider_response_id: id(&model_call.response_id, "model response id")?,
-            provider_call_id: id(&model_call.call_id, "model call id")?,
-        };
+        let (profile, provider_response_id, provider_call_id) =
+            ModelCall::checked(self.model_call.as_ref(), registry, "query")?;
+        let call =
+            toolledger_store::CallIdentity { profile, provider_response_id, provider_call_id };
         Ok((id(&self.principal.0, "tenant id")?, id(&self.principal.1, "subject id")?, call))
     }
 }

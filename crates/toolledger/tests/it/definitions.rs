@@ -65,6 +65,14 @@ impl Reference {
         })
     }
 
+    /// A ledger at `path` serving `send_invoice_email` through this service.
+    fn invoices(&self, path: &Path) -> Ledger<HttpDownstream, Roles> {
+        Ledger::builder(path)
+            .tool(invoice_tool())
+            .open(self.downstream(&["send_invoice_email"]), Roles::default())
+            .unwrap()
+    }
+
     /// The effects the service itself committed.
     fn effects(&self) -> i64 {
         let conn = rusqlite::Connection::open(&self.db).unwrap();
@@ -153,10 +161,7 @@ fn a_tool_from_a_file_is_dispatched_retried_and_conflicted_over_http() {
     let dir = TempDir::new("definition-http");
     let service = Reference::start(&dir);
     let path = dir.join("ledger.sqlite3");
-    let mut ledger = Ledger::builder(&path)
-        .tool(invoice_tool())
-        .open(service.downstream(&["send_invoice_email"]), Roles::default())
-        .unwrap();
+    let mut ledger = service.invoices(&path);
     let first = ledger.dispatch(&invoice("inv-key-1", arguments())).unwrap();
     let Outcome::Fresh(receipt) = first.outcome() else { panic!("{first:?}") };
     assert_eq!(receipt.output()["to"], "ada@example.com");
@@ -192,12 +197,7 @@ fn a_host_restarted_with_only_the_status_ref_reconciles_a_lost_answer() {
     // The service commits the first email, then drops the connection.
     let service = Reference::start_with(&dir, Faults { drop_next: 1, ..Faults::default() });
     let path = dir.join("ledger.sqlite3");
-    let open = || {
-        Ledger::builder(&path)
-            .tool(invoice_tool())
-            .open(service.downstream(&["send_invoice_email"]), Roles::default())
-            .unwrap()
-    };
+    let open = || service.invoices(&path);
     let mut ledger = open();
     let lost = ledger.dispatch(&invoice("inv-lost", arguments())).unwrap();
     let Outcome::Unknown { status_ref } = lost.outcome().clone() else { panic!("{lost:?}") };
@@ -242,10 +242,7 @@ fn arguments_the_schema_refuses_name_the_pointer_and_keyword_and_write_nothing()
     let dir = TempDir::new("definition-refusals");
     let service = Reference::start(&dir);
     let path = dir.join("ledger.sqlite3");
-    let mut ledger = Ledger::builder(&path)
-        .tool(invoice_tool())
-        .open(service.downstream(&["send_invoice_email"]), Roles::default())
-        .unwrap();
+    let mut ledger = service.invoices(&path);
     let cases = [
         ("/to", json!("not-an-address"), "/to", "format"),
         ("/cc", json!(["a@example.com", "a@example.com"]), "/cc", "uniqueItems"),
@@ -432,10 +429,7 @@ proptest! {
         let dir = TempDir::new("definition-property");
         let service = Reference::start(&dir);
         let path = dir.join("ledger.sqlite3");
-        let mut ledger = Ledger::builder(&path)
-            .tool(invoice_tool())
-            .open(service.downstream(&["send_invoice_email"]), Roles::default())
-            .unwrap();
+        let mut ledger = service.invoices(&path);
         let mut arguments = json!({"invoice_id": invoice_id, "to": to, "cc": cc,
             "customer": {"customer_id": "cust-7"}});
         if !attach.is_null() {
