@@ -237,6 +237,78 @@ fn a_host_restarted_with_only_the_status_ref_reconciles_a_lost_answer() {
     assert_eq!(service.effects(), 2);
 }
 
+/// `send_invoice_email` with a precondition asked of the reference service: the
+/// invoice must be sendable (`GET /tools/send_invoice_email/allow/{invoice_id}`).
+fn guarded_invoices(service: &Reference) -> ToolSpec {
+    let mut document = toolledger::parse_document(
+        "send_invoice_email.toml",
+        &std::fs::read(crate::workspace("fixtures/tools/send_invoice_email.toml")).unwrap(),
+    )
+    .unwrap();
+    document["precondition"] = json!("/tools/send_invoice_email/allow/{invoice_id}");
+    let definition = ToolDefinition::from_document("guarded.toml", &document).unwrap();
+    let url = format!("{}{}", service.url, definition.precondition.as_deref().unwrap());
+    let ask = toolledger::http::HttpPrecondition::new(&url, Vec::new(), Default::default());
+    definition.tool_with(None, Some(Arc::new(ask)))
+}
+
+#[test]
+fn a_precondition_is_asked_of_the_service_and_a_changed_schema_is_drift_at_the_worker() {
+    let dir = TempDir::new("definition-precondition");
+    let refused = Faults { refuse_resources: vec!["inv_2041".to_owned()], ..Faults::default() };
+    let service = Reference::start_with(&dir, refused);
+    let path = dir.join("ledger.sqlite3");
+    let roles = Roles::default();
+    roles.grant("agent-3", "billing_agent");
+    let mut ledger = Ledger::builder(&path)
+        .tool(guarded_invoices(&service))
+        .open(service.downstream(&["send_invoice_email"]), roles.clone())
+        .unwrap();
+    // The service says this invoice may not be sent: refused, nothing written.
+    let refused = ledger.dispatch(&invoice("pre-1", arguments())).unwrap();
+    assert_eq!(code(refused.outcome()), Some(BlockCode::BusinessStateInvalid));
+    assert_eq!(operations(&path), 0);
+    // Another invoice, sent by a billing agent on the customer's behalf.
+    let mut other = arguments();
+    other["invoice_id"] = json!("inv_2042");
+    let by_agent = invoice("pre-2", other.clone()).principal("acme", "agent-3");
+    assert!(matches!(ledger.dispatch(&by_agent).unwrap().outcome(), Outcome::Fresh(_)));
+    // Accepted now, then the tool's input schema changes before a worker gets to it.
+    let queued = invoice("pre-3", other).principal("acme", "agent-3");
+    let status_ref = ledger.enqueue(&queued).unwrap().status_ref().unwrap().clone();
+    drop(ledger);
+    let mut document = toolledger::parse_document(
+        "send_invoice_email.toml",
+        &std::fs::read(crate::workspace("fixtures/tools/send_invoice_email.toml")).unwrap(),
+    )
+    .unwrap();
+    document["input_schema"]["properties"]["to"]["maxLength"] = json!(100);
+    let changed = ToolDefinition::from_document("changed.toml", &document).unwrap().tool();
+    let mut ledger = Ledger::builder(&path)
+        .tool(changed)
+        .open(service.downstream(&["send_invoice_email"]), roles)
+        .unwrap();
+    let drifted = ledger.process(&status_ref, &queued).unwrap();
+    assert_eq!(code(drifted.outcome()), Some(BlockCode::ContractDrift), "{drifted:?}");
+    assert_eq!(service.effects(), 1);
+    drop(ledger);
+    // The service down (a port nothing listens on): the precondition decides nothing,
+    // and nothing is written.
+    drop(service);
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let down = Reference { url: closed, db: dir.join("none.sqlite3"), stop: Box::new(|| ()) };
+    let mut ledger = Ledger::builder(dir.join("other.sqlite3"))
+        .tool(guarded_invoices(&down))
+        .open(down.downstream(&["send_invoice_email"]), Roles::default())
+        .unwrap();
+    let unavailable = ledger.dispatch(&invoice("pre-4", arguments())).unwrap();
+    assert_eq!(code(unavailable.outcome()), Some(BlockCode::DownstreamUnavailable));
+    assert_eq!(operations(&dir.join("other.sqlite3")), 0);
+}
+
 #[test]
 fn arguments_the_schema_refuses_name_the_pointer_and_keyword_and_write_nothing() {
     let dir = TempDir::new("definition-refusals");
