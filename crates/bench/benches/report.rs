@@ -70,6 +70,17 @@ struct Settings {
     validations: usize,
 }
 
+impl Settings {
+    /// The full run's sizes, or `--quick`'s.
+    fn of(quick: bool) -> Settings {
+        if quick {
+            Settings { rounds: 3, ops: 60, big: 20_000, audited: 5_000, validations: 20_000 }
+        } else {
+            Settings { rounds: 7, ops: 300, big: 1_000_000, audited: 50_000, validations: 200_000 }
+        }
+    }
+}
+
 fn main() {
     let Args { out, quick, profile: flow, child } = Args::parse("report");
     if let Some(child) = child {
@@ -79,11 +90,7 @@ fn main() {
         // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|audit`.
         return profile(&flow);
     }
-    let settings = if quick {
-        Settings { rounds: 3, ops: 60, big: 20_000, audited: 5_000, validations: 20_000 }
-    } else {
-        Settings { rounds: 7, ops: 300, big: 1_000_000, audited: 50_000, validations: 200_000 }
-    };
+    let settings = Settings::of(quick);
     let work = Work::new();
     let mut report: Vec<(String, Value)> = Vec::new();
     let mut put = |key: &str, value: Value| {
@@ -580,6 +587,13 @@ fn profile(flow: &str) {
                 .unwrap();
             let rate = drained.delivered as f64 / started.elapsed().as_secs_f64();
             println!("{rate:.0} events/s");
+        }
+        "tools" => {
+            // The report's "tools as data" section alone, at the full run's sizes.
+            let settings = Settings::of(false);
+            tools_as_data(&work, &cases, &settings, &mut |key, value| {
+                println!("{key}: {value}");
+            });
         }
         "validate" => {
             // Each tool's three validations alone; `VALIDATIONS` calls per loop, and
@@ -1246,10 +1260,11 @@ fn alternating(
 }
 
 /// `refund_order` through its definition against the code-defined tool: fresh dispatch
-/// (each side on its own fresh, warmed file per round, the same cases, alternating in
-/// batches of 25) and replay (each side on its own ledger of `ops` operations,
-/// alternating in batches of 100); the median round of each side. Then the cost of one
-/// schema validation per tool.
+/// (`2 × rounds` rounds, each side on its own fresh, warmed file per round, the same
+/// cases, alternating in batches of 25) and replay (each side on its own ledger of `ops`
+/// operations, `20 × ops` replays a round, alternating in batches of 100); the median
+/// round of each side, and each round's ratio. Then the cost of one schema validation
+/// per tool.
 fn tools_as_data(
     work: &Work,
     cases: &Cases,
@@ -1258,8 +1273,11 @@ fn tools_as_data(
 ) {
     println!(
         "tools as data: refund_order's definition vs the code-defined tool, fresh dispatch \
-         ({} rounds x {} ops) and replay",
-        settings.rounds, settings.ops
+         ({} rounds x {} ops) and replay ({} rounds x {} replays)",
+        settings.rounds * 2,
+        settings.ops,
+        settings.rounds,
+        settings.ops * 20
     );
     let definition = || refund_registry(RefundOrder::default().tool());
     let code = || refund_registry(RefundOrder::default().code_defined());
@@ -1269,8 +1287,10 @@ fn tools_as_data(
         let answer = engine.dispatch(case, &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
     };
+    // Twice the report's rounds: a fresh dispatch is a few fsyncs, and one slow fsync
+    // moves a round by a few percent, more than the target's margin.
     let (mut definition_fresh, mut code_fresh) = (Vec::new(), Vec::new());
-    for round in 0..settings.rounds {
+    for round in 0..settings.rounds * 2 {
         let first = 2_000_000 + round * settings.ops;
         let mut by_definition =
             engine_with(&work.file(&format!("tools-definition-{round}")), definition());
@@ -1291,6 +1311,9 @@ fn tools_as_data(
         definition_fresh.push(a);
         code_fresh.push(b);
     }
+    // Each round's own ratio too: how far apart the rounds are is how far the medians'
+    // ratio may be trusted on a noisy disk.
+    put("definition_fresh_round_ratios", json!(ratios(&definition_fresh, &code_fresh)));
     let (definition_fresh, code_fresh) = (median(definition_fresh), median(code_fresh));
     put("definition_fresh_ops_per_s", json!(definition_fresh));
     put("code_defined_fresh_ops_per_s", json!(code_fresh));
@@ -1311,7 +1334,7 @@ fn tools_as_data(
     let (mut definition_replay, mut code_replay) = (Vec::new(), Vec::new());
     for _ in 0..settings.rounds {
         let (a, b) = alternating(
-            settings.ops * 4,
+            settings.ops * 20,
             100,
             |index| replayed(&mut by_definition, &prepared[index % keys]),
             |index| replayed(&mut by_code, &prepared[index % keys]),
@@ -1319,6 +1342,7 @@ fn tools_as_data(
         definition_replay.push(a);
         code_replay.push(b);
     }
+    put("definition_replay_round_ratios", json!(ratios(&definition_replay, &code_replay)));
     let (definition_replay, code_replay) = (median(definition_replay), median(code_replay));
     put("definition_replay_per_s", json!(definition_replay));
     put("code_defined_replay_per_s", json!(code_replay));
@@ -1345,6 +1369,11 @@ fn tools_as_data(
         put(&format!("validate_invalid_input_us_{key}"), json!(median(invalid)));
     }
     put("validate_calls_per_loop", json!(settings.validations));
+}
+
+/// Each round's `subject / baseline`, to three decimals.
+fn ratios(subject: &[f64], baseline: &[f64]) -> Vec<f64> {
+    subject.iter().zip(baseline).map(|(a, b)| (a / b * 1000.0).round() / 1000.0).collect()
 }
 
 /// One tool of the validation figures: the tool, representative valid arguments, an
