@@ -292,7 +292,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         tool: &ToolSpec,
         case: &Case,
     ) -> Result<Answer, EngineError> {
-        self.check_stored_arguments(stored)?;
+        // Stored arguments equal to the call's passed the same schema a moment ago (the
+        // call's, in `admit`, when the revisions match; otherwise none is checked): only
+        // arguments that differ are validated again, before they are answered a conflict.
+        if stored.intent.arguments != case.proposal.arguments {
+            self.check_stored_arguments(stored)?;
+        }
         if !same_intent(&stored.intent, request, tool, case) {
             return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
         }

@@ -111,6 +111,10 @@ pub(crate) fn arguments_outside_the_input_schema_are_refused_even_with_a_matchin
         .process_at(&status_ref_of(&unknown), &clock, &case().business_state, &id("w"), None)
         .unwrap_err();
     assert_eq!(err.code(), "STORE_CONTRACT_VIOLATION");
+    // A replay of the original call meets stored arguments that differ from its own:
+    // they are validated, and refused, before anything is answered.
+    let replayed = engine.dispatch_at(&case(), &id("w"), None).unwrap_err();
+    assert_eq!(replayed.code(), "STORE_CONTRACT_VIOLATION");
     assert_eq!(db.count("downstream_receipts"), 0);
 }
 
