@@ -22,9 +22,10 @@ const ENGINE: &str = "toolledger-engine";
 const HTTP: &str = "toolledger-downstream-http";
 const FACADE: &str = "toolledger";
 const CLI: &str = "toolledger-cli";
+const MCP: &str = "toolledger-mcp";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 12] = [
+const GRAPH: [(&str, &[&str]); 13] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
@@ -35,8 +36,13 @@ const GRAPH: [(&str, &[&str]); 12] = [
     ("toolledger-conformance", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE]),
     (HTTP, &[JSON, CONTRACT, STORE, ENGINE]),
     (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP]),
-    (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE]),
-    ("toolledger-bench", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI]),
+    // The MCP gateway is a frontend: it reaches the ledger through the facade alone.
+    (MCP, &[JSON, FACADE]),
+    (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, MCP]),
+    (
+        "toolledger-bench",
+        &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI, MCP],
+    ),
     // The reference service is somebody else's code.
     ("toolledger-refundd", &[]),
 ];
@@ -70,6 +76,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
+        // rmcp, the official MCP SDK, on tokio (its runtime).
+        "toolledger-mcp" => &["serde_json", "sha2", "tokio", "rmcp"],
         "toolledger-bench" => &["serde_json", "rusqlite", "postgres", "ureq", "tempfile"],
         "toolledger-cli" => &[
             "serde",
@@ -95,6 +103,7 @@ fn dev_only(krate: &str) -> &'static [&'static str] {
         "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq", "snapbox"],
         "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
         "toolledger-refundd" => &["tempfile", "ureq"],
+        "toolledger-mcp" => &["tempfile", "rusqlite"],
         _ => &["proptest", "tempfile"],
     }
 }

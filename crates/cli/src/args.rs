@@ -408,6 +408,18 @@ pub(crate) enum Command {
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
     },
+    /// Serve an MCP host over stdio as a durable gateway to the MCP servers the
+    /// configuration's [mcp] table names: every tool that changes something takes an
+    /// idempotency key and goes through the ledger; the rest passes through
+    /// (docs/mcp.md). Nothing but MCP is written to stdout
+    Mcp {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        /// The configuration with the [mcp] table [default: $TOOLLEDGER_CONFIG, else
+        /// ./toolledger.toml]
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
     /// Check or list the tools a configuration declares (toolledger.toml and the tool
     /// files it names): schemas, bindings, revisions, policies, routes. Creates nothing
     Tools {
@@ -476,6 +488,7 @@ impl Command {
             Command::Migrate { .. } => "migrate",
             Command::Serve { .. } => "serve",
             Command::Tools { .. } => "tools",
+            Command::Mcp { .. } => "mcp",
             Command::Demo => "demo",
             Command::Completions { .. } => "completions",
         }
@@ -503,7 +516,8 @@ impl Command {
             }
             Command::List { ledger, .. }
             | Command::Metrics { ledger, .. }
-            | Command::Serve { ledger, .. } => Takes { ledger: Some(ledger), ..Takes::default() },
+            | Command::Serve { ledger, .. }
+            | Command::Mcp { ledger, .. } => Takes { ledger: Some(ledger), ..Takes::default() },
             Command::Tools { action: ToolsAction::Check { output, .. } } => {
                 Takes { output: Some(output), ..Takes::default() }
             }

@@ -127,8 +127,10 @@ pub struct Declared {
 #[derive(Debug, Clone)]
 pub struct Config {
     file: String,
+    dir: PathBuf,
     tools: Vec<Declared>,
     services: BTreeMap<String, ServiceDecl>,
+    mcp: Option<Value>,
 }
 
 fn refused(file: &str, pointer: &str, reason: impl Into<String>) -> Error {
@@ -199,7 +201,7 @@ impl Config {
         let bytes = read_bounded(path).map_err(|kind| Error::invalid(format!("{file}: {kind}")))?;
         let document =
             parse_document(&file, &bytes).map_err(crate::definitions::definition_error)?;
-        let top = only(&file, "", &document, &["services", "tools", "$comment"])?;
+        let top = only(&file, "", &document, &["services", "tools", "mcp", "$comment"])?;
         let mut services = BTreeMap::new();
         if let Some(declared) = top.get("services") {
             let declared = declared
@@ -234,7 +236,37 @@ impl Config {
             }
             tools.push(declared);
         }
-        Ok(Config { file, tools, services })
+        let mcp = top.get("mcp").cloned();
+        if mcp.as_ref().is_some_and(|mcp| !mcp.is_object()) {
+            return Err(refused(&file, "/mcp", "must be a table"));
+        }
+        Ok(Config { file, dir: base, tools, services, mcp })
+    }
+
+    /// The directory it was read from: what its relative paths (tool files, an MCP
+    /// upstream's command) are relative to.
+    ///
+    /// ```
+    /// # let config = toolledger::Config::load(std::path::Path::new(concat!(
+    /// #     env!("CARGO_MANIFEST_DIR"), "/../../examples/toolledger.toml")))?;
+    /// assert!(config.dir().ends_with("examples"));
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The `[mcp]` table as written, for the MCP gateway (`toolledger mcp`), which
+    /// checks it member by member (`docs/mcp.md`); `None` when the file has none.
+    ///
+    /// ```
+    /// # let config = toolledger::Config::load(std::path::Path::new(concat!(
+    /// #     env!("CARGO_MANIFEST_DIR"), "/../../examples/toolledger.toml")))?;
+    /// assert!(config.mcp().is_none());
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn mcp(&self) -> Option<&Value> {
+        self.mcp.as_ref()
     }
 
     /// The file it was read from.

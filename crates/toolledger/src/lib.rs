@@ -98,7 +98,7 @@ pub mod http {
 }
 
 pub use toolledger_store::{
-    DownstreamReceipt, Figures, ListFilter, Listed, Requeued, STAND_IN_NAME, STATES,
+    DownstreamReceipt, Figures, ListFilter, Listed, Now, Requeued, STAND_IN_NAME, STATES,
 };
 pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 

@@ -144,6 +144,22 @@ impl Relay {
         self
     }
 
+    /// Registers a provider profile beyond the built-in ones, as
+    /// [`LedgerBuilder::profile`](crate::LedgerBuilder::profile) does for the ledger
+    /// that accepted the operations.
+    ///
+    /// ```
+    /// let relay = toolledger::Relay::new("l.sqlite3")
+    ///     .profile(toolledger::ProviderProfile::new("mcp", "tools_call", "toolledger-mcp-1"));
+    /// # let _ = relay;
+    /// ```
+    pub fn profile(mut self, profile: ProviderProfile) -> Relay {
+        if !self.profiles.contains(&profile) {
+            self.profiles.push(profile);
+        }
+        self
+    }
+
     /// How many workers (threads), each with its own connections (1–64).
     ///
     /// ```

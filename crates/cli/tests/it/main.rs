@@ -22,6 +22,7 @@ mod kill;
 mod library;
 mod listeners;
 mod liveness;
+mod mcp;
 mod multihost;
 mod operators;
 mod readme;
@@ -116,9 +117,9 @@ impl Dir {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
         command.current_dir(&self.0).args(args);
         // The commands that open a ledger; `demo`, `--help` and `--version` take no `--db`.
-        const LEDGER_COMMANDS: [&str; 13] = [
+        const LEDGER_COMMANDS: [&str; 14] = [
             "dispatch", "enqueue", "process", "status", "audit", "migrate", "relay", "list",
-            "show", "requeue", "metrics", "gc", "serve",
+            "show", "requeue", "metrics", "gc", "serve", "mcp",
         ];
         // The commands that take leases (or the clock), and so `--store-clock`.
         const LEASE_COMMANDS: [&str; 5] = ["dispatch", "enqueue", "process", "status", "relay"];

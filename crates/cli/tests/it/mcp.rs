@@ -1,0 +1,460 @@
+//! `toolledger mcp` end to end, against software nobody here wrote: the host is the
+//! official Python MCP SDK's client (PyPI `mcp`, in a venv under `target/mcp`), the
+//! upstreams are a payments server written with that SDK (it counts its effects and
+//! can fail in every way that matters) and the published `@modelcontextprotocol/
+//! server-memory` (from npm, into `target/mcp/node`).
+//!
+//! Every test starts its own processes: host → gateway → upstream.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{Dir, workspace};
+
+/// The SDK version the tests drive the gateway with.
+const MCP_SDK: &str = "mcp==2.3.0";
+/// The published upstream.
+const SERVER_MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+
+/// The venv's python, installed once per test binary (and kept between runs).
+fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = workspace("target/mcp/venv");
+        let python = venv.join("bin/python");
+        let ready = venv.join(format!(".ready-{MCP_SDK}"));
+        if !ready.exists() {
+            let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
+            assert!(status.success(), "python3 -m venv failed");
+            let status = Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_SDK])
+                .status()
+                .unwrap();
+            assert!(status.success(), "pip install {MCP_SDK} failed");
+            std::fs::write(&ready, b"").unwrap();
+        }
+        python
+    })
+}
+
+/// server-memory's entry point, installed once.
+fn server_memory() -> &'static Path {
+    static ENTRY: OnceLock<PathBuf> = OnceLock::new();
+    ENTRY.get_or_init(|| {
+        let node = workspace("target/mcp/node");
+        let entry = node.join("node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+        if !entry.exists() {
+            std::fs::create_dir_all(&node).unwrap();
+            if !node.join("package.json").exists() {
+                std::fs::write(
+                    node.join("package.json"),
+                    br#"{"name":"toolledger-mcp-peers","private":true}"#,
+                )
+                .unwrap();
+            }
+            let status = Command::new("npm")
+                .current_dir(&node)
+                .args(["install", "--no-audit", "--no-fund", "--silent", SERVER_MEMORY])
+                .status()
+                .unwrap();
+            assert!(status.success(), "npm install {SERVER_MEMORY} failed");
+        }
+        entry
+    })
+}
+
+fn peer(name: &str) -> PathBuf {
+    workspace(&format!("crates/mcp/tests/peers/{name}"))
+}
+
+/// A gateway configuration over the payments server, its state and faults in `dir`.
+fn payments_config(dir: &Dir, extra: &str) -> PathBuf {
+    let text = format!(
+        r#"[mcp]
+tenant = "acme"
+subject = "agent-1"
+
+[mcp.upstreams.payments]
+command = [{python:?}, {server:?}]
+env = {{ PAYMENTS_STATE = {state:?}, PAYMENTS_FAULTS = {faults:?} }}
+timeout_ms = 3000
+
+[mcp.upstreams.payments.tools.create_payment]
+lookup = {{ tool = "get_payment_by_key", key_argument = "key", result = "/payment" }}
+{extra}
+"#,
+        python = python().display().to_string(),
+        server = peer("payments.py").display().to_string(),
+        state = dir.join("payments.sqlite3").display().to_string(),
+        faults = dir.join("faults.json").display().to_string(),
+    );
+    dir.write("toolledger.toml", text.as_bytes());
+    dir.join("toolledger.toml")
+}
+
+/// The faults the payments server reads at every call.
+fn faults(dir: &Dir, faults: Value) {
+    dir.write("faults.json", faults.to_string().as_bytes());
+}
+
+/// The payments the upstream made, read from its own state: the effects.
+fn payments(dir: &Dir) -> Vec<(String, String)> {
+    let path = dir.join("payments.sqlite3");
+    if !path.exists() {
+        return Vec::new();
+    }
+    let connection = rusqlite::Connection::open(path).unwrap();
+    let mut statement = connection
+        .prepare("SELECT order_id, coalesce(idempotency_key, '') FROM payments ORDER BY rowid")
+        .unwrap();
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The gateway command a host runs: `toolledger mcp --config C --db D`.
+fn gateway(dir: &Dir, config: &Path) -> Vec<String> {
+    vec![
+        env!("CARGO_BIN_EXE_toolledger").to_owned(),
+        "mcp".to_owned(),
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--db".to_owned(),
+        dir.db(),
+    ]
+}
+
+/// Runs the SDK host over `steps` against `command`; one answer per step. Bounded: a
+/// host that is still running after `limit` is killed and the test fails.
+fn host(command: &[String], steps: &Value, limit: Duration) -> Vec<Value> {
+    let mut child = Command::new(python())
+        .arg(peer("host.py"))
+        .arg("--")
+        .args(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(steps.to_string().as_bytes()).unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the host did not finish in {limit:?}; stdout: {}; stderr: {}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "host failed: {stdout}\n{stderr}");
+    let answers: Vec<Value> =
+        stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(answers.len(), steps.as_array().unwrap().len(), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    answers
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"op": "call", "name": name, "arguments": arguments})
+}
+
+fn pay(order: &str, amount: i64, key: &str) -> Value {
+    call(
+        "create_payment",
+        json!({"order_id": order, "amount_minor": amount, "currency": "USD", "idempotency_key": key}),
+    )
+}
+
+/// The code of a tool error (`isError: true`), or "OK".
+fn code(answer: &Value) -> String {
+    assert!(answer.get("error").is_none(), "a protocol error, not a tool result: {answer}");
+    if answer["isError"] == json!(true) {
+        answer["structuredContent"]["code"].as_str().unwrap_or_default().to_owned()
+    } else {
+        "OK".to_owned()
+    }
+}
+
+/// The ledger's own audit of the test's ledger passes.
+fn audit_passes(dir: &Dir) {
+    let audit = dir.run(&["audit"]);
+    assert_eq!((audit.code, audit.answer()["code"].clone()), (0, json!("OK")), "{}", audit.stdout);
+}
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+#[test]
+fn a_retry_replays_the_stored_result_without_calling_the_upstream_and_another_intent_conflicts() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let steps = json!([
+        {"op": "list_tools"},
+        pay("ord-1", 2599, "pay-ord-1"),
+        pay("ord-1", 2599, "pay-ord-1"),
+        pay("ord-1", 9999, "pay-ord-1"),
+        call("list_payments", json!({})),
+    ]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    let tools = answers[0]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|tool| tool["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["create_payment", "get_payment_by_key", "list_payments", "toolledger_status"]
+    );
+    // The ledgered tool asks for a key; the read-only ones pass through untouched.
+    let create = &tools[0];
+    assert!(
+        create["inputSchema"]["required"].as_array().unwrap().contains(&json!("idempotency_key"))
+    );
+    assert!(create["description"].as_str().unwrap().contains("toolledger_status"));
+    assert!(tools[1]["inputSchema"]["properties"].get("idempotency_key").is_none());
+
+    let (fresh, replay, conflict) = (&answers[1], &answers[2], &answers[3]);
+    assert_eq!(code(fresh), "OK", "{fresh}");
+    assert_eq!(fresh["structuredContent"]["status"], "captured");
+    assert_eq!(fresh["meta"]["io.toolledger/replayed"], false);
+    assert_eq!(code(replay), "OK");
+    assert_eq!(replay["structuredContent"], fresh["structuredContent"]);
+    assert_eq!(replay["content"], fresh["content"]);
+    assert_eq!(replay["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(
+        replay["meta"]["io.toolledger/status_ref"],
+        fresh["meta"]["io.toolledger/status_ref"]
+    );
+    assert_eq!(code(conflict), "IDEMPOTENCY_CONFLICT", "{conflict}");
+    // One payment, handed the operation's request ref as its own key, never the model's.
+    assert_eq!(answers[4]["structuredContent"]["count"], 1);
+    let made = payments(&dir);
+    assert_eq!(made.len(), 1);
+    assert!(made[0].1.starts_with("dr_"), "{made:?}");
+    // The operation is the ledger's like any other: listed, shown, audited.
+    let listed = dir.run(&["list", "--state", "succeeded"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(listed.stdout.contains("payments-create_payment"), "{}", listed.stdout);
+    audit_passes(&dir);
+}
+
+#[test]
+fn the_key_in_meta_comes_first_and_a_missing_or_malformed_key_is_a_tool_error_with_nothing_written()
+{
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let mut by_meta = call(
+        "create_payment",
+        json!({"order_id": "ord-2", "amount_minor": 100, "currency": "USD", "idempotency_key": "ignored-1"}),
+    );
+    by_meta["meta"] = json!({"io.toolledger/idempotency_key": "host-key-2"});
+    let mut again = by_meta.clone();
+    again["arguments"]["idempotency_key"] = json!("ignored-2");
+    let steps = json!([
+        call(
+            "create_payment",
+            json!({"order_id": "ord-3", "amount_minor": 100, "currency": "USD"})
+        ),
+        pay("ord-3", 100, &"k".repeat(129)),
+        pay("ord-3", 100, "no spaces"),
+        pay("ord-3", -5, "pay-ord-3"),
+        call(
+            "create_payment",
+            json!({"order_id": "ord-3", "amount_minor": 100, "currency": "USD", "idempotency_key": 7})
+        ),
+        by_meta,
+        again,
+    ]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    assert_eq!(code(&answers[0]), "INPUT_INVALID");
+    assert_eq!(answers[0]["structuredContent"]["detail"]["pointer"], "/idempotency_key");
+    assert_eq!(code(&answers[1]), "INPUT_INVALID");
+    assert_eq!(code(&answers[2]), "INPUT_INVALID");
+    assert_eq!(code(&answers[3]), "INPUT_INVALID", "{}", answers[3]);
+    assert_eq!(answers[3]["structuredContent"]["detail"]["pointer"], "/amount_minor");
+    assert_eq!(code(&answers[4]), "INPUT_INVALID");
+    // None of them reached the upstream or the ledger.
+    assert_eq!(code(&answers[5]), "OK", "{}", answers[5]);
+    assert_eq!(code(&answers[6]), "OK");
+    assert_eq!(answers[6]["meta"]["io.toolledger/replayed"], true, "the _meta key decides");
+    let made = payments(&dir);
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-2").count(), 1);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(dir.db_int("SELECT count(*) FROM operations"), 1);
+}
+
+#[test]
+fn an_upstream_that_commits_and_drops_the_stream_is_unknown_until_its_lookup_reconciles_it() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"drop_after_commit": ["ord-4"]}));
+    let first = host(&gateway(&dir, &config), &json!([pay("ord-4", 700, "pay-ord-4")]), LIMIT);
+    assert_eq!(code(&first[0]), "OUTCOME_UNKNOWN", "{}", first[0]);
+    let status_ref =
+        first[0]["structuredContent"]["detail"]["status_ref"].as_str().unwrap().to_owned();
+    assert!(first[0]["content"][0]["text"].as_str().unwrap().contains("new key"));
+    assert_eq!(payments(&dir).len(), 1, "the upstream committed before it dropped");
+    // The retry with the same key touches nothing; the status query asks the upstream's
+    // lookup tool, which finds the payment; after that the key replays it.
+    faults(&dir, json!({}));
+    let later = host(
+        &gateway(&dir, &config),
+        &json!([
+            pay("ord-4", 700, "pay-ord-4"),
+            call("toolledger_status", json!({"status_ref": status_ref})),
+            pay("ord-4", 700, "pay-ord-4"),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&later[0]), "OUTCOME_UNKNOWN");
+    assert_eq!(later[0]["structuredContent"]["detail"]["status_ref"], json!(status_ref));
+    assert_eq!(code(&later[1]), "OK", "{}", later[1]);
+    assert_eq!(later[1]["structuredContent"]["order_id"], "ord-4");
+    assert_eq!(code(&later[2]), "OK");
+    assert_eq!(later[2]["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(payments(&dir).len(), 1, "exactly one effect for the key");
+    audit_passes(&dir);
+}
+
+#[test]
+fn a_hanging_upstream_is_bounded_by_its_timeout_and_stays_unknown_without_a_second_send() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"hang": ["ord-5"]}));
+    let started = Instant::now();
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([
+            pay("ord-5", 700, "pay-ord-5"),
+            pay("ord-5", 700, "pay-ord-5"),
+            pay("ord-6", 800, "pay-ord-6"),
+        ]),
+        LIMIT,
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(code(&answers[0]), "OUTCOME_UNKNOWN", "{}", answers[0]);
+    assert_eq!(code(&answers[1]), "OUTCOME_UNKNOWN");
+    // The gateway went on serving (the hung request did not hold the next one).
+    assert_eq!(code(&answers[2]), "OK", "{}", answers[2]);
+    let status_ref = answers[0]["structuredContent"]["detail"]["status_ref"].as_str().unwrap();
+    // The upstream never committed: the lookup finds nothing, and nothing guesses.
+    let status = host(
+        &gateway(&dir, &config),
+        &json!([call("toolledger_status", json!({"status_ref": status_ref}))]),
+        LIMIT,
+    );
+    assert_eq!(code(&status[0]), "OUTCOME_UNKNOWN", "{}", status[0]);
+    let made = payments(&dir);
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-5").count(), 0, "{made:?}");
+    let listed = dir.run(&["list"]);
+    assert!(listed.stdout.contains(status_ref), "an unknown is listed: {}", listed.stdout);
+}
+
+#[test]
+fn a_refusal_ends_failed_and_answers_refused_again_without_a_second_send() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"refuse": ["ord-7"]}));
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([pay("ord-7", 700, "pay-ord-7"), pay("ord-7", 700, "pay-ord-7")]),
+        LIMIT,
+    );
+    assert_eq!(code(&answers[0]), "DOWNSTREAM_REFUSED", "{}", answers[0]);
+    assert_eq!(code(&answers[1]), "DOWNSTREAM_REFUSED");
+    assert!(payments(&dir).is_empty());
+}
+
+#[test]
+fn an_off_schema_result_or_a_lying_tools_list_is_quarantined_not_returned() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"off_schema": ["ord-8"]}));
+    let answers = host(&gateway(&dir, &config), &json!([pay("ord-8", 700, "pay-ord-8")]), LIMIT);
+    assert_ne!(code(&answers[0]), "OK", "{}", answers[0]);
+    assert!(answers[0]["isError"] == json!(true));
+    // An upstream whose tools/list promises a member its results never have.
+    let lying = Dir::new();
+    let config = payments_config(&lying, "");
+    let mut command = gateway(&lying, &config);
+    command.splice(0..0, ["env".to_owned(), "PAYMENTS_LIE=1".to_owned()]);
+    let answers = host(&command, &json!([pay("ord-9", 700, "pay-ord-9")]), LIMIT);
+    assert_ne!(code(&answers[0]), "OK", "{}", answers[0]);
+    // Neither result is trusted: each operation is set aside for an operator, listed,
+    // and named by the audit; the upstream's effect is not lost.
+    for dir in [&dir, &lying] {
+        let listed = dir.run(&["list", "--state", "quarantined"]);
+        assert_eq!(listed.stdout.lines().count(), 1, "{}", listed.stdout);
+        let audit = dir.run(&["audit"]).answer();
+        assert_eq!(audit["findings"].as_array().unwrap().len(), 1, "{audit}");
+        assert_eq!(audit["findings"][0]["check"], "operations_quarantined");
+        assert!(listed.stdout.contains(audit["findings"][0]["ref"].as_str().unwrap()));
+        assert_eq!(payments(dir).len(), 1);
+    }
+}
+
+#[test]
+fn duplicate_concurrent_calls_with_one_key_make_one_payment() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let same = pay("ord-10", 1200, "pay-ord-10");
+    let steps = json!([{"op": "concurrent", "calls": [same, same, same, same]}]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    let results = answers[0]["results"].as_array().unwrap();
+    let done: Vec<&Value> = results.iter().filter(|answer| code(answer) == "OK").collect();
+    assert_eq!(done.len(), 4, "{results:?}");
+    assert!(done.iter().all(|answer| answer["structuredContent"] == done[0]["structuredContent"]));
+    assert_eq!(payments(&dir).len(), 1);
+}
+
+#[test]
+fn a_published_server_is_fronted_ledgered_calls_replay_and_read_only_tools_pass_through() {
+    let dir = Dir::new();
+    let text = format!(
+        r#"[mcp]
+tenant = "acme"
+subject = "agent-1"
+
+[mcp.upstreams.memory]
+command = ["node", {entry:?}]
+env = {{ MEMORY_FILE_PATH = {memory:?} }}
+"#,
+        entry = server_memory().display().to_string(),
+        memory = dir.join("memory.jsonl").display().to_string(),
+    );
+    dir.write("toolledger.toml", text.as_bytes());
+    let ada = json!({"entities": [{"name": "Ada", "entityType": "person", "observations": ["writes programs"]}], "idempotency_key": "remember-ada"});
+    let steps = json!([
+        {"op": "list_tools"},
+        call("create_entities", ada.clone()),
+        call("delete_entities", json!({"entityNames": ["Ada"], "idempotency_key": "forget-ada"})),
+        // The retry of the first call replays its result: the upstream is not called, so
+        // Ada stays deleted.
+        call("create_entities", ada),
+        call("read_graph", json!({})),
+    ]);
+    let answers = host(&gateway(&dir, &dir.join("toolledger.toml")), &steps, LIMIT);
+    let tools = answers[0]["tools"].as_array().unwrap();
+    let find = |name: &str| tools.iter().find(|tool| tool["name"] == name).unwrap();
+    assert!(find("create_entities")["inputSchema"]["properties"].get("idempotency_key").is_some());
+    assert!(find("read_graph")["inputSchema"]["properties"].get("idempotency_key").is_none());
+    assert_eq!(code(&answers[1]), "OK", "{}", answers[1]);
+    assert_eq!(code(&answers[2]), "OK", "{}", answers[2]);
+    assert_eq!(code(&answers[3]), "OK");
+    assert_eq!(answers[3]["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(answers[3]["structuredContent"], answers[1]["structuredContent"]);
+    assert_eq!(answers[4]["structuredContent"]["entities"], json!([]), "{}", answers[4]);
+    audit_passes(&dir);
+}

@@ -1,0 +1,281 @@
+//! The `[mcp]` table of `toolledger.toml`: who calls over stdio, the upstream servers,
+//! and each upstream tool's policy (`docs/mcp.md`, "Configuration").
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use serde_json::{Map, Value};
+
+/// The most upstream servers one gateway fronts.
+const UPSTREAMS_MAX: usize = 16;
+
+/// An upstream's request timeout unless its `timeout_ms` says otherwise.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The gateway's settings, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct McpConfig {
+    /// The principal of every call over stdio.
+    pub(crate) tenant: String,
+    pub(crate) subject: String,
+    pub(crate) upstreams: Vec<UpstreamDecl>,
+}
+
+/// One upstream MCP server.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamDecl {
+    pub(crate) name: String,
+    pub(crate) transport: Transport,
+    /// The downstream identity recorded with every intent it performs.
+    pub(crate) identity: (String, String),
+    pub(crate) timeout: Duration,
+    pub(crate) tools: BTreeMap<String, ToolPolicy>,
+}
+
+/// How the gateway reaches an upstream.
+#[derive(Debug, Clone)]
+pub(crate) enum Transport {
+    /// A child process spoken to over its stdin and stdout.
+    Child {
+        program: String,
+        args: Vec<String>,
+        /// Relative paths in the command resolve here (the configuration's directory).
+        dir: PathBuf,
+        env: Vec<(String, String)>,
+    },
+}
+
+/// Whether calls of a tool go through the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Policy {
+    Ledgered,
+    Passthrough,
+}
+
+/// What the configuration says of one upstream tool; every member optional.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ToolPolicy {
+    pub(crate) policy: Option<Policy>,
+    /// The upstream's own idempotency argument, handed the operation's request ref.
+    pub(crate) key_argument: Option<String>,
+    /// Derive the key from the arguments' digest when a call brings none.
+    pub(crate) key_from_arguments: bool,
+    pub(crate) lookup: Option<LookupDecl>,
+    pub(crate) input_schema: Option<Value>,
+    pub(crate) output_schema: Option<Value>,
+    pub(crate) max_attempts: Option<u32>,
+}
+
+/// The upstream's read-only tool that finds an effect by its request ref.
+#[derive(Debug, Clone)]
+pub(crate) struct LookupDecl {
+    pub(crate) tool: String,
+    pub(crate) key_argument: String,
+    /// A JSON pointer into the lookup's structured result: `true` found, `false` not.
+    pub(crate) found: String,
+    /// A JSON pointer to the tool's own structured result inside the lookup's.
+    pub(crate) result: String,
+}
+
+fn refused(file: &str, at: &str, reason: impl Into<String>) -> String {
+    format!("{file}: at {at}: {}", reason.into())
+}
+
+fn table<'a>(
+    file: &str,
+    at: &str,
+    value: &'a Value,
+    allowed: &[&str],
+) -> Result<&'a Map<String, Value>, String> {
+    let members = value.as_object().ok_or_else(|| refused(file, at, "must be a table"))?;
+    if let Some(name) = members.keys().find(|name| !allowed.contains(&name.as_str())) {
+        return Err(refused(
+            file,
+            &format!("{at}/{name}"),
+            format!("unknown member {name:?}; allowed: {}", allowed.join(", ")),
+        ));
+    }
+    Ok(members)
+}
+
+fn text(file: &str, at: &str, value: Option<&Value>) -> Result<Option<String>, String> {
+    match value {
+        None => Ok(None),
+        Some(Value::String(text)) if !text.is_empty() && text.len() <= 4096 => {
+            Ok(Some(text.clone()))
+        }
+        Some(_) => Err(refused(file, at, "must be a string of 1 to 4096 bytes")),
+    }
+}
+
+/// `^[A-Za-z0-9_-]{1,32}$`: an upstream's name, the prefix of its tools on a collision.
+fn is_upstream_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+impl McpConfig {
+    /// The `[mcp]` table of the configuration `file` (read from `dir`).
+    pub(crate) fn parse(file: &str, dir: &std::path::Path, mcp: &Value) -> Result<Self, String> {
+        let top = table(file, "/mcp", mcp, &["tenant", "subject", "upstreams", "$comment"])?;
+        let tenant = text(file, "/mcp/tenant", top.get("tenant"))?
+            .ok_or_else(|| refused(file, "/mcp", "names no tenant (the stdio caller's)"))?;
+        let subject = text(file, "/mcp/subject", top.get("subject"))?
+            .ok_or_else(|| refused(file, "/mcp", "names no subject (the stdio caller's)"))?;
+        let declared = match top.get("upstreams") {
+            Some(Value::Object(declared)) if !declared.is_empty() => declared,
+            _ => return Err(refused(file, "/mcp/upstreams", "declare at least one upstream")),
+        };
+        if declared.len() > UPSTREAMS_MAX {
+            return Err(refused(file, "/mcp/upstreams", format!("at most {UPSTREAMS_MAX}")));
+        }
+        let upstreams = declared
+            .iter()
+            .map(|(name, value)| upstream(file, dir, name, value))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(McpConfig { tenant, subject, upstreams })
+    }
+}
+
+fn upstream(
+    file: &str,
+    dir: &std::path::Path,
+    name: &str,
+    value: &Value,
+) -> Result<UpstreamDecl, String> {
+    let at = format!("/mcp/upstreams/{name}");
+    if !is_upstream_name(name) {
+        return Err(refused(file, &at, "an upstream's name is 1 to 32 bytes of [A-Za-z0-9_-]"));
+    }
+    let members = table(
+        file,
+        &at,
+        value,
+        &["command", "env", "identity", "timeout_ms", "tools", "$comment"],
+    )?;
+    let command = match members.get("command") {
+        Some(Value::Array(words)) if !words.is_empty() && words.len() <= 64 => words
+            .iter()
+            .map(|word| word.as_str().filter(|word| !word.is_empty()).map(str::to_owned))
+            .collect::<Option<Vec<_>>>(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        refused(file, &format!("{at}/command"), "must be the program and its arguments, strings")
+    })?;
+    let env = match members.get("env") {
+        None => Vec::new(),
+        Some(Value::Object(env)) => env
+            .iter()
+            .map(|(key, value)| value.as_str().map(|value| (key.clone(), value.to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| refused(file, &format!("{at}/env"), "values must be strings"))?,
+        Some(_) => return Err(refused(file, &format!("{at}/env"), "must be a table")),
+    };
+    let identity = match text(file, &format!("{at}/identity"), members.get("identity"))? {
+        None => (format!("mcp-{name}"), "1".to_owned()),
+        Some(identity) => match identity.split_once('@') {
+            Some((who, revision)) if !who.is_empty() && !revision.is_empty() => {
+                (who.to_owned(), revision.to_owned())
+            }
+            _ => return Err(refused(file, &format!("{at}/identity"), "must be NAME@REVISION")),
+        },
+    };
+    let timeout = match members.get("timeout_ms") {
+        None => DEFAULT_TIMEOUT,
+        Some(value) => value
+            .as_u64()
+            .filter(|ms| (1..=600_000).contains(ms))
+            .map(Duration::from_millis)
+            .ok_or_else(|| refused(file, &format!("{at}/timeout_ms"), "must be 1 to 600000"))?,
+    };
+    let mut tools = BTreeMap::new();
+    if let Some(declared) = members.get("tools") {
+        let declared = declared
+            .as_object()
+            .ok_or_else(|| refused(file, &format!("{at}/tools"), "must be a table"))?;
+        for (tool, value) in declared {
+            tools.insert(tool.clone(), policy(file, &format!("{at}/tools/{tool}"), value)?);
+        }
+    }
+    let mut words = command.into_iter();
+    let program = words.next().unwrap_or_default();
+    Ok(UpstreamDecl {
+        name: name.to_owned(),
+        transport: Transport::Child { program, args: words.collect(), dir: dir.to_path_buf(), env },
+        identity,
+        timeout,
+        tools,
+    })
+}
+
+fn policy(file: &str, at: &str, value: &Value) -> Result<ToolPolicy, String> {
+    let members = table(
+        file,
+        at,
+        value,
+        &[
+            "policy",
+            "key_argument",
+            "key_from_arguments",
+            "lookup",
+            "input_schema",
+            "output_schema",
+            "max_attempts",
+            "$comment",
+        ],
+    )?;
+    let policy = match text(file, &format!("{at}/policy"), members.get("policy"))?.as_deref() {
+        None => None,
+        Some("ledgered") => Some(Policy::Ledgered),
+        Some("passthrough") => Some(Policy::Passthrough),
+        Some(_) => {
+            return Err(refused(file, &format!("{at}/policy"), "is ledgered or passthrough"));
+        }
+    };
+    let key_from_arguments = match members.get("key_from_arguments") {
+        None => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(_) => return Err(refused(file, &format!("{at}/key_from_arguments"), "a boolean")),
+    };
+    let lookup = match members.get("lookup") {
+        None => None,
+        Some(value) => {
+            let lookup_at = format!("{at}/lookup");
+            let lookup =
+                table(file, &lookup_at, value, &["tool", "key_argument", "found", "result"])?;
+            let named =
+                |member: &str| text(file, &format!("{lookup_at}/{member}"), lookup.get(member));
+            Some(LookupDecl {
+                tool: named("tool")?.ok_or_else(|| refused(file, &lookup_at, "names no tool"))?,
+                key_argument: named("key_argument")?
+                    .ok_or_else(|| refused(file, &lookup_at, "names no key_argument"))?,
+                found: named("found")?.unwrap_or_else(|| "/found".to_owned()),
+                result: named("result")?.unwrap_or_default(),
+            })
+        }
+    };
+    let schema = |member: &str| match members.get(member) {
+        None => Ok(None),
+        Some(value @ Value::Object(_)) => Ok(Some(value.clone())),
+        Some(_) => Err(refused(file, &format!("{at}/{member}"), "must be a JSON Schema table")),
+    };
+    let max_attempts = match members.get("max_attempts") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .and_then(|attempts| u32::try_from(attempts).ok())
+                .filter(|attempts| (1..=100).contains(attempts))
+                .ok_or_else(|| refused(file, &format!("{at}/max_attempts"), "must be 1 to 100"))?,
+        ),
+    };
+    Ok(ToolPolicy {
+        policy,
+        key_argument: text(file, &format!("{at}/key_argument"), members.get("key_argument"))?,
+        key_from_arguments,
+        lookup,
+        input_schema: schema("input_schema")?,
+        output_schema: schema("output_schema")?,
+        max_attempts,
+    })
+}

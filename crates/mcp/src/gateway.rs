@@ -1,0 +1,370 @@
+//! The MCP server the host talks to: `tools/list` is the upstreams' tools (a ledgered
+//! one with its `idempotency_key`) and `toolledger_status`; a `tools/call` of a
+//! ledgered tool goes through the ledger, any other request to its upstream unchanged.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, Implementation,
+        InitializeResult, ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities,
+    },
+    service::RequestContext,
+};
+use serde_json::{Map, Value, json};
+use toolledger::{
+    BlockCode, Call, Identifier, Ledger, ModelCall, NoRoles, Outcome, Reply, StatusQuery, StatusRef,
+};
+
+use crate::{
+    downstream::McpDownstream,
+    tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
+    upstream::Upstream,
+};
+
+/// The provider profile of every call the gateway records: MCP's `tools/call`.
+pub(crate) const PROFILE: (&str, &str, &str) = ("mcp", "tools_call", "toolledger-mcp-1");
+
+/// The ledger, worked one call at a time from blocking threads.
+pub(crate) type SharedLedger = Arc<Mutex<Ledger<McpDownstream, NoRoles>>>;
+
+/// The gateway; cheap to clone (the host's session holds one).
+#[derive(Debug, Clone)]
+pub(crate) struct Gateway {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tenant: String,
+    subject: String,
+    upstreams: Vec<Arc<Upstream>>,
+    tools: HashMap<String, Exposed>,
+    listing: Vec<Value>,
+    ledger: SharedLedger,
+}
+
+impl Gateway {
+    pub(crate) fn new(
+        tenant: String,
+        subject: String,
+        upstreams: Vec<Arc<Upstream>>,
+        tools: Vec<Exposed>,
+        ledger: SharedLedger,
+    ) -> Gateway {
+        let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
+        listing.push(status_tool());
+        let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
+        Gateway { inner: Arc::new(Inner { tenant, subject, upstreams, tools, listing, ledger }) }
+    }
+
+    async fn ledgered(
+        &self,
+        exposed: &Exposed,
+        params: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let Some(ledgered) = &exposed.ledgered else {
+            return tool_error("USAGE_ERROR", "not a ledgered tool", None);
+        };
+        let mut arguments = params.arguments.clone().unwrap_or_default();
+        let given = arguments.remove(KEY_ARGUMENT);
+        let from_meta = meta_key(params, context);
+        let key = match (from_meta, given) {
+            (Some(key), _) => key,
+            (None, Some(Value::String(key))) => key,
+            (None, Some(_)) => {
+                return tool_error("INPUT_INVALID", "idempotency_key must be a string", None);
+            }
+            (None, None) if ledgered.key_from_arguments => {
+                let canonical = toolledger_json::canonicalize(&Value::Object(arguments.clone()));
+                format!("args-{}", &hex(canonical.as_bytes())[..32])
+            }
+            (None, None) => {
+                return tool_error(
+                    "INPUT_INVALID",
+                    &format!(
+                        "this tool changes something, so every call names its action: give \
+                         `{KEY_ARGUMENT}` (a new key for a new action, the same key when \
+                         retrying it), or set `_meta[\"{KEY_META}\"]`"
+                    ),
+                    Some(json!({"pointer": format!("/{KEY_ARGUMENT}"), "keyword": "required"})),
+                );
+            }
+        };
+        if Identifier::new(&key).is_err() {
+            return tool_error(
+                "INPUT_INVALID",
+                "an idempotency key is 1 to 128 bytes of [A-Za-z0-9._:-], starting with a letter or digit",
+                Some(json!({"pointer": format!("/{KEY_ARGUMENT}"), "keyword": "pattern"})),
+            );
+        }
+        if let Some(argument) = &ledgered.key_argument {
+            arguments.remove(argument);
+        }
+        let call = Call::new(&ledgered.ledger_name, Value::Object(arguments))
+            .principal(&self.inner.tenant, &self.inner.subject)
+            .idempotency_key(&key)
+            .model_call(call_identity(
+                &self.inner.tenant,
+                &self.inner.subject,
+                &ledgered.ledger_name,
+                &key,
+            ));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let watch = {
+            let cancelled = Arc::clone(&cancelled);
+            let token = context.ct.clone();
+            tokio::spawn(async move {
+                token.cancelled().await;
+                cancelled.store(true, Ordering::SeqCst);
+            })
+        };
+        let ledger = Arc::clone(&self.inner.ledger);
+        // Once handed to the ledger, the call runs to its end even if the host goes
+        // away: its answer is the ledger's, and the next call with this key reads it.
+        let worked = tokio::task::spawn_blocking(move || {
+            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ledger.downstream().watch(Some(cancelled));
+            let reply = ledger.dispatch(&call);
+            ledger.downstream().watch(None);
+            reply
+        })
+        .await;
+        watch.abort();
+        match worked {
+            Ok(Ok(reply)) => answer(&reply),
+            Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
+            Err(_) => tool_error(
+                "OUTCOME_UNKNOWN",
+                "the gateway lost the call while working it; call it again with the same key to learn its outcome",
+                None,
+            ),
+        }
+    }
+
+    async fn status(&self, params: &CallToolRequestParams) -> CallToolResult {
+        let text = params
+            .arguments
+            .as_ref()
+            .and_then(|arguments| arguments.get("status_ref"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Ok(status_ref) = StatusRef::new(text) else {
+            return tool_error(
+                "INPUT_INVALID",
+                "status_ref must be the sr_… ref an OUTCOME_UNKNOWN answer gave",
+                Some(json!({"pointer": "/status_ref", "keyword": "pattern"})),
+            );
+        };
+        let query =
+            StatusQuery::new(&self.inner.tenant, &self.inner.subject).model_call(ModelCall::new(
+                PROFILE.0,
+                PROFILE.1,
+                PROFILE.2,
+                &format!("mcp-status-{}", status_ref.as_str()),
+                &format!("mcp-status-{}", status_ref.as_str()),
+            ));
+        let ledger = Arc::clone(&self.inner.ledger);
+        let worked = tokio::task::spawn_blocking(move || {
+            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ledger.status_of(&query, &status_ref)
+        })
+        .await;
+        match worked {
+            Ok(Ok(reply)) => answer(&reply),
+            Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
+            Err(_) => tool_error("OUTCOME_UNKNOWN", "the status query did not finish", None),
+        }
+    }
+
+    async fn passthrough(
+        &self,
+        exposed: &Exposed,
+        mut params: CallToolRequestParams,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(upstream) = self.inner.upstreams.get(exposed.upstream) else {
+            return Err(McpError::internal_error("no such upstream", None));
+        };
+        params.name = exposed.upstream_tool.clone().into();
+        let peer =
+            upstream.forward().await.map_err(|reason| McpError::internal_error(reason, None))?;
+        match tokio::time::timeout(upstream.decl.timeout, peer.call_tool(params)).await {
+            Ok(Ok(mut result)) => {
+                result.result_type = Some(ResultType::COMPLETE);
+                Ok(result)
+            }
+            Ok(Err(rmcp::ServiceError::McpError(error))) => Err(error),
+            Ok(Err(other)) => Err(McpError::internal_error(other.to_string(), None)),
+            Err(_) => Err(McpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("upstream {} did not answer in time", upstream.decl.name),
+                None,
+            )),
+        }
+    }
+
+    /// Closes every upstream connection.
+    pub(crate) async fn shutdown(&self) {
+        for upstream in &self.inner.upstreams {
+            upstream.shutdown().await;
+        }
+    }
+}
+
+/// The key a host set in the request's `_meta` (only that member is read: SDKs add
+/// their own members to the same object).
+fn meta_key(
+    params: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Option<String> {
+    let from =
+        |meta: &Map<String, Value>| meta.get(KEY_META).and_then(Value::as_str).map(str::to_owned);
+    params.meta.as_ref().and_then(|meta| from(&meta.0.0)).or_else(|| from(&context.meta.0.0))
+}
+
+/// The model call of a `tools/call` (`docs/mcp.md`, "One model call"): MCP gives a
+/// server no id of the model's tool use, and a retry carries a new JSON-RPC id, so the
+/// call is named by what stays the same across its retries — the principal, the tool
+/// and the idempotency key.
+pub(crate) fn call_identity(tenant: &str, subject: &str, tool: &str, key: &str) -> ModelCall {
+    let scope = toolledger_json::canonicalize(&json!([tenant, subject, tool, key]));
+    let digest = hex(scope.as_bytes());
+    let response = format!("mcp-r-{}", digest.get(..32).unwrap_or_default());
+    let call = format!("mcp-c-{}", digest.get(32..).unwrap_or_default());
+    ModelCall::new(PROFILE.0, PROFILE.1, PROFILE.2, &response, &call)
+}
+
+fn status_tool() -> Value {
+    json!({
+        "name": STATUS_TOOL,
+        "description": "Ask the ledger what became of an operation a tool answered OUTCOME_UNKNOWN for: it asks the upstream when it can, and answers the outcome, or OUTCOME_UNKNOWN again when nothing can tell yet. Never retry the action under a new key instead.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"status_ref": {"type": "string", "pattern": "^sr_[0-9a-f]{32}$", "description": "The status_ref of the OUTCOME_UNKNOWN answer."}},
+            "required": ["status_ref"],
+            "additionalProperties": false
+        },
+        "annotations": {"readOnlyHint": true, "idempotentHint": true}
+    })
+}
+
+/// A tool error the model reads: the code first, then what to do.
+fn tool_error(code: &str, message: &str, detail: Option<Value>) -> CallToolResult {
+    let mut package = json!({"gate": "BLOCK", "code": code, "message": message});
+    if let (Some(detail), Some(members)) = (detail, package.as_object_mut()) {
+        members.insert("detail".to_owned(), detail);
+    }
+    result(json!({
+        "content": [{"type": "text", "text": format!("{code}: {message}")}],
+        "structuredContent": package,
+        "isError": true,
+    }))
+}
+
+fn result(value: Value) -> CallToolResult {
+    let mut result: CallToolResult =
+        serde_json::from_value(value).unwrap_or_else(|_| CallToolResult::error(Vec::new()));
+    result.result_type = Some(ResultType::COMPLETE);
+    result
+}
+
+/// The ledger's reply as a `tools/call` result.
+fn answer(reply: &Reply) -> CallToolResult {
+    match reply.outcome() {
+        Outcome::Fresh(receipt) | Outcome::Replayed(receipt) | Outcome::Reconciled(receipt) => {
+            let replayed = matches!(reply.outcome(), Outcome::Replayed(_));
+            let mut value = receipt.output().clone();
+            if let Some(members) = value.as_object_mut() {
+                members.insert(
+                    "_meta".to_owned(),
+                    json!({
+                        "io.toolledger/status_ref": receipt.status_ref().as_str(),
+                        "io.toolledger/replayed": replayed,
+                    }),
+                );
+            }
+            result(value)
+        }
+        Outcome::Unknown { status_ref } => tool_error(
+            "OUTCOME_UNKNOWN",
+            &format!(
+                "the action may or may not have happened; status_ref {status_ref}. Do not \
+                 retry it under a new key: call {STATUS_TOOL} with this status_ref, or call \
+                 again with the same key"
+            ),
+            Some(json!({"status_ref": status_ref.as_str()})),
+        ),
+        Outcome::Accepted { status_ref } => tool_error(
+            "ACCEPTED",
+            &format!("accepted and queued as {status_ref}; nothing was sent yet"),
+            Some(json!({"status_ref": status_ref.as_str()})),
+        ),
+        Outcome::Blocked { code, status_ref } => {
+            let message =
+                reply.package().get("message").and_then(Value::as_str).unwrap_or("refused");
+            let mut detail = reply.package().get("detail").cloned().unwrap_or(json!({}));
+            if let (Some(status_ref), Some(members)) = (status_ref, detail.as_object_mut()) {
+                members.insert("status_ref".to_owned(), json!(status_ref.as_str()));
+            }
+            let message = match code {
+                BlockCode::IdempotencyConflict => {
+                    format!("{message}; a new action takes a new key")
+                }
+                _ => message.to_owned(),
+            };
+            tool_error(code.as_str(), &message, Some(detail))
+        }
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> InitializeResult {
+        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("toolledger-mcp", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(format!(
+            "toolledger gateway: every tool that changes something takes an `{KEY_ARGUMENT}`. \
+             Retry an action with the same key; an OUTCOME_UNKNOWN answer is settled with \
+             {STATUS_TOOL}, never by retrying under a new key."
+        ));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let mut listed: ListToolsResult =
+            serde_json::from_value(json!({"tools": self.inner.listing}))
+                .map_err(|err| McpError::internal_error(format!("a tool listing: {err}"), None))?;
+        listed.result_type = Some(ResultType::COMPLETE);
+        Ok(listed)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if request.name == STATUS_TOOL {
+            return Ok(self.status(&request).await.into());
+        }
+        let Some(exposed) = self.inner.tools.get(request.name.as_ref()) else {
+            return Err(McpError::invalid_params(format!("no tool named {}", request.name), None));
+        };
+        let exposed = exposed.clone();
+        if exposed.ledgered.is_some() {
+            Ok(self.ledgered(&exposed, &request, &context).await.into())
+        } else {
+            Ok(self.passthrough(&exposed, request).await?.into())
+        }
+    }
+}

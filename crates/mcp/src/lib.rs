@@ -1,0 +1,276 @@
+//! `toolledger mcp`: a durable gateway between an MCP host and MCP servers.
+//!
+//! The host (an agent, an IDE, a desktop app) spawns the gateway as its MCP server; the
+//! gateway spawns the upstream servers the configuration's `[mcp]` table names, and
+//! lists their tools as its own. A tool that changes something (every tool not
+//! annotated read-only, unless the configuration says otherwise) is **ledgered**: its
+//! calls take an idempotency key and go through the toolledger ledger — one row per
+//! key, the upstream's result recorded before it is returned, a retry answered from
+//! the ledger without calling the upstream again, `OUTCOME_UNKNOWN` when the upstream
+//! may have acted and no result came back. Every other request passes through.
+//!
+//! The whole story, the configuration and every answer are in `docs/mcp.md`.
+//!
+//! ```no_run
+//! let options = toolledger_mcp::Options {
+//!     config: Some("toolledger.toml".into()),
+//!     ledger: "gateway.sqlite3".into(),
+//!     busy_timeout_ms: None,
+//! };
+//! toolledger_mcp::serve_stdio(&options)?;
+//! # Ok::<(), toolledger_mcp::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
+
+mod config;
+mod downstream;
+mod gateway;
+mod tools;
+mod upstream;
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use rmcp::ServiceExt;
+use toolledger::{
+    Config, DownstreamIdentity, ErrorCode, Ledger, Location, NoRoles, ProviderProfile, Relay,
+    RelayEvent, Until, Waits,
+};
+
+use crate::{
+    config::McpConfig,
+    downstream::{McpDownstream, Route, Routes},
+    gateway::{Gateway, PROFILE},
+    upstream::Upstream,
+};
+
+/// How `toolledger mcp` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The configuration (`--config`); else `TOOLLEDGER_CONFIG`, else `./toolledger.toml`.
+    pub config: Option<PathBuf>,
+    /// The ledger: a SQLite path or a PostgreSQL URL.
+    pub ledger: String,
+    /// The longest a store call waits for another connection's locks.
+    pub busy_timeout_ms: Option<u64>,
+}
+
+/// Why the gateway could not start or stopped: a stable code and a message that names
+/// no path of the machine beyond what the configuration itself says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Error {
+    fn usage(message: impl Into<String>) -> Error {
+        Error { code: ErrorCode::UsageError, message: message.into() }
+    }
+
+    /// The stable code.
+    ///
+    /// ```
+    /// let options = toolledger_mcp::Options {
+    ///     config: Some("/nonexistent/toolledger.toml".into()),
+    ///     ledger: "gateway.sqlite3".into(),
+    ///     busy_timeout_ms: None,
+    /// };
+    /// let error = toolledger_mcp::serve_stdio(&options).unwrap_err();
+    /// assert_eq!(error.code(), toolledger::ErrorCode::UsageError);
+    /// ```
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<toolledger::Error> for Error {
+    fn from(error: toolledger::Error) -> Error {
+        Error { code: error.code(), message: error.to_string() }
+    }
+}
+
+/// How often the gateway's relay looks for due operations (ones accepted before a
+/// crash, or whose lease ran out).
+const RELAY_POLL: Duration = Duration::from_secs(2);
+
+/// Serves the host over stdin and stdout until it closes them; the upstreams are shut
+/// down before returning.
+///
+/// # Errors
+///
+/// An [`Error`] when the configuration is missing or wrong, an upstream cannot be
+/// started or listed, or the ledger cannot be opened.
+pub fn serve_stdio(options: &Options) -> Result<(), Error> {
+    let config = Config::discover(options.config.as_deref())?
+        .ok_or_else(|| Error::usage("toolledger mcp needs a configuration with an [mcp] table (--config, TOOLLEDGER_CONFIG or ./toolledger.toml)"))?;
+    let section = config
+        .mcp()
+        .ok_or_else(|| Error::usage(format!("{}: has no [mcp] table", config.file())))?;
+    let mcp = McpConfig::parse(config.file(), config.dir(), section).map_err(Error::usage)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|_| Error::usage("could not start the gateway's runtime"))?;
+    runtime.block_on(run(options, mcp))
+}
+
+async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
+    let upstreams: Vec<Arc<Upstream>> =
+        mcp.upstreams.iter().cloned().map(Upstream::new).map(Arc::new).collect();
+    let mut listings = Vec::new();
+    for upstream in &upstreams {
+        match upstream.list_tools().await {
+            Ok(tools) => listings.push(tools),
+            Err(reason) => {
+                shutdown(&upstreams).await;
+                return Err(Error::usage(reason));
+            }
+        }
+    }
+    let plan = tools::plan(&mcp, &listings);
+    for refused in &plan.refused {
+        log(&format!("not listed: {refused}"));
+    }
+    let mut routes = HashMap::new();
+    let mut specs = Vec::new();
+    for exposed in &plan.tools {
+        let (Some(ledgered), Some(upstream)) = (&exposed.ledgered, upstreams.get(exposed.upstream))
+        else {
+            continue;
+        };
+        let (name, revision) = &upstream.decl.identity;
+        let identity = DownstreamIdentity::new(name, revision).map_err(|_| {
+            Error::usage(format!(
+                "upstream {}: identity {name}@{revision} is not one",
+                upstream.decl.name
+            ))
+        })?;
+        let structured = exposed.listing.get("outputSchema").is_some();
+        routes.insert(
+            ledgered.ledger_name.clone(),
+            Route {
+                upstream: Arc::clone(upstream),
+                tool: exposed.upstream_tool.clone(),
+                identity,
+                key_argument: ledgered.key_argument.clone(),
+                lookup: ledgered.lookup.clone(),
+                structured,
+            },
+        );
+        specs.push(ledgered.spec.clone());
+    }
+    let routes: Routes = Arc::new(routes);
+    let fallback = DownstreamIdentity::new("toolledger-mcp", "1")
+        .map_err(|_| Error::usage("the gateway's identity"))?;
+    let handle = tokio::runtime::Handle::current();
+    let location = Location::parse(&options.ledger);
+    let waits = options
+        .busy_timeout_ms
+        .map(|ms| Waits { busy_timeout: Duration::from_millis(ms), deadline: None })
+        .unwrap_or_default();
+    let profile = ProviderProfile::new(PROFILE.0, PROFILE.1, PROFILE.2);
+    let opened = {
+        let (location, specs, routes, fallback, handle, profile) = (
+            location.clone(),
+            specs.clone(),
+            Arc::clone(&routes),
+            fallback.clone(),
+            handle.clone(),
+            profile.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            specs
+                .into_iter()
+                .fold(Ledger::builder(location).profile(profile).waits(waits), |builder, spec| {
+                    builder.tool(spec)
+                })
+                .open(McpDownstream::new(fallback, routes, handle), NoRoles)
+        })
+        .await
+        .map_err(|_| Error::usage("the ledger could not be opened"))?
+    };
+    let ledger = match opened {
+        Ok(ledger) => Arc::new(Mutex::new(ledger)),
+        Err(error) => {
+            shutdown(&upstreams).await;
+            return Err(error.into());
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let relay = {
+        let relay = specs
+            .iter()
+            .cloned()
+            .fold(Relay::new(location).profile(profile).waits(waits), Relay::tool)
+            .poll(RELAY_POLL);
+        let (routes, fallback, handle, stop) =
+            (Arc::clone(&routes), fallback, handle.clone(), Arc::clone(&stop));
+        tokio::task::spawn_blocking(move || {
+            let downstream =
+                || Ok(McpDownstream::new(fallback.clone(), Arc::clone(&routes), handle.clone()));
+            let report = |event: RelayEvent| {
+                if let RelayEvent::Pass { drained, .. } = event {
+                    if drained.claimed > 0 {
+                        log(&format!(
+                            "relay: {} claimed, {} delivered",
+                            drained.claimed, drained.delivered
+                        ));
+                    }
+                }
+            };
+            let _ = relay.run(
+                downstream,
+                || NoRoles,
+                &serde_json::Value::Null,
+                Until::Stopped(&stop),
+                &report,
+            );
+        })
+    };
+    let gateway = Gateway::new(
+        mcp.tenant.clone(),
+        mcp.subject.clone(),
+        upstreams.clone(),
+        plan.tools,
+        ledger,
+    );
+    let served = match gateway.clone().serve(rmcp::transport::stdio()).await {
+        Ok(running) => running.waiting().await.map(|_| ()).map_err(|_| ()),
+        Err(_) => Err(()),
+    };
+    stop.store(true, Ordering::SeqCst);
+    gateway.shutdown().await;
+    let _ = relay.await;
+    served.map_err(|()| Error::usage("the host's connection failed before it was initialized"))
+}
+
+async fn shutdown(upstreams: &[Arc<Upstream>]) {
+    for upstream in upstreams {
+        upstream.shutdown().await;
+    }
+}
+
+/// One line on stderr: the host's log of its MCP server.
+fn log(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "toolledger mcp: {line}");
+}

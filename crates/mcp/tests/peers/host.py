@@ -1,0 +1,235 @@
+"""MCP host driver built on the official Python SDK's client, for integration tests.
+
+Usage::
+
+    python host.py [--protocol {auto,legacy,2026-07-28}] -- CMD [ARG...]
+
+Spawns ``CMD ARG...`` over stdio with the SDK's ``stdio_client`` (the child
+inherits this process's full environment), opens a ``ClientSession`` and
+negotiates the protocol: ``auto`` (the default, what ``mcp.Client`` does)
+probes ``server/discover`` and falls back to the ``initialize`` handshake;
+``legacy`` runs only the handshake; a modern version string adopts that
+version without any probe.
+
+It then reads one JSON array of steps from stdin and writes one JSON object
+per step to stdout, one per line, flushed after each:
+
+    {"op": "list_tools"}
+        -> {"tools": [<Tool as JSON>, ...]}
+    {"op": "call", "name": str, "arguments": {...}, "meta": {...}?, "timeout_s": float?}
+        -> {"isError": bool, "content": [...], "structuredContent": ..., "meta": ...}
+        or {"error": {"type": str, "code": int | null, "message": str}}
+    {"op": "concurrent", "calls": [<call step>, ...]}
+        -> {"results": [<call output>, ...]}   (in the given order)
+    {"op": "reconnect"}
+        -> {"reconnected": true}
+    {"op": "sleep", "seconds": float}
+        -> {"slept": seconds}
+
+An error the SDK raises during a step (an ``MCPError`` for an error response,
+a timeout or a closed connection; the ``RuntimeError`` of its own output
+schema validation) becomes that step's error object and the driver goes on;
+after a closed connection, ``reconnect`` spawns the command afresh. Exit
+status is 0 after a clean close; any other failure prints
+``{"fatal": "..."}`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client._probe import negotiate_auto
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+
+PROTOCOLS = ("auto", "legacy", *MODERN_PROTOCOL_VERSIONS)
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Write one JSON line to stdout and flush it."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def error_object(exc: BaseException) -> dict[str, Any]:
+    """The step output for an exception the SDK raised."""
+    code = exc.code if isinstance(exc, MCPError) else None
+    return {"error": {"type": type(exc).__name__, "code": code, "message": str(exc)}}
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line description of a fatal exception, unwrapping single-member groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def plain(model: BaseModel) -> Any:
+    """A protocol model as the JSON it has on the wire."""
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def call_output(result: types.CallToolResult) -> dict[str, Any]:
+    """The step output for a tool result."""
+    return {
+        "isError": result.is_error,
+        "content": [plain(block) for block in result.content],
+        "structuredContent": result.structured_content,
+        "meta": result.meta,
+    }
+
+
+class Host:
+    """One stdio connection to the command under test, re-openable."""
+
+    def __init__(self, server: StdioServerParameters, protocol: str) -> None:
+        self._server = server
+        self._protocol = protocol
+        self._stack: AsyncExitStack | None = None
+        self._session: ClientSession | None = None
+
+    async def connect(self) -> None:
+        """Spawn the command, open a session and negotiate the protocol."""
+        async with AsyncExitStack() as stack:
+            read_stream, write_stream = await stack.enter_async_context(stdio_client(self._server))
+            session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
+            if self._protocol == "legacy":
+                await session.initialize()
+            elif self._protocol == "auto":
+                await negotiate_auto(session)
+            else:
+                pinned = types.DiscoverResult(
+                    supported_versions=[self._protocol], capabilities=types.ServerCapabilities()
+                )
+                session.adopt(pinned)
+            self._stack = stack.pop_all()
+            self._session = session
+
+    async def close(self) -> None:
+        """Close the session and stop the spawned process."""
+        stack, self._stack, self._session = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    @property
+    def session(self) -> ClientSession:
+        if self._session is None:
+            raise RuntimeError("not connected")
+        return self._session
+
+    async def list_tools(self) -> dict[str, Any]:
+        """Every tool, following pagination to the end."""
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        try:
+            while True:
+                page = await self.session.list_tools(
+                    params=None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+                )
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except Exception as exc:
+            return error_object(exc)
+        return {"tools": [plain(tool) for tool in tools]}
+
+    async def call(self, step: dict[str, Any]) -> dict[str, Any]:
+        """One tools/call; SDK failures become an error object."""
+        if step.get("op", "call") != "call":
+            raise ValueError(f"not a call step: {step!r}")
+        name: str = step["name"]
+        arguments: dict[str, Any] = step.get("arguments", {})
+        meta: dict[str, Any] | None = step.get("meta")
+        timeout_s: float | None = step.get("timeout_s")
+        try:
+            result = await self.session.call_tool(
+                name, arguments, read_timeout_seconds=timeout_s, meta=meta
+            )
+        except Exception as exc:
+            return error_object(exc)
+        return call_output(result)
+
+    async def concurrent(self, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        """Run the calls at once; results keep the given order."""
+        results: list[dict[str, Any]] = [{} for _ in calls]
+
+        async def run(index: int, step: dict[str, Any]) -> None:
+            results[index] = await self.call(step)
+
+        async with anyio.create_task_group() as tg:
+            for index, step in enumerate(calls):
+                tg.start_soon(run, index, step)
+        return {"results": results}
+
+    async def run_step(self, step: dict[str, Any]) -> dict[str, Any]:
+        """Execute one step and return its output object."""
+        op = step["op"]
+        if op == "list_tools":
+            return await self.list_tools()
+        if op == "call":
+            return await self.call(step)
+        if op == "concurrent":
+            return await self.concurrent(step["calls"])
+        if op == "reconnect":
+            await self.close()
+            await self.connect()
+            return {"reconnected": True}
+        if op == "sleep":
+            await anyio.sleep(float(step["seconds"]))
+            return {"slept": step["seconds"]}
+        raise ValueError(f"unknown op: {op!r}")
+
+
+async def drive(server: StdioServerParameters, protocol: str) -> None:
+    """Connect, run every step from stdin, then close."""
+    host = Host(server, protocol)
+    await host.connect()
+    try:
+        steps = json.loads(await anyio.to_thread.run_sync(sys.stdin.read))
+        if not isinstance(steps, list):
+            raise ValueError("stdin must hold a JSON array of steps")
+        for step in steps:
+            emit(await host.run_step(step))
+    finally:
+        await host.close()
+
+
+def parse_args(argv: list[str]) -> tuple[str, list[str]]:
+    """Split ``[--protocol P] -- CMD ARG...`` into the protocol and the command."""
+    parser = argparse.ArgumentParser(
+        prog="host.py", description="Drive an MCP server over stdio with the SDK's client."
+    )
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="auto")
+    if "--" not in argv:
+        parser.error("missing '--' before the server command")
+    split = argv.index("--")
+    options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if not command:
+        parser.error("missing server command after '--'")
+    return options.protocol, command
+
+
+def main() -> int:
+    protocol, command = parse_args(sys.argv[1:])
+    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    try:
+        anyio.run(drive, server, protocol)
+    except Exception as exc:
+        emit({"fatal": describe(exc)})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""Test upstream MCP server: a payments API with real, countable side effects.
+
+Run as ``python payments.py``; it speaks MCP over stdio (both the handshake era
+and the 2026-07-28 per-request era, as the official Python SDK serves them).
+
+Every ``create_payment`` execution inserts one row into the SQLite file named
+by ``PAYMENTS_STATE`` and commits it before anything is answered. The server
+never deduplicates by ``idempotency_key``: any second execution is a second
+effect, so a test can count rows to prove who prevented a double.
+
+Fault injection is read afresh on every ``create_payment`` call from the JSON
+file named by ``PAYMENTS_FAULTS`` (absent variable or file: no faults). Each
+key lists the ``order_id`` values it applies to::
+
+    {"drop_after_commit": [...], "drop_before_commit": [...], "hang": [...],
+     "off_schema": [...], "refuse": [...]}
+
+``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
+``create_payment`` that requires a ``receipt_url`` the real result never has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+DROP_EXIT_CODE = 3
+HANG_SECONDS = 3600
+
+PAYMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "payment_id": {"type": "string"},
+        "order_id": {"type": "string"},
+        "amount_minor": {"type": "integer", "minimum": 1},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "status": {"type": "string", "const": "captured"},
+    },
+    "required": ["payment_id", "order_id", "amount_minor", "currency", "status"],
+    "additionalProperties": False,
+}
+
+LISTED_PAYMENT_SCHEMA: dict[str, Any] = {
+    **PAYMENT_SCHEMA,
+    "properties": {
+        **PAYMENT_SCHEMA["properties"],
+        "idempotency_key": {"type": ["string", "null"]},
+    },
+    "required": [*PAYMENT_SCHEMA["required"], "idempotency_key"],
+}
+
+INPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "create_payment": {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string"},
+            "amount_minor": {"type": "integer", "minimum": 1},
+            "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+            "idempotency_key": {"type": "string"},
+        },
+        "required": ["order_id", "amount_minor", "currency"],
+        "additionalProperties": False,
+    },
+    "get_payment_by_key": {
+        "type": "object",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+        "additionalProperties": False,
+    },
+    "list_payments": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    },
+}
+
+OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "create_payment": PAYMENT_SCHEMA,
+    "get_payment_by_key": {
+        "type": "object",
+        "properties": {"found": {"type": "boolean"}, "payment": PAYMENT_SCHEMA},
+        "required": ["found"],
+        "additionalProperties": False,
+        "oneOf": [
+            {"properties": {"found": {"const": True}}, "required": ["payment"]},
+            {"properties": {"found": {"const": False}}, "not": {"required": ["payment"]}},
+        ],
+    },
+    "list_payments": {
+        "type": "object",
+        "properties": {
+            "payments": {"type": "array", "items": LISTED_PAYMENT_SCHEMA},
+            "count": {"type": "integer", "minimum": 0},
+        },
+        "required": ["payments", "count"],
+        "additionalProperties": False,
+    },
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "create_payment": "Capture a payment for an order. Every execution charges again.",
+    "get_payment_by_key": "Look up the latest payment created with an idempotency key.",
+    "list_payments": "List every payment, oldest first.",
+}
+
+READ_ONLY: dict[str, bool] = {
+    "create_payment": False,
+    "get_payment_by_key": True,
+    "list_payments": True,
+}
+
+FAULT_KINDS = ("drop_after_commit", "drop_before_commit", "hang", "off_schema", "refuse")
+
+
+def open_state() -> sqlite3.Connection:
+    """Open the state database in autocommit mode, creating the table if absent."""
+    conn = sqlite3.connect(os.environ["PAYMENTS_STATE"], timeout=30, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS payments ("
+        " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " payment_id TEXT UNIQUE,"
+        " order_id TEXT NOT NULL,"
+        " amount_minor INTEGER NOT NULL,"
+        " currency TEXT NOT NULL,"
+        " idempotency_key TEXT,"
+        " created_at TEXT NOT NULL)"
+    )
+    return conn
+
+
+def read_faults(order_id: str) -> set[str]:
+    """Return the fault kinds that name ``order_id`` in the fault file, read now."""
+    path = os.environ.get("PAYMENTS_FAULTS")
+    if not path or not Path(path).exists():
+        return set()
+    faults = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {kind for kind in FAULT_KINDS if order_id in faults.get(kind, [])}
+
+
+def payment_view(row: sqlite3.Row) -> dict[str, Any]:
+    """The payment object every tool returns."""
+    return {
+        "payment_id": row["payment_id"],
+        "order_id": row["order_id"],
+        "amount_minor": row["amount_minor"],
+        "currency": row["currency"],
+        "status": "captured",
+    }
+
+
+def insert_payment(conn: sqlite3.Connection, args: dict[str, Any]) -> sqlite3.Row:
+    """Insert one payment and commit it; returns the committed row."""
+    created_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seq = conn.execute(
+            "INSERT INTO payments (order_id, amount_minor, currency, idempotency_key, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (
+                args["order_id"],
+                args["amount_minor"],
+                args["currency"],
+                args.get("idempotency_key"),
+                created_at,
+            ),
+        ).lastrowid
+        conn.execute("UPDATE payments SET payment_id = ? WHERE seq = ?", (f"pay_{seq}", seq))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return conn.execute("SELECT * FROM payments WHERE seq = ?", (seq,)).fetchone()
+
+
+def tool_result(structured: dict[str, Any]) -> types.CallToolResult:
+    """A successful result: structured content plus its JSON text rendering."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(structured))],
+        structured_content=structured,
+    )
+
+
+def tool_error(text: str) -> types.CallToolResult:
+    """A tool-level failure (``isError: true``) with a single text block."""
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+async def create_payment(conn: sqlite3.Connection, args: dict[str, Any]) -> types.CallToolResult:
+    """Execute one payment, applying any fault injected for its order."""
+    faults = read_faults(args["order_id"])
+    if "drop_before_commit" in faults:
+        os._exit(DROP_EXIT_CODE)
+    if "refuse" in faults:
+        return tool_error("card declined")
+    if "hang" in faults:
+        await anyio.sleep(HANG_SECONDS)
+    row = insert_payment(conn, args)
+    if "drop_after_commit" in faults:
+        os._exit(DROP_EXIT_CODE)
+    payment = payment_view(row)
+    if "off_schema" in faults:
+        payment.update(status="pending", amount_minor=str(row["amount_minor"]))
+    return tool_result(payment)
+
+
+def get_payment_by_key(conn: sqlite3.Connection, args: dict[str, Any]) -> types.CallToolResult:
+    """Report the latest payment whose idempotency key equals ``key``."""
+    row = conn.execute(
+        "SELECT * FROM payments WHERE idempotency_key = ? ORDER BY seq DESC LIMIT 1",
+        (args["key"],),
+    ).fetchone()
+    if row is None:
+        return tool_result({"found": False})
+    return tool_result({"found": True, "payment": payment_view(row)})
+
+
+def list_payments(conn: sqlite3.Connection) -> types.CallToolResult:
+    """Report every payment, oldest first, with its idempotency key."""
+    rows = conn.execute("SELECT * FROM payments ORDER BY seq").fetchall()
+    payments = [{**payment_view(row), "idempotency_key": row["idempotency_key"]} for row in rows]
+    return tool_result({"payments": payments, "count": len(payments)})
+
+
+def advertised_output_schema(name: str) -> dict[str, Any]:
+    """The output schema ``tools/list`` shows, lying for create_payment under PAYMENTS_LIE=1."""
+    schema = OUTPUT_SCHEMAS[name]
+    if name == "create_payment" and os.environ.get("PAYMENTS_LIE") == "1":
+        return {
+            **schema,
+            "properties": {**schema["properties"], "receipt_url": {"type": "string"}},
+            "required": [*schema["required"], "receipt_url"],
+        }
+    return schema
+
+
+def build_server(conn: sqlite3.Connection) -> Server[Any]:
+    """Wire the three tools into a low-level server with exact schemas."""
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=name,
+                    description=DESCRIPTIONS[name],
+                    input_schema=INPUT_SCHEMAS[name],
+                    output_schema=advertised_output_schema(name),
+                    annotations=types.ToolAnnotations(read_only_hint=READ_ONLY[name]),
+                )
+                for name in INPUT_SCHEMAS
+            ]
+        )
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name not in INPUT_SCHEMAS:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        args = params.arguments or {}
+        try:
+            jsonschema.validate(args, INPUT_SCHEMAS[params.name])
+        except jsonschema.ValidationError as exc:
+            return tool_error(f"invalid arguments: {exc.message}")
+        if params.name == "create_payment":
+            return await create_payment(conn, args)
+        if params.name == "get_payment_by_key":
+            return get_payment_by_key(conn, args)
+        return list_payments(conn)
+
+    return Server(
+        "payments", version="1.0.0", on_list_tools=on_list_tools, on_call_tool=on_call_tool
+    )
+
+
+async def main() -> None:
+    conn = open_state()
+    server = build_server(conn)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
