@@ -152,7 +152,7 @@ fn cargo(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, Str
 }
 
 /// The command line's test modules that run a second time with PostgreSQL ledgers.
-const CLI_ON_POSTGRES: [&str; 11] = [
+const CLI_ON_POSTGRES: [&str; 12] = [
     "flows::",
     "dashboard::",
     "blocks::",
@@ -163,6 +163,7 @@ const CLI_ON_POSTGRES: [&str; 11] = [
     "relay::",
     "http::",
     "tools::",
+    "mcp::",
     "library::the_simulation_refuses_an_operation_of_another_downstream",
 ];
 

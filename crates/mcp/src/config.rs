@@ -18,6 +18,9 @@ pub(crate) struct McpConfig {
     pub(crate) tenant: String,
     pub(crate) subject: String,
     pub(crate) upstreams: Vec<UpstreamDecl>,
+    /// How long a worker's claim on an operation lasts: at least twice the longest
+    /// upstream timeout, so no claim runs out while its call may still be answered.
+    pub(crate) lease_seconds: i64,
 }
 
 /// One upstream MCP server.
@@ -116,7 +119,12 @@ fn is_upstream_name(name: &str) -> bool {
 impl McpConfig {
     /// The `[mcp]` table of the configuration `file` (read from `dir`).
     pub(crate) fn parse(file: &str, dir: &std::path::Path, mcp: &Value) -> Result<Self, String> {
-        let top = table(file, "/mcp", mcp, &["tenant", "subject", "upstreams", "$comment"])?;
+        let top = table(
+            file,
+            "/mcp",
+            mcp,
+            &["tenant", "subject", "lease_seconds", "upstreams", "$comment"],
+        )?;
         let tenant = text(file, "/mcp/tenant", top.get("tenant"))?
             .ok_or_else(|| refused(file, "/mcp", "names no tenant (the stdio caller's)"))?;
         let subject = text(file, "/mcp/subject", top.get("subject"))?
@@ -132,7 +140,28 @@ impl McpConfig {
             .iter()
             .map(|(name, value)| upstream(file, dir, name, value))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(McpConfig { tenant, subject, upstreams })
+        let longest = upstreams.iter().map(|upstream| upstream.timeout).max().unwrap_or_default();
+        let least = i64::try_from(longest.as_millis().div_ceil(1000) * 2).unwrap_or(i64::MAX);
+        let lease_seconds = match top.get("lease_seconds") {
+            None => least.max(30),
+            Some(value) => {
+                let seconds = value
+                    .as_i64()
+                    .filter(|seconds| (1..=3600).contains(seconds))
+                    .ok_or_else(|| refused(file, "/mcp/lease_seconds", "must be 1 to 3600"))?;
+                if seconds < least {
+                    return Err(refused(
+                        file,
+                        "/mcp/lease_seconds",
+                        format!(
+                            "a lease must last at least twice the longest upstream timeout ({least} s), or another worker could take over a call still in flight"
+                        ),
+                    ));
+                }
+                seconds
+            }
+        };
+        Ok(McpConfig { tenant, subject, upstreams, lease_seconds })
     }
 }
 

@@ -20,7 +20,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 use toolledger::{
-    BlockCode, Call, Identifier, Ledger, ModelCall, NoRoles, Outcome, Reply, StatusQuery, StatusRef,
+    BlockCode, Call, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome, Reply, StatusQuery,
+    StatusRef,
 };
 
 use crate::{
@@ -49,6 +50,7 @@ struct Inner {
     tools: HashMap<String, Exposed>,
     listing: Vec<Value>,
     ledger: SharedLedger,
+    location: Location,
 }
 
 impl Gateway {
@@ -58,11 +60,14 @@ impl Gateway {
         upstreams: Vec<Arc<Upstream>>,
         tools: Vec<Exposed>,
         ledger: SharedLedger,
+        location: Location,
     ) -> Gateway {
         let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
         listing.push(status_tool());
         let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
-        Gateway { inner: Arc::new(Inner { tenant, subject, upstreams, tools, listing, ledger }) }
+        Gateway {
+            inner: Arc::new(Inner { tenant, subject, upstreams, tools, listing, ledger, location }),
+        }
     }
 
     async fn ledgered(
@@ -128,6 +133,7 @@ impl Gateway {
             })
         };
         let ledger = Arc::clone(&self.inner.ledger);
+        let location = self.inner.location.clone();
         // Once handed to the ledger, the call runs to its end even if the host goes
         // away: its answer is the ledger's, and the next call with this key reads it.
         let worked = tokio::task::spawn_blocking(move || {
@@ -135,12 +141,16 @@ impl Gateway {
             ledger.downstream().watch(Some(cancelled));
             let reply = ledger.dispatch(&call);
             ledger.downstream().watch(None);
-            reply
+            drop(ledger);
+            reply.map(|reply| {
+                let reason = ended_reason(&location, &reply);
+                (reply, reason)
+            })
         })
         .await;
         watch.abort();
         match worked {
-            Ok(Ok(reply)) => answer(&reply),
+            Ok(Ok((reply, reason))) => answer(&reply, reason.as_deref()),
             Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
             Err(_) => tool_error(
                 "OUTCOME_UNKNOWN",
@@ -179,7 +189,7 @@ impl Gateway {
         })
         .await;
         match worked {
-            Ok(Ok(reply)) => answer(&reply),
+            Ok(Ok(reply)) => answer(&reply, None),
             Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
             Err(_) => tool_error("OUTCOME_UNKNOWN", "the status query did not finish", None),
         }
@@ -276,8 +286,18 @@ fn result(value: Value) -> CallToolResult {
     result
 }
 
-/// The ledger's reply as a `tools/call` result.
-fn answer(reply: &Reply) -> CallToolResult {
+/// Why an operation that ended without success ended (the upstream's refusal text, a
+/// quarantine's reason), as its history says.
+fn ended_reason(location: &Location, reply: &Reply) -> Option<String> {
+    let Outcome::Blocked { status_ref: Some(status_ref), .. } = reply.outcome() else {
+        return None;
+    };
+    let shown = toolledger::show(location.clone(), status_ref, false).ok()??;
+    shown.pointer("/ended/reason").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The ledger's reply as a `tools/call` result; `reason`: why it ended, when it did.
+fn answer(reply: &Reply, reason: Option<&str>) -> CallToolResult {
     match reply.outcome() {
         Outcome::Fresh(receipt) | Outcome::Replayed(receipt) | Outcome::Reconciled(receipt) => {
             let replayed = matches!(reply.outcome(), Outcome::Replayed(_));
@@ -313,12 +333,18 @@ fn answer(reply: &Reply) -> CallToolResult {
             let mut detail = reply.package().get("detail").cloned().unwrap_or(json!({}));
             if let (Some(status_ref), Some(members)) = (status_ref, detail.as_object_mut()) {
                 members.insert("status_ref".to_owned(), json!(status_ref.as_str()));
+                if let Some(reason) = reason {
+                    members.insert("reason".to_owned(), json!(reason));
+                }
             }
             let message = match code {
                 BlockCode::IdempotencyConflict => {
                     format!("{message}; a new action takes a new key")
                 }
-                _ => message.to_owned(),
+                _ => match reason {
+                    Some(reason) => format!("{message}: {reason}"),
+                    None => message.to_owned(),
+                },
             };
             tool_error(code.as_str(), &message, Some(detail))
         }

@@ -183,11 +183,13 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         .map_err(|_| Error::usage("the gateway's identity"))?;
     let handle = tokio::runtime::Handle::current();
     let location = Location::parse(&options.ledger);
+    let shown_from = location.clone();
     let waits = options
         .busy_timeout_ms
         .map(|ms| Waits { busy_timeout: Duration::from_millis(ms), deadline: None })
         .unwrap_or_default();
     let profile = ProviderProfile::new(PROFILE.0, PROFILE.1, PROFILE.2);
+    let lease = mcp.lease_seconds;
     let opened = {
         let (location, specs, routes, fallback, handle, profile) = (
             location.clone(),
@@ -200,9 +202,10 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         tokio::task::spawn_blocking(move || {
             specs
                 .into_iter()
-                .fold(Ledger::builder(location).profile(profile).waits(waits), |builder, spec| {
-                    builder.tool(spec)
-                })
+                .fold(
+                    Ledger::builder(location).profile(profile).waits(waits).lease_seconds(lease),
+                    |builder, spec| builder.tool(spec),
+                )
                 .open(McpDownstream::new(fallback, routes, handle), NoRoles)
         })
         .await
@@ -220,7 +223,10 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         let relay = specs
             .iter()
             .cloned()
-            .fold(Relay::new(location).profile(profile).waits(waits), Relay::tool)
+            .fold(
+                Relay::new(location).profile(profile).waits(waits).lease_seconds(lease),
+                Relay::tool,
+            )
             .poll(RELAY_POLL);
         let (routes, fallback, handle, stop) =
             (Arc::clone(&routes), fallback, handle.clone(), Arc::clone(&stop));
@@ -252,6 +258,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         upstreams.clone(),
         plan.tools,
         ledger,
+        shown_from,
     );
     let served = match gateway.clone().serve(rmcp::transport::stdio()).await {
         Ok(running) => running.waiting().await.map(|_| ()).map_err(|_| ()),

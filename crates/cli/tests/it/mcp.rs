@@ -373,7 +373,9 @@ fn a_refusal_ends_failed_and_answers_refused_again_without_a_second_send() {
         LIMIT,
     );
     assert_eq!(code(&answers[0]), "DOWNSTREAM_REFUSED", "{}", answers[0]);
+    assert_eq!(answers[0]["structuredContent"]["detail"]["reason"], "card declined");
     assert_eq!(code(&answers[1]), "DOWNSTREAM_REFUSED");
+    assert_eq!(answers[1]["structuredContent"]["detail"]["reason"], "card declined");
     assert!(payments(&dir).is_empty());
 }
 
@@ -383,15 +385,20 @@ fn an_off_schema_result_or_a_lying_tools_list_is_quarantined_not_returned() {
     let config = payments_config(&dir, "");
     faults(&dir, json!({"off_schema": ["ord-8"]}));
     let answers = host(&gateway(&dir, &config), &json!([pay("ord-8", 700, "pay-ord-8")]), LIMIT);
-    assert_ne!(code(&answers[0]), "OK", "{}", answers[0]);
-    assert!(answers[0]["isError"] == json!(true));
+    assert_eq!(code(&answers[0]), "RECEIPT_QUARANTINED", "{}", answers[0]);
+    assert!(
+        answers[0]["structuredContent"]["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("output schema")
+    );
     // An upstream whose tools/list promises a member its results never have.
     let lying = Dir::new();
     let config = payments_config(&lying, "");
     let mut command = gateway(&lying, &config);
     command.splice(0..0, ["env".to_owned(), "PAYMENTS_LIE=1".to_owned()]);
     let answers = host(&command, &json!([pay("ord-9", 700, "pay-ord-9")]), LIMIT);
-    assert_ne!(code(&answers[0]), "OK", "{}", answers[0]);
+    assert_eq!(code(&answers[0]), "RECEIPT_QUARANTINED", "{}", answers[0]);
     // Neither result is trusted: each operation is set aside for an operator, listed,
     // and named by the audit; the upstream's effect is not lost.
     for dir in [&dir, &lying] {
@@ -456,5 +463,161 @@ env = {{ MEMORY_FILE_PATH = {memory:?} }}
     assert_eq!(answers[3]["meta"]["io.toolledger/replayed"], true);
     assert_eq!(answers[3]["structuredContent"], answers[1]["structuredContent"]);
     assert_eq!(answers[4]["structuredContent"]["entities"], json!([]), "{}", answers[4]);
+    audit_passes(&dir);
+}
+
+/// Rounds of the gateway's crash campaign: a short smoke here, as many as
+/// `TOOLLEDGER_MCP_CRASH_ROUNDS` says in the long mode (`docs/reliability.md`).
+fn crash_rounds() -> u64 {
+    std::env::var("TOOLLEDGER_MCP_CRASH_ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .unwrap_or(4)
+}
+
+#[test]
+fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave_stays_true() {
+    let dir = Dir::new();
+    // A lease of 4 s (twice the 2 s timeout): a claim of a killed gateway runs out soon.
+    let config = payments_config(&dir, "");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("subject = \"agent-1\"", "subject = \"agent-1\"\nlease_seconds = 4")
+        .replace("timeout_ms = 3000", "timeout_ms = 2000");
+    dir.write("toolledger.toml", text.as_bytes());
+    // Every payment takes 250 ms before and after its commit: the kills land anywhere.
+    faults(&dir, json!({"delay_ms": 250}));
+    let mut seed: u64 = std::env::var("TOOLLEDGER_MCP_CRASH_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or(20_261_201);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pid_file = dir.join("gateway.pid");
+    let mut wrapped = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("echo $$ > '{}'; exec \"$@\"", pid_file.display()),
+        "sh".to_owned(),
+    ];
+    wrapped.extend(gateway(&dir, &config));
+    // (key, the payment an OK answer named)
+    let mut acknowledged: Vec<(String, String)> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    for round in 0..crash_rounds() {
+        let round_keys: Vec<String> = (0..4).map(|call| format!("crash-{round}-{call}")).collect();
+        let steps: Vec<Value> =
+            round_keys.iter().flat_map(|key| [pay(key, 100, key), pay(key, 100, key)]).collect();
+        keys.extend(round_keys);
+        let _ = std::fs::remove_file(&pid_file);
+        let mut child = Command::new(python())
+            .arg(peer("host.py"))
+            .arg("--")
+            .args(&wrapped)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(Value::Array(steps.clone()).to_string().as_bytes())
+            .unwrap();
+        // Somewhere between the gateway's start and its last answer.
+        std::thread::sleep(Duration::from_millis(1500 + next() % 3000));
+        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(started.elapsed() < LIMIT, "the host did not end after its gateway was killed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        for (answer, step) in
+            stdout.lines().map(|line| serde_json::from_str::<Value>(line).unwrap()).zip(&steps)
+        {
+            if answer.get("isError") == Some(&json!(false)) {
+                let key = step["arguments"]["idempotency_key"].as_str().unwrap().to_owned();
+                let payment =
+                    answer["structuredContent"]["payment_id"].as_str().unwrap().to_owned();
+                acknowledged.push((key, payment));
+            }
+        }
+    }
+    // Recovery: a new gateway, once every claim of the killed ones has run out; its
+    // relay delivers what was accepted, reconciles what was claimed (the lookup tool),
+    // and every key then answers.
+    let mut steps = vec![json!({"op": "sleep", "seconds": 7})];
+    steps.extend(keys.iter().map(|key| pay(key, 100, key)));
+    let answers = host(&gateway(&dir, &config), &Value::Array(steps), LIMIT);
+    let made = payments(&dir);
+    for (key, answer) in keys.iter().zip(&answers[1..]) {
+        let effects = made.iter().filter(|(order, _)| order == key).count();
+        assert!(effects <= 1, "{key}: {effects} payments");
+        match code(answer).as_str() {
+            "OK" => {
+                assert_eq!(effects, 1, "{key}: answered OK with no payment");
+                let payment = answer["structuredContent"]["payment_id"].as_str().unwrap();
+                for (acked, was) in acknowledged.iter().filter(|(acked, _)| acked == key) {
+                    assert_eq!(was, payment, "{acked}: an acknowledged answer changed");
+                }
+            }
+            // Still unknown: listed for an operator, never guessed.
+            "OUTCOME_UNKNOWN" => {
+                let status_ref =
+                    answer["structuredContent"]["detail"]["status_ref"].as_str().unwrap();
+                assert!(dir.run(&["list"]).stdout.contains(status_ref));
+            }
+            other => panic!("{key}: {other}: {answer}"),
+        }
+    }
+    assert!(!acknowledged.is_empty() || crash_rounds() == 0, "no answer came back before a kill");
+    audit_passes(&dir);
+}
+
+#[test]
+fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"delay_ms": 1000}));
+    let mut slow = pay("ord-20", 100, "pay-ord-20");
+    slow["timeout_s"] = json!(0.5);
+    let mut waiting = pay("ord-21", 100, "pay-ord-21");
+    waiting["timeout_s"] = json!(0.5);
+    // The first call reaches the upstream and is cancelled by the client's timeout while
+    // the upstream works; the second, cancelled while it waits its turn, never reaches it.
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([
+            {"op": "concurrent", "calls": [slow, waiting]},
+            {"op": "sleep", "seconds": 3},
+            pay("ord-20", 100, "pay-ord-20"),
+            pay("ord-21", 100, "pay-ord-21"),
+        ]),
+        LIMIT,
+    );
+    let cancelled = answers[0]["results"].as_array().unwrap();
+    assert!(
+        cancelled.iter().all(|answer| answer["error"]["code"] == json!(-32001)),
+        "{cancelled:?}"
+    );
+    let made = payments(&dir);
+    assert_eq!(code(&answers[2]), "OK", "{}", answers[2]);
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-20").count(), 1);
+    assert_eq!(code(&answers[3]), "DOWNSTREAM_REFUSED", "{}", answers[3]);
+    assert!(
+        answers[3]["content"][0]["text"].as_str().unwrap().contains("cancel"),
+        "{}",
+        answers[3]
+    );
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-21").count(), 0);
     audit_passes(&dir);
 }

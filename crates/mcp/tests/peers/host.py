@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+# The connect-time policy mcp.Client(mode="auto") runs; the SDK has no public alias for it.
 from mcp.client._probe import negotiate_auto
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -123,6 +124,7 @@ class Host:
 
     @property
     def session(self) -> ClientSession:
+        """The live session; raises if a reconnect failed half-way."""
         if self._session is None:
             raise RuntimeError("not connected")
         return self._session

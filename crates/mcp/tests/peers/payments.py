@@ -15,6 +15,9 @@ key lists the ``order_id`` values it applies to::
     {"drop_after_commit": [...], "drop_before_commit": [...], "hang": [...],
      "off_schema": [...], "refuse": [...]}
 
+and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
+after it: a window in which a crash campaign kills the caller.
+
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
 """
@@ -140,13 +143,23 @@ def open_state() -> sqlite3.Connection:
     return conn
 
 
-def read_faults(order_id: str) -> set[str]:
-    """Return the fault kinds that name ``order_id`` in the fault file, read now."""
+def read_fault_file() -> dict[str, Any]:
+    """Return the fault file's contents, read now (empty when there is none)."""
     path = os.environ.get("PAYMENTS_FAULTS")
     if not path or not Path(path).exists():
-        return set()
-    faults = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {}
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def read_faults(order_id: str) -> set[str]:
+    """Return the fault kinds that name ``order_id`` in the fault file, read now."""
+    faults = read_fault_file()
     return {kind for kind in FAULT_KINDS if order_id in faults.get(kind, [])}
+
+
+def read_delay() -> float:
+    """Return the seconds to sleep on each side of a commit (``delay_ms``)."""
+    return float(read_fault_file().get("delay_ms", 0)) / 1000.0
 
 
 def payment_view(row: sqlite3.Row) -> dict[str, Any]:
@@ -206,7 +219,10 @@ async def create_payment(conn: sqlite3.Connection, args: dict[str, Any]) -> type
         return tool_error("card declined")
     if "hang" in faults:
         await anyio.sleep(HANG_SECONDS)
+    delay = read_delay()
+    await anyio.sleep(delay)
     row = insert_payment(conn, args)
+    await anyio.sleep(delay)
     if "drop_after_commit" in faults:
         os._exit(DROP_EXIT_CODE)
     payment = payment_view(row)
