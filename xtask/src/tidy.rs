@@ -77,7 +77,18 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
         // rmcp, the official MCP SDK, on tokio (its runtime).
-        "toolledger-mcp" => &["serde_json", "sha2", "tokio", "rmcp"],
+        "toolledger-mcp" => &[
+            "serde_json",
+            "sha2",
+            "tokio",
+            "rmcp",
+            "hyper",
+            "hyper-util",
+            "tower-service",
+            "http-body-util",
+            "bytes",
+            "tokio-util",
+        ],
         "toolledger-bench" => &["serde_json", "rusqlite", "postgres", "ureq", "tempfile"],
         "toolledger-cli" => &[
             "serde",

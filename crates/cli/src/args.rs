@@ -419,6 +419,11 @@ pub(crate) enum Command {
         /// ./toolledger.toml]
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio, until SIGTERM or
+        /// SIGINT. An address that is not loopback needs the configuration's
+        /// [[mcp.tokens]]: every request then presents one as a bearer token
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Check or list the tools a configuration declares (toolledger.toml and the tool
     /// files it names): schemas, bindings, revisions, policies, routes. Creates nothing

@@ -474,13 +474,14 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             },
         ),
         Command::Tools { action } => crate::tools::run(action),
-        Command::Mcp { config, .. } => {
+        Command::Mcp { config, listen, .. } => {
             let options = toolledger_mcp::Options {
                 config: config.clone(),
                 ledger: settings.db.clone().unwrap_or_else(|| "toolledger.sqlite3".to_owned()),
                 busy_timeout_ms: settings.busy_timeout_ms,
+                listen: *listen,
             };
-            toolledger_mcp::serve_stdio(&options)
+            toolledger_mcp::serve(&options)
                 .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?;
             Ok(Printed::Text(String::new()))
         }

@@ -21,6 +21,26 @@ pub(crate) struct McpConfig {
     /// How long a worker's claim on an operation lasts: at least twice the longest
     /// upstream timeout, so no claim runs out while its call may still be answered.
     pub(crate) lease_seconds: i64,
+    /// The bearer tokens HTTP callers present, each mapped to its principal.
+    pub(crate) tokens: Vec<TokenDecl>,
+}
+
+/// One bearer token (read from the environment variable the configuration names, so
+/// no secret is written in the file) and the principal it stands for.
+#[derive(Clone)]
+pub(crate) struct TokenDecl {
+    pub(crate) token: String,
+    pub(crate) tenant: String,
+    pub(crate) subject: String,
+}
+
+impl std::fmt::Debug for TokenDecl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenDecl")
+            .field("tenant", &self.tenant)
+            .field("subject", &self.subject)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One upstream MCP server.
@@ -123,7 +143,7 @@ impl McpConfig {
             file,
             "/mcp",
             mcp,
-            &["tenant", "subject", "lease_seconds", "upstreams", "$comment"],
+            &["tenant", "subject", "lease_seconds", "tokens", "upstreams", "$comment"],
         )?;
         let tenant = text(file, "/mcp/tenant", top.get("tenant"))?
             .ok_or_else(|| refused(file, "/mcp", "names no tenant (the stdio caller's)"))?;
@@ -161,8 +181,37 @@ impl McpConfig {
                 seconds
             }
         };
-        Ok(McpConfig { tenant, subject, upstreams, lease_seconds })
+        let tokens = match top.get("tokens") {
+            None => Vec::new(),
+            Some(Value::Array(tokens)) => tokens
+                .iter()
+                .enumerate()
+                .map(|(index, value)| token(file, &format!("/mcp/tokens/{index}"), value))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => {
+                return Err(refused(file, "/mcp/tokens", "must be an array ([[mcp.tokens]])"));
+            }
+        };
+        Ok(McpConfig { tenant, subject, upstreams, lease_seconds, tokens })
     }
+}
+
+fn token(file: &str, at: &str, value: &Value) -> Result<TokenDecl, String> {
+    let members = table(file, at, value, &["token_env", "tenant", "subject"])?;
+    let named = |member: &str| {
+        text(file, &format!("{at}/{member}"), members.get(member))?
+            .ok_or_else(|| refused(file, at, format!("names no {member}")))
+    };
+    let variable = named("token_env")?;
+    let token =
+        std::env::var(&variable).ok().filter(|token| token.len() >= 16).ok_or_else(|| {
+            refused(
+                file,
+                &format!("{at}/token_env"),
+                format!("the environment variable {variable} holds no token of at least 16 bytes"),
+            )
+        })?;
+    Ok(TokenDecl { token, tenant: named("tenant")?, subject: named("subject")? })
 }
 
 fn upstream(

@@ -26,6 +26,7 @@ use toolledger::{
 
 use crate::{
     downstream::McpDownstream,
+    http::Principal,
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
     upstream::Upstream,
 };
@@ -68,6 +69,19 @@ impl Gateway {
         Gateway {
             inner: Arc::new(Inner { tenant, subject, upstreams, tools, listing, ledger, location }),
         }
+    }
+
+    /// Who makes the call: the bearer token's principal over HTTP, else the
+    /// configuration's (stdio, or a loopback listener without tokens).
+    fn principal(&self, context: &RequestContext<RoleServer>) -> (String, String) {
+        context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .map_or_else(
+                || (self.inner.tenant.clone(), self.inner.subject.clone()),
+                |principal| (principal.tenant.clone(), principal.subject.clone()),
+            )
     }
 
     async fn ledgered(
@@ -114,15 +128,11 @@ impl Gateway {
         if let Some(argument) = &ledgered.key_argument {
             arguments.remove(argument);
         }
+        let (tenant, subject) = self.principal(context);
         let call = Call::new(&ledgered.ledger_name, Value::Object(arguments))
-            .principal(&self.inner.tenant, &self.inner.subject)
+            .principal(&tenant, &subject)
             .idempotency_key(&key)
-            .model_call(call_identity(
-                &self.inner.tenant,
-                &self.inner.subject,
-                &ledgered.ledger_name,
-                &key,
-            ));
+            .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
         let cancelled = Arc::new(AtomicBool::new(false));
         let watch = {
             let cancelled = Arc::clone(&cancelled);
@@ -160,7 +170,11 @@ impl Gateway {
         }
     }
 
-    async fn status(&self, params: &CallToolRequestParams) -> CallToolResult {
+    async fn status(
+        &self,
+        params: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let text = params
             .arguments
             .as_ref()
@@ -174,14 +188,14 @@ impl Gateway {
                 Some(json!({"pointer": "/status_ref", "keyword": "pattern"})),
             );
         };
-        let query =
-            StatusQuery::new(&self.inner.tenant, &self.inner.subject).model_call(ModelCall::new(
-                PROFILE.0,
-                PROFILE.1,
-                PROFILE.2,
-                &format!("mcp-status-{}", status_ref.as_str()),
-                &format!("mcp-status-{}", status_ref.as_str()),
-            ));
+        let (tenant, subject) = self.principal(context);
+        let query = StatusQuery::new(&tenant, &subject).model_call(ModelCall::new(
+            PROFILE.0,
+            PROFILE.1,
+            PROFILE.2,
+            &format!("mcp-status-{}", status_ref.as_str()),
+            &format!("mcp-status-{}", status_ref.as_str()),
+        ));
         let ledger = Arc::clone(&self.inner.ledger);
         let worked = tokio::task::spawn_blocking(move || {
             let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -381,7 +395,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if request.name == STATUS_TOOL {
-            return Ok(self.status(&request).await.into());
+            return Ok(self.status(&request, &context).await.into());
         }
         let Some(exposed) = self.inner.tools.get(request.name.as_ref()) else {
             return Err(McpError::invalid_params(format!("no tool named {}", request.name), None));

@@ -16,8 +16,9 @@
 //!     config: Some("toolledger.toml".into()),
 //!     ledger: "gateway.sqlite3".into(),
 //!     busy_timeout_ms: None,
+//!     listen: None,
 //! };
-//! toolledger_mcp::serve_stdio(&options)?;
+//! toolledger_mcp::serve(&options)?;
 //! # Ok::<(), toolledger_mcp::Error>(())
 //! ```
 
@@ -27,11 +28,13 @@
 mod config;
 mod downstream;
 mod gateway;
+mod http;
 mod tools;
 mod upstream;
 
 use std::{
     collections::HashMap,
+    net::SocketAddr,
     path::PathBuf,
     sync::{
         Arc, Mutex,
@@ -62,6 +65,9 @@ pub struct Options {
     pub ledger: String,
     /// The longest a store call waits for another connection's locks.
     pub busy_timeout_ms: Option<u64>,
+    /// Serve Streamable HTTP on this address instead of stdio. An address that is not
+    /// loopback needs the configuration's `[[mcp.tokens]]`.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Why the gateway could not start or stopped: a stable code and a message that names
@@ -84,8 +90,9 @@ impl Error {
     ///     config: Some("/nonexistent/toolledger.toml".into()),
     ///     ledger: "gateway.sqlite3".into(),
     ///     busy_timeout_ms: None,
+    ///     listen: None,
     /// };
-    /// let error = toolledger_mcp::serve_stdio(&options).unwrap_err();
+    /// let error = toolledger_mcp::serve(&options).unwrap_err();
     /// assert_eq!(error.code(), toolledger::ErrorCode::UsageError);
     /// ```
     pub fn code(&self) -> ErrorCode {
@@ -111,20 +118,28 @@ impl From<toolledger::Error> for Error {
 /// crash, or whose lease ran out).
 const RELAY_POLL: Duration = Duration::from_secs(2);
 
-/// Serves the host over stdin and stdout until it closes them; the upstreams are shut
-/// down before returning.
+/// Serves the host over stdin and stdout until it closes them (or, with
+/// [`Options::listen`], over Streamable HTTP until SIGTERM or SIGINT); the upstreams are
+/// shut down before returning.
 ///
 /// # Errors
 ///
 /// An [`Error`] when the configuration is missing or wrong, an upstream cannot be
-/// started or listed, or the ledger cannot be opened.
-pub fn serve_stdio(options: &Options) -> Result<(), Error> {
+/// started or listed, the ledger cannot be opened, or the address cannot be listened on.
+pub fn serve(options: &Options) -> Result<(), Error> {
     let config = Config::discover(options.config.as_deref())?
         .ok_or_else(|| Error::usage("toolledger mcp needs a configuration with an [mcp] table (--config, TOOLLEDGER_CONFIG or ./toolledger.toml)"))?;
     let section = config
         .mcp()
         .ok_or_else(|| Error::usage(format!("{}: has no [mcp] table", config.file())))?;
     let mcp = McpConfig::parse(config.file(), config.dir(), section).map_err(Error::usage)?;
+    if let Some(address) = options.listen {
+        if !http::is_loopback(&address) && mcp.tokens.is_empty() {
+            return Err(Error::usage(format!(
+                "{address} is not a loopback address: declare [[mcp.tokens]] so every caller presents a bearer token"
+            )));
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -260,14 +275,59 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         ledger,
         shown_from,
     );
-    let served = match gateway.clone().serve(rmcp::transport::stdio()).await {
-        Ok(running) => running.waiting().await.map(|_| ()).map_err(|_| ()),
-        Err(_) => Err(()),
+    let served = match options.listen {
+        None => match gateway.clone().serve(rmcp::transport::stdio()).await {
+            Ok(running) => running
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(|_| Error::usage("the host's connection failed")),
+            Err(_) => Err(Error::usage("the host's connection failed before it was initialized")),
+        },
+        Some(address) => match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => {
+                let stopped = tokio_util::sync::CancellationToken::new();
+                let on_signal = stopped.clone();
+                tokio::spawn(async move {
+                    terminated().await;
+                    on_signal.cancel();
+                });
+                log(&format!(
+                    "listening on http://{}/mcp",
+                    listener.local_addr().map_or(address, |bound| bound)
+                ));
+                let remote = !http::is_loopback(&address);
+                http::serve(
+                    listener,
+                    gateway.clone(),
+                    Arc::new(mcp.tokens.clone()),
+                    remote,
+                    stopped,
+                )
+                .await;
+                Ok(())
+            }
+            Err(err) => Err(Error::usage(format!("could not listen on {address}: {}", err.kind()))),
+        },
     };
     stop.store(true, Ordering::SeqCst);
     gateway.shutdown().await;
     let _ = relay.await;
-    served.map_err(|()| Error::usage("the host's connection failed before it was initialized"))
+    served
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 async fn shutdown(upstreams: &[Arc<Upstream>]) {
