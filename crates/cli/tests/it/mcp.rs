@@ -651,26 +651,7 @@ const CONFORMANCE_SCENARIOS: [&str; 5] = [
 fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_streamable_http() {
     let dir = Dir::new();
     let config = payments_config(&dir, "");
-    let mut gateway = Command::new(env!("CARGO_BIN_EXE_toolledger"))
-        .args(["mcp", "--config"])
-        .arg(&config)
-        .args(["--db", &dir.db(), "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(gateway.stderr.take().unwrap());
-    let url = loop {
-        let mut line = String::new();
-        assert!(
-            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
-            "the gateway ended"
-        );
-        if let Some(url) = line.trim().strip_prefix("toolledger mcp: listening on ") {
-            break url.to_owned();
-        }
-    };
+    let (mut gateway, url) = listening(&dir, &config, &[]);
     let suite = node_modules().join("@modelcontextprotocol/conformance/dist/index.js");
     for scenario in CONFORMANCE_SCENARIOS {
         let output = Command::new("node")
@@ -691,4 +672,132 @@ fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_st
     }
     let _ = Command::new("kill").arg(gateway.id().to_string()).status();
     assert!(gateway.wait().unwrap().success(), "SIGTERM ends the gateway cleanly");
+}
+
+/// Starts `toolledger mcp --listen 127.0.0.1:0` with `env`; the gateway and its URL.
+fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
+    command
+        .args(["mcp", "--config"])
+        .arg(config)
+        .args(["--db", &dir.db(), "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut gateway = command.spawn().unwrap();
+    let mut stderr = std::io::BufReader::new(gateway.stderr.take().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "the gateway ended"
+        );
+        if let Some(url) = line.trim().strip_prefix("toolledger mcp: listening on ") {
+            // Keep draining its log, so the gateway never blocks on a full pipe.
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+            return (gateway, url.to_owned());
+        }
+    }
+}
+
+/// The SDK host over Streamable HTTP at `url`, with the token in `$TOKEN` when given.
+fn http_host(url: &str, token: Option<&str>, steps: &Value) -> Vec<Value> {
+    let mut command = vec!["--url".to_owned(), url.to_owned()];
+    let mut child = Command::new(python());
+    if let Some(token) = token {
+        command.extend(["--bearer-env".to_owned(), "TOKEN".to_owned()]);
+        child.env("TOKEN", token);
+    }
+    let output = {
+        let mut child = child
+            .arg(peer("host.py"))
+            .args(&command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(steps.to_string().as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+#[test]
+fn over_http_each_bearer_token_is_its_own_principal_and_a_request_without_one_is_refused() {
+    let dir = Dir::new();
+    let tokens = r#"
+[[mcp.tokens]]
+token_env = "GATEWAY_TOKEN_OPS"
+tenant = "acme"
+subject = "ops-agent"
+
+[[mcp.tokens]]
+token_env = "GATEWAY_TOKEN_BILLING"
+tenant = "acme"
+subject = "billing-agent"
+"#;
+    let config = payments_config(&dir, "");
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "\n[mcp.upstreams.payments]",
+        &format!("{tokens}\n[mcp.upstreams.payments]"),
+        1,
+    );
+    dir.write("toolledger.toml", text.as_bytes());
+    let (ops, billing) = ("ops-token-0123456789abcdef", "billing-token-0123456789abcdef");
+    let env = [("GATEWAY_TOKEN_OPS", ops), ("GATEWAY_TOKEN_BILLING", billing)];
+    let (mut gateway, url) = listening(&dir, &config, &env);
+    // No token, or one nobody configured: 401 before anything reaches MCP.
+    for header in [None, Some("Bearer not-a-configured-token-at-all")] {
+        let mut request = ureq::post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(header) = header {
+            request = request.header("Authorization", header);
+        }
+        let refused = request
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+            .unwrap();
+        assert_eq!(refused.status(), 401);
+    }
+    // The same key under two tokens is two principals' two actions.
+    let first = http_host(&url, Some(ops), &json!([pay("ord-30", 100, "same-key")]));
+    let second = http_host(&url, Some(billing), &json!([pay("ord-30", 100, "same-key")]));
+    assert_eq!(code(&first[0]), "OK", "{}", first[0]);
+    assert_eq!(code(&second[0]), "OK");
+    assert_eq!(second[0]["meta"]["io.toolledger/replayed"], false);
+    assert_ne!(
+        first[0]["meta"]["io.toolledger/status_ref"],
+        second[0]["meta"]["io.toolledger/status_ref"]
+    );
+    // One principal cannot ask after the other's operation.
+    let status_ref = first[0]["meta"]["io.toolledger/status_ref"].clone();
+    let asked = http_host(
+        &url,
+        Some(billing),
+        &json!([call("toolledger_status", json!({"status_ref": status_ref}))]),
+    );
+    assert_eq!(code(&asked[0]), "NOT_FOUND", "{}", asked[0]);
+    let subjects = dir.db_rows("SELECT subject_id FROM operations ORDER BY subject_id");
+    assert_eq!(subjects, [[Some("billing-agent".to_owned())], [Some("ops-agent".to_owned())]]);
+    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
+    assert!(gateway.wait().unwrap().success());
+    // An address that is not loopback is refused without tokens.
+    let open = Dir::new();
+    let config = payments_config(&open, "");
+    let refused = open.run(&["mcp", "--config", config.to_str().unwrap(), "--listen", "0.0.0.0:0"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("USAGE_ERROR") && refused.stderr.contains("[[mcp.tokens]]"),
+        "{}",
+        refused.stderr
+    );
 }

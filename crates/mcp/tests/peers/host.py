@@ -3,6 +3,10 @@
 Usage::
 
     python host.py [--protocol {auto,legacy,2026-07-28}] -- CMD [ARG...]
+    python host.py [--protocol ...] --url URL [--bearer-env NAME]
+
+The second form speaks Streamable HTTP to ``URL`` instead, with
+``Authorization: Bearer <the value of $NAME>`` when ``--bearer-env`` is given.
 
 Spawns ``CMD ARG...`` over stdio with the SDK's ``stdio_client`` (the child
 inherits this process's full environment), opens a ``ClientSession`` and
@@ -46,7 +50,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import mcp_types as types
+import httpx2
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 # The connect-time policy mcp.Client(mode="auto") runs; the SDK has no public alias for it.
 from mcp.client._probe import negotiate_auto
 from mcp.shared.exceptions import MCPError
@@ -93,16 +99,35 @@ def call_output(result: types.CallToolResult) -> dict[str, Any]:
 class Host:
     """One stdio connection to the command under test, re-openable."""
 
-    def __init__(self, server: StdioServerParameters, protocol: str) -> None:
+    def __init__(
+        self,
+        server: StdioServerParameters | None,
+        protocol: str,
+        url: str | None = None,
+        token: str | None = None,
+    ) -> None:
         self._server = server
         self._protocol = protocol
+        self._url = url
+        self._token = token
         self._stack: AsyncExitStack | None = None
         self._session: ClientSession | None = None
 
     async def connect(self) -> None:
         """Spawn the command, open a session and negotiate the protocol."""
         async with AsyncExitStack() as stack:
-            read_stream, write_stream = await stack.enter_async_context(stdio_client(self._server))
+            if self._url is not None:
+                headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+                client = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+                streams = await stack.enter_async_context(
+                    streamable_http_client(self._url, http_client=client)
+                )
+                read_stream, write_stream = streams[0], streams[1]
+            else:
+                assert self._server is not None
+                read_stream, write_stream = await stack.enter_async_context(
+                    stdio_client(self._server)
+                )
             session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
             if self._protocol == "legacy":
                 await session.initialize()
@@ -193,9 +218,8 @@ class Host:
         raise ValueError(f"unknown op: {op!r}")
 
 
-async def drive(server: StdioServerParameters, protocol: str) -> None:
+async def drive(host: Host) -> None:
     """Connect, run every step from stdin, then close."""
-    host = Host(server, protocol)
     await host.connect()
     try:
         steps = json.loads(await anyio.to_thread.run_sync(sys.stdin.read))
@@ -207,26 +231,29 @@ async def drive(server: StdioServerParameters, protocol: str) -> None:
         await host.close()
 
 
-def parse_args(argv: list[str]) -> tuple[str, list[str]]:
-    """Split ``[--protocol P] -- CMD ARG...`` into the protocol and the command."""
+def parse_args(argv: list[str]) -> Host:
+    """Read ``[--protocol P] (--url URL [--bearer-env NAME] | -- CMD ARG...)``."""
     parser = argparse.ArgumentParser(
-        prog="host.py", description="Drive an MCP server over stdio with the SDK's client."
+        prog="host.py", description="Drive an MCP server with the SDK's client."
     )
     parser.add_argument("--protocol", choices=PROTOCOLS, default="auto")
-    if "--" not in argv:
-        parser.error("missing '--' before the server command")
-    split = argv.index("--")
+    parser.add_argument("--url")
+    parser.add_argument("--bearer-env")
+    split = argv.index("--") if "--" in argv else len(argv)
     options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if options.url is not None:
+        token = os.environ.get(options.bearer_env) if options.bearer_env else None
+        return Host(None, options.protocol, url=options.url, token=token)
     if not command:
-        parser.error("missing server command after '--'")
-    return options.protocol, command
+        parser.error("give --url URL, or '--' and the server command")
+    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    return Host(server, options.protocol)
 
 
 def main() -> int:
-    protocol, command = parse_args(sys.argv[1:])
-    server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    host = parse_args(sys.argv[1:])
     try:
-        anyio.run(drive, server, protocol)
+        anyio.run(drive, host)
     except Exception as exc:
         emit({"fatal": describe(exc)})
         return 1
