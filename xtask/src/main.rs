@@ -526,14 +526,17 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
         .map(|(_, arg)| arg.as_str())
         .collect();
     // Each bench by name: the package and the bench target that run it.
-    const BENCHES: [(&str, &str, &str); 2] =
-        [("json", "toolledger-bench", "corpus"), ("report", "toolledger-bench", "report")];
+    const BENCHES: [(&str, &str, &str); 3] = [
+        ("json", "toolledger-bench", "corpus"),
+        ("report", "toolledger-bench", "report"),
+        ("mcp", "toolledger-bench", "mcp"),
+    ];
     let mut selected = Vec::new();
     for name in &names {
         match BENCHES.iter().find(|(known, _, _)| known == name) {
             Some(bench) => selected.push(*bench),
             None => {
-                eprintln!("unknown bench {name:?}; known: json, report");
+                eprintln!("unknown bench {name:?}; known: json, report, mcp");
                 return ExitCode::from(2);
             }
         }
@@ -557,7 +560,7 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
             if quick {
                 args.push("--quick");
             }
-            if name.starts_with("report") {
+            if name.starts_with("report") || name == "mcp" {
                 // The binaries the report spawns: the command (its wall time) and the
                 // reference service (the HTTP figures), in the bench's own profile.
                 let build = [

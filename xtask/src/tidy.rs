@@ -89,7 +89,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "bytes",
             "tokio-util",
         ],
-        "toolledger-bench" => &["serde_json", "rusqlite", "postgres", "ureq", "tempfile"],
+        "toolledger-bench" => {
+            &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio"]
+        }
         "toolledger-cli" => &[
             "serde",
             "serde_json",

@@ -2,15 +2,10 @@
 //! `tools/call` to the upstream, its status lookup the upstream's lookup tool when the
 //! configuration names one (`docs/mcp.md`, "What each failure becomes").
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::{collections::HashMap, sync::Arc};
 
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 use toolledger::{
     Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest, Lookup,
     Now,
@@ -48,7 +43,7 @@ pub(crate) struct McpDownstream {
     routes: Routes,
     runtime: tokio::runtime::Handle,
     /// Set when the host cancels the call being worked: checked right before sending.
-    cancelled: Option<Arc<AtomicBool>>,
+    cancelled: Option<CancellationToken>,
 }
 
 /// Why an operation cancelled before it was sent ended.
@@ -65,7 +60,7 @@ impl McpDownstream {
     }
 
     /// The host's cancellation of the call about to be worked (`None` after it).
-    pub(crate) fn watch(&mut self, cancelled: Option<Arc<AtomicBool>>) {
+    pub(crate) fn watch(&mut self, cancelled: Option<CancellationToken>) {
         self.cancelled = cancelled;
     }
 
@@ -98,7 +93,7 @@ impl Downstream for McpDownstream {
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        if self.cancelled.as_ref().is_some_and(|cancelled| cancelled.load(Ordering::SeqCst)) {
+        if self.cancelled.as_ref().is_some_and(CancellationToken::is_cancelled) {
             return Err(DownstreamError::Refused { reason: CANCELLED_REASON.to_owned() });
         }
         let route = self.route(&request.tool_name)?.clone();

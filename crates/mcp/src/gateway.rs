@@ -4,10 +4,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex},
 };
 
 use rmcp::{
@@ -133,40 +130,25 @@ impl Gateway {
             .principal(&tenant, &subject)
             .idempotency_key(&key)
             .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let watch = {
-            let cancelled = Arc::clone(&cancelled);
-            let token = context.ct.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                cancelled.store(true, Ordering::SeqCst);
-            })
-        };
-        let ledger = Arc::clone(&self.inner.ledger);
-        let location = self.inner.location.clone();
-        // Once handed to the ledger, the call runs to its end even if the host goes
-        // away: its answer is the ledger's, and the next call with this key reads it.
-        let worked = tokio::task::spawn_blocking(move || {
-            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ledger.downstream().watch(Some(cancelled));
+        // The whole call is worked in one poll, on this worker thread made a blocking
+        // one (no hand-off to another thread): once handed to the ledger it runs to its
+        // end even if the host goes away, and the next call with this key reads it. A
+        // cancellation is seen right before the upstream would be called.
+        let worked = tokio::task::block_in_place(|| {
+            let mut ledger =
+                self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            ledger.downstream().watch(Some(context.ct.clone()));
             let reply = ledger.dispatch(&call);
             ledger.downstream().watch(None);
             drop(ledger);
             reply.map(|reply| {
-                let reason = ended_reason(&location, &reply);
+                let reason = ended_reason(&self.inner.location, &reply);
                 (reply, reason)
             })
-        })
-        .await;
-        watch.abort();
+        });
         match worked {
-            Ok(Ok((reply, reason))) => answer(&reply, reason.as_deref()),
-            Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
-            Err(_) => tool_error(
-                "OUTCOME_UNKNOWN",
-                "the gateway lost the call while working it; call it again with the same key to learn its outcome",
-                None,
-            ),
+            Ok((reply, reason)) => answer(&reply, reason.as_deref()),
+            Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
         }
     }
 
@@ -196,16 +178,14 @@ impl Gateway {
             &format!("mcp-status-{}", status_ref.as_str()),
             &format!("mcp-status-{}", status_ref.as_str()),
         ));
-        let ledger = Arc::clone(&self.inner.ledger);
-        let worked = tokio::task::spawn_blocking(move || {
-            let mut ledger = ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let worked = tokio::task::block_in_place(|| {
+            let mut ledger =
+                self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             ledger.status_of(&query, &status_ref)
-        })
-        .await;
+        });
         match worked {
-            Ok(Ok(reply)) => answer(&reply, None),
-            Ok(Err(error)) => tool_error(error.code().as_str(), &error.to_string(), None),
-            Err(_) => tool_error("OUTCOME_UNKNOWN", "the status query did not finish", None),
+            Ok(reply) => answer(&reply, None),
+            Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
         }
     }
 

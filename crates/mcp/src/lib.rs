@@ -276,7 +276,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         shown_from,
     );
     let served = match options.listen {
-        None => match gateway.clone().serve(rmcp::transport::stdio()).await {
+        None => match gateway.clone().serve(rmcp::transport::io::stdio_pipes()).await {
             Ok(running) => running
                 .waiting()
                 .await
