@@ -10,8 +10,10 @@ use std::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, Implementation,
-        InitializeResult, ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
+        GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities,
     },
     service::RequestContext,
 };
@@ -49,6 +51,11 @@ struct Inner {
     listing: Vec<Value>,
     ledger: SharedLedger,
     location: Location,
+    /// The upstreams that serve resources, and prompts (indices into `upstreams`).
+    resources: Vec<usize>,
+    prompts: Vec<usize>,
+    /// Which upstream listed each resource URI and prompt name, as last listed.
+    owners: Mutex<HashMap<String, usize>>,
 }
 
 impl Gateway {
@@ -59,12 +66,28 @@ impl Gateway {
         tools: Vec<Exposed>,
         ledger: SharedLedger,
         location: Location,
+        serves: &[(bool, bool)],
     ) -> Gateway {
+        let which = |pick: fn(&(bool, bool)) -> bool| {
+            serves.iter().enumerate().filter(|(_, serves)| pick(serves)).map(|(at, _)| at).collect()
+        };
+        let (resources, prompts) = (which(|serves| serves.0), which(|serves| serves.1));
         let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
         listing.push(status_tool());
         let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
         Gateway {
-            inner: Arc::new(Inner { tenant, subject, upstreams, tools, listing, ledger, location }),
+            inner: Arc::new(Inner {
+                tenant,
+                subject,
+                upstreams,
+                tools,
+                listing,
+                ledger,
+                location,
+                resources,
+                prompts,
+                owners: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
@@ -215,6 +238,35 @@ impl Gateway {
         }
     }
 
+    /// The live connection of upstream `at`.
+    async fn peer(&self, at: usize) -> Result<rmcp::service::Peer<rmcp::RoleClient>, McpError> {
+        let upstream = self
+            .inner
+            .upstreams
+            .get(at)
+            .ok_or_else(|| McpError::internal_error("no such upstream", None))?;
+        upstream.forward().await.map_err(|reason| McpError::internal_error(reason, None))
+    }
+
+    /// The upstream that listed `name` (a resource URI, or `prompt:NAME`), else the first
+    /// of `candidates`.
+    fn owner(&self, name: &str, candidates: &[usize]) -> Result<usize, McpError> {
+        let owners = self.inner.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners
+            .get(name)
+            .copied()
+            .or_else(|| candidates.first().copied())
+            .ok_or_else(|| McpError::invalid_params(format!("no upstream serves {name}"), None))
+    }
+
+    fn own(&self, names: impl IntoIterator<Item = String>, at: usize) {
+        let mut owners =
+            self.inner.owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in names {
+            owners.entry(name).or_insert(at);
+        }
+    }
+
     /// Closes every upstream connection.
     pub(crate) async fn shutdown(&self) {
         for upstream in &self.inner.upstreams {
@@ -345,9 +397,39 @@ fn answer(reply: &Reply, reason: Option<&str>) -> CallToolResult {
     }
 }
 
+/// An upstream's answer to a request passed through: its own error as it was, any other
+/// failure an internal error.
+fn passed<T>(answer: Result<T, rmcp::ServiceError>) -> Result<T, McpError> {
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(rmcp::ServiceError::McpError(error)) => Err(error),
+        Err(other) => Err(McpError::internal_error(other.to_string(), None)),
+    }
+}
+
+/// A listing result of `member` holding `items`, complete.
+fn listed<T: serde::de::DeserializeOwned>(member: &str, items: Vec<Value>) -> Result<T, McpError> {
+    let mut value = serde_json::Map::new();
+    value.insert(member.to_owned(), Value::Array(items));
+    value.insert("resultType".to_owned(), json!("complete"));
+    serde_json::from_value(Value::Object(value))
+        .map_err(|err| McpError::internal_error(format!("a listing: {err}"), None))
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> InitializeResult {
-        let mut info = InitializeResult::new(ServerCapabilities::builder().enable_tools().build());
+        let mut capabilities = json!({"tools": {}});
+        if let Some(members) = capabilities.as_object_mut() {
+            if !self.inner.resources.is_empty() {
+                members.insert("resources".to_owned(), json!({}));
+            }
+            if !self.inner.prompts.is_empty() {
+                members.insert("prompts".to_owned(), json!({}));
+            }
+        }
+        let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
+            .unwrap_or_else(|_| ServerCapabilities::builder().enable_tools().build());
+        let mut info = InitializeResult::new(capabilities);
         info.server_info = Implementation::new("toolledger-mcp", env!("CARGO_PKG_VERSION"));
         info.instructions = Some(format!(
             "toolledger gateway: every tool that changes something takes an `{KEY_ARGUMENT}`. \
@@ -355,6 +437,82 @@ impl ServerHandler for Gateway {
              {STATUS_TOOL}, never by retrying under a new key."
         ));
         info
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let mut all = Vec::new();
+        for &at in &self.inner.resources {
+            let resources = passed(self.peer(at).await?.list_all_resources().await)?;
+            self.own(resources.iter().map(|resource| resource.uri.clone()), at);
+            for resource in resources {
+                all.push(serde_json::to_value(resource).unwrap_or_default());
+            }
+        }
+        listed("resources", all)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let mut all = Vec::new();
+        for &at in &self.inner.resources {
+            let templates = passed(self.peer(at).await?.list_all_resource_templates().await)?;
+            all.extend(
+                templates
+                    .into_iter()
+                    .map(|template| serde_json::to_value(template).unwrap_or_default()),
+            );
+        }
+        listed("resourceTemplates", all)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let at = self.owner(&request.uri, &self.inner.resources)?;
+        let mut read = passed(self.peer(at).await?.read_resource_once(request).await)?;
+        // An upstream on an older protocol leaves the field out; the host's may need it.
+        if let ReadResourceResponse::Complete(result) = &mut read {
+            result.result_type = Some(ResultType::COMPLETE);
+        }
+        Ok(read)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let mut all = Vec::new();
+        for &at in &self.inner.prompts {
+            let prompts = passed(self.peer(at).await?.list_all_prompts().await)?;
+            self.own(prompts.iter().map(|prompt| format!("prompt:{}", prompt.name)), at);
+            all.extend(
+                prompts.into_iter().map(|prompt| serde_json::to_value(prompt).unwrap_or_default()),
+            );
+        }
+        listed("prompts", all)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let at = self.owner(&format!("prompt:{}", request.name), &self.inner.prompts)?;
+        let mut prompt = passed(self.peer(at).await?.get_prompt_once(request).await)?;
+        if let GetPromptResponse::Complete(result) = &mut prompt {
+            result.result_type = Some(ResultType::COMPLETE);
+        }
+        Ok(prompt)
     }
 
     async fn list_tools(

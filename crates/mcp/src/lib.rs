@@ -161,6 +161,10 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
             }
         }
     }
+    let mut serves = Vec::new();
+    for upstream in &upstreams {
+        serves.push(upstream.serves().await.map_err(Error::usage)?);
+    }
     let plan = tools::plan(&mcp, &listings);
     for refused in &plan.refused {
         log(&format!("not listed: {refused}"));
@@ -274,6 +278,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         plan.tools,
         ledger,
         shown_from,
+        &serves,
     );
     let served = match options.listen {
         None => match gateway.clone().serve(rmcp::transport::io::stdio_pipes()).await {

@@ -109,9 +109,18 @@ impl Upstream {
         }
     }
 
-    /// Passes a request the gateway does not own to the upstream unchanged.
+    /// The live connection, to pass a request the gateway does not own to the upstream
+    /// unchanged.
     pub(crate) async fn forward(&self) -> Result<Peer<RoleClient>, String> {
         self.peer().await
+    }
+
+    /// Whether the upstream serves resources, and prompts, as it declared.
+    pub(crate) async fn serves(&self) -> Result<(bool, bool), String> {
+        let info = self.peer().await?.peer_info();
+        Ok(info.map_or((false, false), |info| {
+            (info.capabilities.resources.is_some(), info.capabilities.prompts.is_some())
+        }))
     }
 
     /// Closes the connection, so the child exits (stdin closed, then signalled).

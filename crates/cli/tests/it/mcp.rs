@@ -804,3 +804,27 @@ subject = "billing-agent"
         refused.stderr
     );
 }
+
+#[test]
+fn resources_and_prompts_pass_through_to_the_upstream_that_serves_them_unchanged() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let steps = json!([
+        pay("ord-40", 100, "pay-ord-40"),
+        {"op": "list_resources"},
+        {"op": "read_resource", "uri": "payments://summary"},
+        {"op": "list_prompts"},
+        {"op": "get_prompt", "name": "refund_policy", "arguments": {"order_id": "ord-40"}},
+        {"op": "read_resource", "uri": "payments://nothing-here"},
+    ]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    assert_eq!(code(&answers[0]), "OK");
+    assert_eq!(answers[1]["resources"][0]["uri"], "payments://summary", "{}", answers[1]);
+    assert_eq!(answers[2]["contents"][0]["text"], "1 payments", "{}", answers[2]);
+    assert_eq!(answers[3]["prompts"][0]["name"], "refund_policy");
+    let text = answers[4]["messages"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("ord-40"), "{}", answers[4]);
+    // The upstream's own error, as it gave it.
+    assert_eq!(answers[5]["error"]["code"], json!(-32602), "{}", answers[5]);
+    assert!(answers[5]["error"]["message"].as_str().unwrap().contains("Unknown resource"));
+}

@@ -29,6 +29,12 @@ per step to stdout, one per line, flushed after each:
         -> {"reconnected": true}
     {"op": "sleep", "seconds": float}
         -> {"slept": seconds}
+    {"op": "list_resources"} / {"op": "list_prompts"}
+        -> {"resources": [...]} / {"prompts": [...]}
+    {"op": "read_resource", "uri": str}
+        -> {"contents": [...]}
+    {"op": "get_prompt", "name": str, "arguments": {...}}
+        -> {"messages": [...]}
 
 An error the SDK raises during a step (an ``MCPError`` for an error response,
 a timeout or a closed connection; the ``RuntimeError`` of its own output
@@ -215,7 +221,26 @@ class Host:
         if op == "sleep":
             await anyio.sleep(float(step["seconds"]))
             return {"slept": step["seconds"]}
+        if op in ("list_resources", "read_resource", "list_prompts", "get_prompt"):
+            try:
+                return await self.other(op, step)
+            except Exception as exc:
+                return error_object(exc)
         raise ValueError(f"unknown op: {op!r}")
+
+    async def other(self, op: str, step: dict[str, Any]) -> dict[str, Any]:
+        """A request other than tools/*: resources and prompts."""
+        if op == "list_resources":
+            listed = await self.session.list_resources()
+            return {"resources": [plain(resource) for resource in listed.resources]}
+        if op == "read_resource":
+            read = await self.session.read_resource(step["uri"])
+            return {"contents": [plain(content) for content in read.contents]}
+        if op == "list_prompts":
+            prompts = await self.session.list_prompts()
+            return {"prompts": [plain(prompt) for prompt in prompts.prompts]}
+        prompt = await self.session.get_prompt(step["name"], step.get("arguments"))
+        return {"messages": [plain(message) for message in prompt.messages]}
 
 
 async def drive(host: Host) -> None:

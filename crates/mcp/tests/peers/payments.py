@@ -18,6 +18,10 @@ key lists the ``order_id`` values it applies to::
 and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
 after it: a window in which a crash campaign kills the caller.
 
+It also serves one resource, ``payments://summary`` (the payment count as
+text), and one prompt, ``refund_policy`` (taking an ``order_id``), so a gateway's
+forwarding of requests it does not own can be seen.
+
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
 """
@@ -39,6 +43,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 DROP_EXIT_CODE = 3
+SUMMARY_URI = "payments://summary"
 HANG_SECONDS = 3600
 
 PAYMENT_SCHEMA: dict[str, Any] = {
@@ -296,8 +301,67 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
             return get_payment_by_key(conn, args)
         return list_payments(conn)
 
+    async def on_list_resources(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=SUMMARY_URI, name="summary", mime_type="text/plain",
+                    description="How many payments were made.",
+                )
+            ]
+        )
+
+    async def on_read_resource(
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        if str(params.uri) != SUMMARY_URI:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {params.uri}")
+        (count,) = conn.execute("SELECT count(*) FROM payments").fetchone()
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=SUMMARY_URI, mime_type="text/plain", text=f"{count} payments"
+                )
+            ]
+        )
+
+    async def on_list_prompts(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(
+                    name="refund_policy",
+                    description="The refund policy for one order.",
+                    arguments=[types.PromptArgument(name="order_id", required=True)],
+                )
+            ]
+        )
+
+    async def on_get_prompt(
+        ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        if params.name != "refund_policy":
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {params.name}")
+        order = (params.arguments or {}).get("order_id", "?")
+        text = f"Refund order {order} only once, and only to the card that paid."
+        return types.GetPromptResult(
+            messages=[
+                types.PromptMessage(role="user", content=types.TextContent(text=text))
+            ]
+        )
+
     return Server(
-        "payments", version="1.0.0", on_list_tools=on_list_tools, on_call_tool=on_call_tool
+        "payments",
+        version="1.0.0",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        on_list_resources=on_list_resources,
+        on_read_resource=on_read_resource,
+        on_list_prompts=on_list_prompts,
+        on_get_prompt=on_get_prompt,
     )
 
 
