@@ -692,18 +692,19 @@ fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (std::process::C
     }
     let mut gateway = command.spawn().unwrap();
     let mut stderr = std::io::BufReader::new(gateway.stderr.take().unwrap());
-    loop {
+    let url = loop {
         let mut line = String::new();
-        assert!(
-            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
-            "the gateway ended"
-        );
-        if let Some(url) = line.trim().strip_prefix("toolledger mcp: listening on ") {
-            // Keep draining its log, so the gateway never blocks on a full pipe.
-            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-            return (gateway, url.to_owned());
+        if std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() == 0 {
+            let status = gateway.wait().unwrap();
+            panic!("the gateway ended before it listened: {status}");
         }
-    }
+        if let Some(url) = line.trim().strip_prefix("toolledger mcp: listening on ") {
+            break url.to_owned();
+        }
+    };
+    // Keep draining its log, so the gateway never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (gateway, url)
 }
 
 /// The SDK host over Streamable HTTP at `url`, with the token in `$TOKEN` when given.
