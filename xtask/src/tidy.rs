@@ -76,8 +76,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
-        // rmcp, the official MCP SDK, on tokio (its runtime).
+        // rmcp, the official MCP SDK, on tokio; hyper serves its HTTP service.
         "toolledger-mcp" => &[
+            "serde",
             "serde_json",
             "sha2",
             "tokio",
@@ -116,7 +117,6 @@ fn dev_only(krate: &str) -> &'static [&'static str] {
         "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq", "snapbox"],
         "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
         "toolledger-refundd" => &["tempfile", "ureq"],
-        "toolledger-mcp" => &["tempfile", "rusqlite"],
         _ => &["proptest", "tempfile"],
     }
 }
