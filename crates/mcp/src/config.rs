@@ -86,6 +86,16 @@ pub(crate) struct ToolPolicy {
     pub(crate) input_schema: Option<Value>,
     pub(crate) output_schema: Option<Value>,
     pub(crate) max_attempts: Option<u32>,
+    /// A person approves each new call before it is accepted (through elicitation).
+    pub(crate) approval: Option<ApprovalDecl>,
+}
+
+/// Who approves a tool's calls, and how long an approval lasts.
+#[derive(Debug, Clone)]
+pub(crate) struct ApprovalDecl {
+    /// The approver's id, as the ledger records it: the person at the host.
+    pub(crate) approver: String,
+    pub(crate) validity_seconds: i64,
 }
 
 /// The upstream's read-only tool that finds an effect by its request ref.
@@ -299,6 +309,7 @@ fn policy(file: &str, at: &str, value: &Value) -> Result<ToolPolicy, String> {
             "input_schema",
             "output_schema",
             "max_attempts",
+            "approval",
             "$comment",
         ],
     )?;
@@ -347,7 +358,32 @@ fn policy(file: &str, at: &str, value: &Value) -> Result<ToolPolicy, String> {
                 .ok_or_else(|| refused(file, &format!("{at}/max_attempts"), "must be 1 to 100"))?,
         ),
     };
+    let approval = match members.get("approval") {
+        None => None,
+        Some(value) => {
+            let approval_at = format!("{at}/approval");
+            let approval = table(file, &approval_at, value, &["approver", "max_validity_seconds"])?;
+            let approver =
+                text(file, &format!("{approval_at}/approver"), approval.get("approver"))?
+                    .ok_or_else(|| refused(file, &approval_at, "names no approver"))?;
+            let validity_seconds = match approval.get("max_validity_seconds") {
+                None => 300,
+                Some(value) => value
+                    .as_i64()
+                    .filter(|seconds| (1..=86_400).contains(seconds))
+                    .ok_or_else(|| {
+                        refused(
+                            file,
+                            &format!("{approval_at}/max_validity_seconds"),
+                            "must be 1 to 86400",
+                        )
+                    })?,
+            };
+            Some(ApprovalDecl { approver, validity_seconds })
+        }
+    };
     Ok(ToolPolicy {
+        approval,
         policy,
         key_argument: text(file, &format!("{at}/key_argument"), members.get("key_argument"))?,
         key_from_arguments,

@@ -11,19 +11,21 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
-        GetPromptResponse, Implementation, InitializeResult, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities,
+        GetPromptResponse, Implementation, InitializeResult, InputRequiredResult,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        ResultType, ServerCapabilities,
     },
     service::RequestContext,
 };
 use serde_json::{Map, Value, json};
 use toolledger::{
-    BlockCode, Call, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome, Reply, StatusQuery,
-    StatusRef,
+    BlockCode, Call, Grant, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome, Reply,
+    StatusQuery, StatusRef,
 };
 
 use crate::{
+    config::ApprovalDecl,
     downstream::McpDownstream,
     http::Principal,
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
@@ -109,9 +111,9 @@ impl Gateway {
         exposed: &Exposed,
         params: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
+    ) -> CallToolResponse {
         let Some(ledgered) = &exposed.ledgered else {
-            return tool_error("USAGE_ERROR", "not a ledgered tool", None);
+            return tool_error("USAGE_ERROR", "not a ledgered tool", None).into();
         };
         let mut arguments = params.arguments.clone().unwrap_or_default();
         let given = arguments.remove(KEY_ARGUMENT);
@@ -120,7 +122,8 @@ impl Gateway {
             (Some(key), _) => key,
             (None, Some(Value::String(key))) => key,
             (None, Some(_)) => {
-                return tool_error("INPUT_INVALID", "idempotency_key must be a string", None);
+                return tool_error("INPUT_INVALID", "idempotency_key must be a string", None)
+                    .into();
             }
             (None, None) if ledgered.key_from_arguments => {
                 let canonical = toolledger_json::canonicalize(&Value::Object(arguments.clone()));
@@ -135,7 +138,8 @@ impl Gateway {
                          retrying it), or set `_meta[\"{KEY_META}\"]`"
                     ),
                     Some(json!({"pointer": format!("/{KEY_ARGUMENT}"), "keyword": "required"})),
-                );
+                )
+                .into();
             }
         };
         if Identifier::new(&key).is_err() {
@@ -143,36 +147,73 @@ impl Gateway {
                 "INPUT_INVALID",
                 "an idempotency key is 1 to 128 bytes of [A-Za-z0-9._:-], starting with a letter or digit",
                 Some(json!({"pointer": format!("/{KEY_ARGUMENT}"), "keyword": "pattern"})),
-            );
+            )
+            .into();
         }
         if let Some(argument) = &ledgered.key_argument {
             arguments.remove(argument);
         }
         let (tenant, subject) = self.principal(context);
+        let shown = Value::Object(arguments.clone());
         let call = Call::new(&ledgered.ledger_name, Value::Object(arguments))
             .principal(&tenant, &subject)
             .idempotency_key(&key)
             .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
+        let first = self.work(&call, context);
+        let Some(approval) = &ledgered.approval else { return answered(first).into() };
+        // A new call of a tool a person approves: nothing was written. Ask the person
+        // (or read what they answered), bind their approval to this call, and accept it.
+        let unapproved = matches!(&first, Ok((reply, _)) if matches!(reply.outcome(),
+            Outcome::Blocked { code: BlockCode::ApprovalInvalid, status_ref: None }));
+        if !unapproved {
+            return answered(first).into();
+        }
+        let asked = format!(
+            "Approve {} with {} (idempotency key {key})?",
+            exposed.name,
+            toolledger_json::canonicalize(&shown)
+        );
+        match approve(
+            approval,
+            &asked,
+            &[&tenant, &subject, &ledgered.ledger_name, &key],
+            params,
+            context,
+        )
+        .await
+        {
+            Approved::Grant(grant) => {
+                let approved = call.approval(grant, &[approval.approver.as_str()]);
+                answered(self.work(&approved, context)).into()
+            }
+            Approved::Ask(input_required) => CallToolResponse::InputRequired(input_required),
+            Approved::Refused(refused) => refused.into(),
+        }
+    }
+
+    /// The ledger's answer to `call`, worked in place, with why it ended when it did not
+    /// succeed.
+    fn work(
+        &self,
+        call: &Call,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Reply, Option<String>), toolledger::Error> {
         // The whole call is worked in one poll, on this worker thread made a blocking
         // one (no hand-off to another thread): once handed to the ledger it runs to its
         // end even if the host goes away, and the next call with this key reads it. A
         // cancellation is seen right before the upstream would be called.
-        let worked = tokio::task::block_in_place(|| {
+        tokio::task::block_in_place(|| {
             let mut ledger =
                 self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             ledger.downstream().watch(Some(context.ct.clone()));
-            let reply = ledger.dispatch(&call);
+            let reply = ledger.dispatch(call);
             ledger.downstream().watch(None);
             drop(ledger);
             reply.map(|reply| {
                 let reason = ended_reason(&self.inner.location, &reply);
                 (reply, reason)
             })
-        });
-        match worked {
-            Ok((reply, reason)) => answer(&reply, reason.as_deref()),
-            Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
-        }
+        })
     }
 
     async fn status(
@@ -273,6 +314,159 @@ impl Gateway {
             upstream.shutdown().await;
         }
     }
+}
+
+/// The ledger's answer as a tool result.
+fn answered(worked: Result<(Reply, Option<String>), toolledger::Error>) -> CallToolResult {
+    match worked {
+        Ok((reply, reason)) => answer(&reply, reason.as_deref()),
+        Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
+    }
+}
+
+/// The `_meta` member a host sets to present an approval it obtained itself.
+pub(crate) const APPROVAL_META: &str = "io.toolledger/approval";
+
+/// The key of the gateway's elicitation among a 2026-07-28 call's input requests.
+const APPROVAL_INPUT: &str = "toolledger_approval";
+
+/// What asking for an approval came to.
+enum Approved {
+    /// Approved: the grant, to be bound to the call.
+    Grant(Grant),
+    /// Ask the person first (2026-07-28): the call is retried with their answer.
+    Ask(InputRequiredResult),
+    /// Not approved, or it could not be asked: the tool error that says what to do.
+    Refused(CallToolResult),
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The approval of a new call of a tool a person approves: one the host presents in
+/// `_meta`, the person's answer to the gateway's elicitation (in this request's input
+/// responses on 2026-07-28, or asked now on earlier protocols), or a refusal saying what
+/// to do.
+async fn approve(
+    approval: &ApprovalDecl,
+    asked: &str,
+    scope: &[&str],
+    params: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Approved {
+    let presented = params
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.0.get(APPROVAL_META).cloned())
+        .or_else(|| context.meta.0.0.get(APPROVAL_META).cloned());
+    if let Some(presented) = presented {
+        let field = |name: &str| presented.get(name).cloned();
+        let text = |name: &str| field(name).and_then(|value| value.as_str().map(str::to_owned));
+        let time = |name: &str| field(name).and_then(|value| value.as_i64());
+        return match (
+            text("approval_id"),
+            text("approver_id"),
+            time("approved_at"),
+            time("expires_at"),
+        ) {
+            (Some(approval_id), Some(approver_id), Some(approved_at), Some(expires_at)) => {
+                Approved::Grant(Grant { approval_id, approver_id, approved_at, expires_at })
+            }
+            _ => Approved::Refused(tool_error(
+                "APPROVAL_INVALID",
+                &format!(
+                    "_meta[\"{APPROVAL_META}\"] must hold approval_id, approver_id, approved_at and expires_at"
+                ),
+                None,
+            )),
+        };
+    }
+    let answered = params
+        .input_responses
+        .as_ref()
+        .and_then(|responses| responses.get(APPROVAL_INPUT))
+        .cloned();
+    let answer = match answered {
+        Some(answer) => answer,
+        None => {
+            let can_elicit = context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.elicitation.is_some());
+            if !can_elicit {
+                return Approved::Refused(approval_required(
+                    "this host does not support MCP elicitation, so the gateway cannot ask",
+                ));
+            }
+            let request = json!({
+                "message": asked,
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {"approve": {"type": "boolean", "title": "Approve", "description": asked}},
+                    "required": ["approve"]
+                }
+            });
+            let modern = context
+                .protocol_version()
+                .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+            if modern {
+                let input_required = json!({
+                    "resultType": "input_required",
+                    "inputRequests": {APPROVAL_INPUT: {"method": "elicitation/create", "params": request}}
+                });
+                return match serde_json::from_value(input_required) {
+                    Ok(input_required) => Approved::Ask(input_required),
+                    Err(_) => {
+                        Approved::Refused(approval_required("the elicitation could not be formed"))
+                    }
+                };
+            }
+            let request = json!({"method": "elicitation/create", "params": request});
+            let Ok(request) = serde_json::from_value::<rmcp::model::ServerRequest>(request) else {
+                return Approved::Refused(approval_required("the elicitation could not be formed"));
+            };
+            match context.peer.send_request(request).await {
+                Ok(result) => serde_json::to_value(result).unwrap_or_default(),
+                Err(_) => {
+                    return Approved::Refused(approval_required(
+                        "the host did not answer the elicitation",
+                    ));
+                }
+            }
+        }
+    };
+    let accepted = answer.get("action") == Some(&json!("accept"))
+        && answer.pointer("/content/approve") == Some(&Value::Bool(true));
+    if !accepted {
+        return Approved::Refused(tool_error(
+            "APPROVAL_REQUIRED",
+            "the approver did not approve this call; nothing was accepted or sent",
+            None,
+        ));
+    }
+    let approved_at = unix_now();
+    let digest = hex(toolledger_json::canonicalize(&json!([scope, approved_at])).as_bytes());
+    Approved::Grant(Grant {
+        approval_id: format!("mcp-approval-{}", digest.get(..24).unwrap_or_default()),
+        approver_id: approval.approver.clone(),
+        approved_at,
+        expires_at: approved_at.saturating_add(approval.validity_seconds),
+    })
+}
+
+fn approval_required(why: &str) -> CallToolResult {
+    tool_error(
+        "APPROVAL_REQUIRED",
+        &format!(
+            "this tool needs a person's approval before it is accepted, and {why}; nothing was \
+             accepted or sent. Use a host that supports MCP elicitation, or have the host \
+             obtain the approval and present it in _meta[\"{APPROVAL_META}\"] (approval_id, \
+             approver_id, approved_at, expires_at) when it retries with the same key"
+        ),
+        None,
+    )
 }
 
 /// The key a host set in the request's `_meta` (only that member is read: SDKs add
@@ -540,7 +734,7 @@ impl ServerHandler for Gateway {
         };
         let exposed = exposed.clone();
         if exposed.ledgered.is_some() {
-            Ok(self.ledgered(&exposed, &request, &context).await.into())
+            Ok(self.ledgered(&exposed, &request, &context).await)
         } else {
             Ok(self.passthrough(&exposed, request).await?.into())
         }

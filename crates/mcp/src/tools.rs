@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use toolledger::{ToolDefinition, ToolSpec};
 
-use crate::config::{LookupDecl, McpConfig, Policy, ToolPolicy};
+use crate::config::{ApprovalDecl, LookupDecl, McpConfig, Policy, ToolPolicy};
 
 /// The argument the gateway adds to a ledgered tool's input schema, and removes before
 /// forwarding: the model's idempotency key.
@@ -47,6 +47,8 @@ pub(crate) struct Ledgered {
     pub(crate) key_argument: Option<String>,
     pub(crate) key_from_arguments: bool,
     pub(crate) lookup: Option<LookupDecl>,
+    /// Who approves each new call, when one must be approved.
+    pub(crate) approval: Option<ApprovalDecl>,
 }
 
 /// What was learned of one upstream's `tools/list`, and each tool refused with why.
@@ -139,6 +141,12 @@ fn expose(
     if let (Some(attempts), Some(members)) = (policy.max_attempts, document.as_object_mut()) {
         members.insert("max_attempts".to_owned(), json!(attempts));
     }
+    if let (Some(approval), Some(members)) = (&policy.approval, document.as_object_mut()) {
+        members.insert(
+            "approval".to_owned(),
+            json!({"required": true, "max_validity_seconds": approval.validity_seconds}),
+        );
+    }
     let definition = ToolDefinition::from_document(exposed, &document)
         .map_err(|refusal| format!("the ledger cannot hold it: {refusal}"))?;
     listing.insert("inputSchema".to_owned(), advertised(&input, key_argument.as_deref(), policy));
@@ -160,6 +168,7 @@ fn expose(
             key_argument,
             key_from_arguments: policy.key_from_arguments,
             lookup: policy.lookup.clone(),
+            approval: policy.approval.clone(),
         }),
     ))
 }

@@ -148,8 +148,14 @@ fn gateway(dir: &Dir, config: &Path) -> Vec<String> {
 /// Runs the SDK host over `steps` against `command`; one answer per step. Bounded: a
 /// host that is still running after `limit` is killed and the test fails.
 fn host(command: &[String], steps: &Value, limit: Duration) -> Vec<Value> {
+    host_with(&[], command, steps, limit)
+}
+
+/// [`host`], with the host driver's own options (`--elicit`, `--protocol`).
+fn host_with(options: &[&str], command: &[String], steps: &Value, limit: Duration) -> Vec<Value> {
     let mut child = Command::new(python())
         .arg(peer("host.py"))
+        .args(options)
         .arg("--")
         .args(command)
         .stdin(Stdio::piped())
@@ -828,4 +834,66 @@ fn resources_and_prompts_pass_through_to_the_upstream_that_serves_them_unchanged
     // The upstream's own error, as it gave it.
     assert_eq!(answers[5]["error"]["code"], json!(-32602), "{}", answers[5]);
     assert!(answers[5]["error"]["message"].as_str().unwrap().contains("Unknown resource"));
+}
+
+#[test]
+fn a_tool_a_person_approves_asks_through_elicitation_in_both_protocol_eras_and_binds_the_answer() {
+    let dir = Dir::new();
+    let config =
+        payments_config(&dir, "approval = { approver = \"ops-lead\", max_validity_seconds = 300 }");
+    let command = gateway(&dir, &config);
+    // 2026-07-28: the call answers input_required, the SDK's driver asks the person
+    // and retries the call with the answer. The retry of the action asks nobody.
+    let modern = host_with(
+        &["--elicit", "approve"],
+        &command,
+        &json!([pay("ord-50", 100, "pay-ord-50"), pay("ord-50", 100, "pay-ord-50")]),
+        LIMIT,
+    );
+    assert_eq!(code(&modern[0]), "OK", "{}", modern[0]);
+    let asked = modern[0]["elicited"][0].as_str().unwrap();
+    assert!(asked.contains("create_payment") && asked.contains("pay-ord-50"), "{asked}");
+    assert_eq!(modern[1]["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(modern[1]["elicited"], json!([]));
+    // The handshake era: the gateway asks mid-call.
+    let legacy = host_with(
+        &["--protocol", "legacy", "--elicit", "approve"],
+        &command,
+        &json!([pay("ord-51", 100, "pay-ord-51")]),
+        LIMIT,
+    );
+    assert_eq!(code(&legacy[0]), "OK", "{}", legacy[0]);
+    assert_eq!(legacy[0]["elicited"].as_array().unwrap().len(), 1);
+    // A person who declines, and a host that cannot ask: nothing accepted, nothing sent.
+    let declined = host_with(
+        &["--elicit", "decline"],
+        &command,
+        &json!([pay("ord-52", 100, "pay-ord-52")]),
+        LIMIT,
+    );
+    assert_eq!(code(&declined[0]), "APPROVAL_REQUIRED", "{}", declined[0]);
+    let unable = host(&command, &json!([pay("ord-53", 100, "pay-ord-53")]), LIMIT);
+    assert_eq!(code(&unable[0]), "APPROVAL_REQUIRED", "{}", unable[0]);
+    let told = unable[0]["content"][0]["text"].as_str().unwrap();
+    assert!(told.contains("elicitation") && told.contains("io.toolledger/approval"), "{told}");
+    // The host presents an approval it obtained itself; one by somebody not eligible is
+    // refused.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let grant = |approver: &str| {
+        json!({"io.toolledger/approval": {"approval_id": "appr-53", "approver_id": approver,
+            "approved_at": now - 5, "expires_at": now + 60}})
+    };
+    let mut by_stranger = pay("ord-53", 100, "pay-ord-53");
+    by_stranger["meta"] = grant("somebody-else");
+    let mut by_lead = pay("ord-53", 100, "pay-ord-53");
+    by_lead["meta"] = grant("ops-lead");
+    let presented = host(&command, &json!([by_stranger, by_lead]), LIMIT);
+    assert_eq!(code(&presented[0]), "APPROVAL_INVALID", "{}", presented[0]);
+    assert_eq!(code(&presented[1]), "OK", "{}", presented[1]);
+    let made: Vec<String> = payments(&dir).into_iter().map(|(order, _)| order).collect();
+    assert_eq!(made, ["ord-50", "ord-51", "ord-53"]);
+    // Each approval is the ledger's, bound to its call like a case file's.
+    let approvers = dir.db_rows("SELECT approver_id FROM operations ORDER BY approver_id");
+    assert_eq!(approvers, vec![vec![Some("ops-lead".to_owned())]; 3]);
+    audit_passes(&dir);
 }

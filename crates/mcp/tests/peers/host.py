@@ -8,6 +8,11 @@ Usage::
 The second form speaks Streamable HTTP to ``URL`` instead, with
 ``Authorization: Bearer <the value of $NAME>`` when ``--bearer-env`` is given.
 
+``--elicit approve|decline`` declares the elicitation capability and answers every
+elicitation with ``{"approve": true}`` or a decline: mid-call on the handshake era,
+and through the SDK's own input-required driver (the call retried with the
+answers) on 2026-07-28. Without it the client declares no elicitation.
+
 Spawns ``CMD ARG...`` over stdio with the SDK's ``stdio_client`` (the child
 inherits this process's full environment), opens a ``ClientSession`` and
 negotiates the protocol: ``auto`` (the default, what ``mcp.Client`` does)
@@ -61,6 +66,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 # The connect-time policy mcp.Client(mode="auto") runs; the SDK has no public alias for it.
 from mcp.client._probe import negotiate_auto
+# The loop mcp.Client runs for a 2026-07-28 InputRequiredResult; ClientSession leaves it
+# to its caller.
+from mcp.client._input_required import run_input_required_driver
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -111,11 +119,14 @@ class Host:
         protocol: str,
         url: str | None = None,
         token: str | None = None,
+        elicit: str | None = None,
     ) -> None:
         self._server = server
         self._protocol = protocol
         self._url = url
         self._token = token
+        self._elicit = elicit
+        self.elicited: list[str] = []
         self._stack: AsyncExitStack | None = None
         self._session: ClientSession | None = None
 
@@ -134,7 +145,10 @@ class Host:
                 read_stream, write_stream = await stack.enter_async_context(
                     stdio_client(self._server)
                 )
-            session = await stack.enter_async_context(ClientSession(read_stream, write_stream))
+            callback = self._answer_elicitation if self._elicit else None
+            session = await stack.enter_async_context(
+                ClientSession(read_stream, write_stream, elicitation_callback=callback)
+            )
             if self._protocol == "legacy":
                 await session.initialize()
             elif self._protocol == "auto":
@@ -177,6 +191,21 @@ class Host:
             return error_object(exc)
         return {"tools": [plain(tool) for tool in tools]}
 
+    async def _answer_elicitation(
+        self, context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        """Answer an elicitation as ``--elicit`` says, remembering its message."""
+        self.elicited.append(params.message)
+        if self._elicit == "approve":
+            return types.ElicitResult(action="accept", content={"approve": True})
+        return types.ElicitResult(action="decline")
+
+    async def _input(self, key: str, request: types.InputRequest) -> Any:
+        """One embedded request of an InputRequiredResult, through the callbacks."""
+        if isinstance(request, types.ElicitRequest) and self._elicit:
+            return await self._answer_elicitation(None, request.params)
+        return types.ErrorData(code=types.INVALID_REQUEST, message=f"cannot answer {key}")
+
     async def call(self, step: dict[str, Any]) -> dict[str, Any]:
         """One tools/call; SDK failures become an error object."""
         if step.get("op", "call") != "call":
@@ -185,13 +214,27 @@ class Host:
         arguments: dict[str, Any] = step.get("arguments", {})
         meta: dict[str, Any] | None = step.get("meta")
         timeout_s: float | None = step.get("timeout_s")
-        try:
-            result = await self.session.call_tool(
-                name, arguments, read_timeout_seconds=timeout_s, meta=meta
+        async def retry(responses: Any, state: str | None) -> Any:
+            return await self.session.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=timeout_s,
+                meta=meta,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
             )
+
+        try:
+            result = await retry(None, None)
+            if isinstance(result, types.InputRequiredResult):
+                result = await run_input_required_driver(result, dispatch=self._input, retry=retry)
         except Exception as exc:
             return error_object(exc)
-        return call_output(result)
+        output = call_output(result)
+        output["elicited"] = list(self.elicited)
+        self.elicited.clear()
+        return output
 
     async def concurrent(self, calls: list[dict[str, Any]]) -> dict[str, Any]:
         """Run the calls at once; results keep the given order."""
@@ -264,15 +307,16 @@ def parse_args(argv: list[str]) -> Host:
     parser.add_argument("--protocol", choices=PROTOCOLS, default="auto")
     parser.add_argument("--url")
     parser.add_argument("--bearer-env")
+    parser.add_argument("--elicit", choices=("approve", "decline"))
     split = argv.index("--") if "--" in argv else len(argv)
     options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if options.url is not None:
         token = os.environ.get(options.bearer_env) if options.bearer_env else None
-        return Host(None, options.protocol, url=options.url, token=token)
+        return Host(None, options.protocol, url=options.url, token=token, elicit=options.elicit)
     if not command:
         parser.error("give --url URL, or '--' and the server command")
     server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    return Host(server, options.protocol)
+    return Host(server, options.protocol, elicit=options.elicit)
 
 
 def main() -> int:
