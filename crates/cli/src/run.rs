@@ -5,6 +5,7 @@
 use std::{
     ffi::OsString,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -407,7 +408,18 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             ..
         } => {
             let config = configured(downstream)?;
-            let tools = tools_of(config.as_ref())?;
+            let mut tools = tools_of(config.as_ref())?;
+            // A configuration with an [mcp] table: the gateway's upstreams, started, and
+            // the relay works the gateway's operations (docs/mcp.md).
+            let mcp = match &config {
+                Some(config) => toolledger_mcp::Upstreams::start(config)
+                    .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?
+                    .map(Arc::new),
+                None => None,
+            };
+            if let Some(upstreams) = &mcp {
+                tools.extend(upstreams.tools().iter().cloned());
+            }
             // Without a case file, each event's rules judge an empty business context:
             // a definition's precondition is asked of its service per event, and the
             // refund tool's rules, which read the case's orders, refuse.
@@ -429,11 +441,17 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 .store_clock(clock)
                 .concurrency(usize::try_from(*concurrency).unwrap_or(1))
                 .batch(usize::try_from(*batch).unwrap_or(32))
-                .lease_seconds(*lease_seconds)
+                .lease_seconds(match &mcp {
+                    Some(upstreams) => (*lease_seconds).max(upstreams.lease_seconds()),
+                    None => *lease_seconds,
+                })
                 .poll(Duration::from_millis(*poll_ms))
                 .waits(Waits { busy_timeout: per_wait, deadline: None });
             if let Some(now) = now {
                 relay = relay.at(*now);
+            }
+            if mcp.is_some() {
+                relay = relay.profile(toolledger_mcp::Upstreams::profile());
             }
             {
                 let faults = toolledger::Faults {
@@ -445,7 +463,10 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                     once: *once,
                     format: *log_format,
                     metrics_listen: *metrics_listen,
-                    downstream: Chosen::from_args(downstream, faults, config)?,
+                    downstream: match mcp {
+                        Some(upstreams) => Chosen::Mcp(upstreams),
+                        None => Chosen::from_args(downstream, faults, config)?,
+                    },
                 };
                 crate::relay::run(&relay, &db, claims, &context, &options)
             }

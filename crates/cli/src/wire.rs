@@ -1,7 +1,8 @@
-//! The command line's downstream: the simulation (the default), or a service over HTTP
-//! (`--downstream URL`), each behind the recovery-drill switch.
+//! The command line's downstream: the simulation (the default), a service over HTTP
+//! (`--downstream URL`), or, for a relay, the MCP upstreams of the configuration's
+//! `[mcp]` table, each behind the recovery-drill switch.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use toolledger::{
     Config, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
@@ -16,6 +17,7 @@ use crate::{args::DownstreamArgs, run::Failure};
 pub(crate) enum Wire {
     Simulated(Simulated),
     Http(drill::Interrupt<HttpDownstream>),
+    Mcp(drill::Interrupt<toolledger_mcp::McpDownstream>),
 }
 
 /// Which downstream a command uses, parsed once.
@@ -34,6 +36,8 @@ pub(crate) enum Chosen {
         refunds: Option<(String, Timeouts)>,
         identity: DownstreamIdentity,
     },
+    /// The gateway's upstreams, started (a relay over the gateway's operations).
+    Mcp(Arc<toolledger_mcp::Upstreams>),
 }
 
 impl Chosen {
@@ -86,6 +90,9 @@ impl Chosen {
     /// A downstream for the ledger at `db`.
     pub(crate) fn open(&self, db: &Location) -> Result<Wire, toolledger::Error> {
         Ok(match self {
+            Chosen::Mcp(upstreams) => {
+                Wire::Mcp(drill::Interrupt::new(upstreams.downstream(), drill::Switch::default()))
+            }
             Chosen::Simulated(faults) => Wire::Simulated(toolledger::simulated_with(db, *faults)?),
             Chosen::Http { base_url, identity, timeouts } => {
                 let http = HttpDownstream::new(identity.clone(), *timeouts)
@@ -124,6 +131,7 @@ impl Wire {
         match self {
             Wire::Simulated(simulated) => simulated.switch(),
             Wire::Http(http) => http.switch(),
+            Wire::Mcp(mcp) => mcp.switch(),
         }
     }
 }
@@ -133,6 +141,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.identity(),
             Wire::Http(http) => http.identity(),
+            Wire::Mcp(mcp) => mcp.identity(),
         }
     }
 
@@ -140,6 +149,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.is_simulation(),
             Wire::Http(http) => http.is_simulation(),
+            Wire::Mcp(mcp) => mcp.is_simulation(),
         }
     }
 
@@ -147,6 +157,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.identity_for(tool),
             Wire::Http(http) => http.identity_for(tool),
+            Wire::Mcp(mcp) => mcp.identity_for(tool),
         }
     }
 
@@ -154,6 +165,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.identities(),
             Wire::Http(http) => http.identities(),
+            Wire::Mcp(mcp) => mcp.identities(),
         }
     }
 
@@ -165,6 +177,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.execute(request, now),
             Wire::Http(http) => http.execute(request, now),
+            Wire::Mcp(mcp) => mcp.execute(request, now),
         }
     }
 
@@ -172,6 +185,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.lookup(request),
             Wire::Http(http) => http.lookup(request),
+            Wire::Mcp(mcp) => mcp.lookup(request),
         }
     }
 
@@ -183,6 +197,7 @@ impl Downstream for Wire {
         match self {
             Wire::Simulated(simulated) => simulated.execute_batch(requests, now),
             Wire::Http(http) => http.execute_batch(requests, now),
+            Wire::Mcp(mcp) => mcp.execute_batch(requests, now),
         }
     }
 }

@@ -36,9 +36,12 @@ pub(crate) struct Route {
 /// Every ledgered tool's route, by its ledger name.
 pub(crate) type Routes = Arc<HashMap<String, Route>>;
 
-/// The downstream of the gateway's ledger.
+/// The ledger's downstream over MCP upstreams: a ledgered tool's effect is one
+/// `tools/call` to the upstream that serves it, and its status lookup the upstream's
+/// lookup tool when the configuration names one (`docs/mcp.md`). Made by
+/// [`Upstreams::downstream`](crate::Upstreams::downstream) for a relay.
 #[derive(Debug)]
-pub(crate) struct McpDownstream {
+pub struct McpDownstream {
     identity: DownstreamIdentity,
     routes: Routes,
     runtime: tokio::runtime::Handle,

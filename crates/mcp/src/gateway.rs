@@ -35,8 +35,45 @@ use crate::{
 /// The provider profile of every call the gateway records: MCP's `tools/call`.
 pub(crate) const PROFILE: (&str, &str, &str) = ("mcp", "tools_call", "toolledger-mcp-1");
 
-/// The ledger, worked one call at a time from blocking threads.
-pub(crate) type SharedLedger = Arc<Mutex<Ledger<McpDownstream, NoRoles>>>;
+/// The ledger, worked one call at a time.
+pub(crate) type SharedLedger = Arc<Mutex<Held>>;
+
+/// The gateway's ledger, dropped off the runtime's async context: a PostgreSQL store
+/// runs a runtime of its own, and tokio refuses to drop a runtime inside another's
+/// async context.
+#[derive(Debug)]
+pub(crate) struct Held(Option<Ledger<McpDownstream, NoRoles>>);
+
+impl Held {
+    pub(crate) fn new(ledger: Ledger<McpDownstream, NoRoles>) -> Held {
+        Held(Some(ledger))
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Ledger<McpDownstream, NoRoles>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().unwrap_or_else(|| unreachable!("the ledger is taken only when dropped"))
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().unwrap_or_else(|| unreachable!("the ledger is taken only when dropped"))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(ledger) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(_) => tokio::task::block_in_place(|| drop(ledger)),
+                Err(_) => drop(ledger),
+            }
+        }
+    }
+}
 
 /// The gateway; cheap to clone (the host's session holds one).
 #[derive(Debug, Clone)]

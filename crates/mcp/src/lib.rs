@@ -46,12 +46,13 @@ use std::{
 use rmcp::ServiceExt;
 use toolledger::{
     Config, DownstreamIdentity, ErrorCode, Ledger, Location, NoRoles, ProviderProfile, Relay,
-    RelayEvent, Until, Waits,
+    RelayEvent, ToolSpec, Until, Waits,
 };
 
+pub use crate::downstream::McpDownstream;
 use crate::{
     config::McpConfig,
-    downstream::{McpDownstream, Route, Routes},
+    downstream::{Route, Routes},
     gateway::{Gateway, PROFILE},
     upstream::Upstream,
 };
@@ -140,32 +141,42 @@ pub fn serve(options: &Options) -> Result<(), Error> {
             )));
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|_| Error::usage("could not start the gateway's runtime"))?;
-    runtime.block_on(run(options, mcp))
+    runtime()?.block_on(run(options, mcp))
 }
 
-async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
+/// The upstreams started and listed: what the host sees, and what the ledger holds.
+struct Prepared {
+    upstreams: Vec<Arc<Upstream>>,
+    plan: tools::Plan,
+    serves: Vec<(bool, bool)>,
+    routes: Routes,
+    specs: Vec<ToolSpec>,
+}
+
+/// Starts every upstream, lists its tools, and plans them; the upstreams are shut down
+/// again on failure.
+async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
     let upstreams: Vec<Arc<Upstream>> =
         mcp.upstreams.iter().cloned().map(Upstream::new).map(Arc::new).collect();
     let mut listings = Vec::new();
+    let mut serves = Vec::new();
     for upstream in &upstreams {
-        match upstream.list_tools().await {
-            Ok(tools) => listings.push(tools),
+        let listed = match upstream.list_tools().await {
+            Ok(tools) => upstream.serves().await.map(|serves| (tools, serves)),
+            Err(reason) => Err(reason),
+        };
+        match listed {
+            Ok((tools, served)) => {
+                listings.push(tools);
+                serves.push(served);
+            }
             Err(reason) => {
                 shutdown(&upstreams).await;
                 return Err(Error::usage(reason));
             }
         }
     }
-    let mut serves = Vec::new();
-    for upstream in &upstreams {
-        serves.push(upstream.serves().await.map_err(Error::usage)?);
-    }
-    let plan = tools::plan(&mcp, &listings);
+    let plan = tools::plan(mcp, &listings);
     for refused in &plan.refused {
         log(&format!("not listed: {refused}"));
     }
@@ -177,12 +188,13 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
             continue;
         };
         let (name, revision) = &upstream.decl.identity;
-        let identity = DownstreamIdentity::new(name, revision).map_err(|_| {
-            Error::usage(format!(
+        let Ok(identity) = DownstreamIdentity::new(name, revision) else {
+            shutdown(&upstreams).await;
+            return Err(Error::usage(format!(
                 "upstream {}: identity {name}@{revision} is not one",
                 upstream.decl.name
-            ))
-        })?;
+            )));
+        };
         let structured = exposed.listing.get("outputSchema").is_some();
         routes.insert(
             ledgered.ledger_name.clone(),
@@ -197,9 +209,107 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         );
         specs.push(ledgered.spec.clone());
     }
-    let routes: Routes = Arc::new(routes);
-    let fallback = DownstreamIdentity::new("toolledger-mcp", "1")
-        .map_err(|_| Error::usage("the gateway's identity"))?;
+    Ok(Prepared { upstreams, plan, serves, routes: Arc::new(routes), specs })
+}
+
+/// The gateway's runtime: two workers, as the machine's cores are few.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|_| Error::usage("could not start the gateway's runtime"))
+}
+
+/// The identity a downstream answers for a tool no upstream serves.
+fn fallback_identity() -> Result<DownstreamIdentity, Error> {
+    DownstreamIdentity::new("toolledger-mcp", "1")
+        .map_err(|_| Error::usage("the gateway's identity"))
+}
+
+/// The upstreams of a configuration's `[mcp]` table, started and listed, for a relay
+/// that works the gateway's operations outside the gateway (`toolledger relay`): the
+/// tools as the ledger holds them, the provider profile their calls were recorded
+/// under, the lease they need, and a downstream over the upstreams. Dropping it stops
+/// the upstreams.
+///
+/// ```no_run
+/// let config = toolledger::Config::load(std::path::Path::new("toolledger.toml"))?;
+/// if let Some(upstreams) = toolledger_mcp::Upstreams::start(&config)? {
+///     let relay = upstreams.tools().iter().cloned().fold(
+///         toolledger::Relay::new("gateway.sqlite3").profile(toolledger_mcp::Upstreams::profile()),
+///         toolledger::Relay::tool,
+///     );
+///     relay.lease_seconds(upstreams.lease_seconds()).run(
+///         || Ok(upstreams.downstream()), || toolledger::NoRoles, &serde_json::json!({}),
+///         toolledger::Until::Drained, &|_| {})?;
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Upstreams {
+    runtime: tokio::runtime::Runtime,
+    prepared: Prepared,
+    lease_seconds: i64,
+    fallback: DownstreamIdentity,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").field("tools", &self.specs.len()).finish_non_exhaustive()
+    }
+}
+
+impl Upstreams {
+    /// Starts the upstreams `config`'s `[mcp]` table declares; `None` when it has none.
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the table is wrong, or an upstream cannot be started or listed.
+    pub fn start(config: &Config) -> Result<Option<Upstreams>, Error> {
+        let Some(section) = config.mcp() else { return Ok(None) };
+        let mcp = McpConfig::parse(config.file(), config.dir(), section).map_err(Error::usage)?;
+        let fallback = fallback_identity()?;
+        let runtime = runtime()?;
+        let prepared = runtime.block_on(prepare(&mcp))?;
+        Ok(Some(Upstreams { runtime, prepared, lease_seconds: mcp.lease_seconds, fallback }))
+    }
+
+    /// The ledgered tools, as the gateway's ledger holds them.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.prepared.specs
+    }
+
+    /// The provider profile every gateway call is recorded under.
+    pub fn profile() -> ProviderProfile {
+        ProviderProfile::new(PROFILE.0, PROFILE.1, PROFILE.2)
+    }
+
+    /// The lease the configuration gives a claim: at least twice the longest upstream
+    /// timeout.
+    pub fn lease_seconds(&self) -> i64 {
+        self.lease_seconds
+    }
+
+    /// A downstream over the upstreams: one per relay worker.
+    pub fn downstream(&self) -> McpDownstream {
+        McpDownstream::new(
+            self.fallback.clone(),
+            Arc::clone(&self.prepared.routes),
+            self.runtime.handle().clone(),
+        )
+    }
+}
+
+impl Drop for Upstreams {
+    fn drop(&mut self) {
+        self.runtime.block_on(shutdown(&self.prepared.upstreams));
+    }
+}
+
+async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
+    let Prepared { upstreams, plan, serves, routes, specs } = prepare(&mcp).await?;
+    let fallback = fallback_identity()?;
     let handle = tokio::runtime::Handle::current();
     let location = Location::parse(&options.ledger);
     let shown_from = location.clone();
@@ -231,7 +341,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         .map_err(|_| Error::usage("the ledger could not be opened"))?
     };
     let ledger = match opened {
-        Ok(ledger) => Arc::new(Mutex::new(ledger)),
+        Ok(ledger) => Arc::new(Mutex::new(gateway::Held::new(ledger))),
         Err(error) => {
             shutdown(&upstreams).await;
             return Err(error.into());

@@ -133,6 +133,26 @@ fn payments(dir: &Dir) -> Vec<(String, String)> {
         .collect()
 }
 
+/// How many operations the test's ledger holds (none before it exists).
+fn operations(dir: &Dir) -> usize {
+    if !ledger_ready(dir) {
+        return 0;
+    }
+    usize::try_from(dir.db_int("SELECT count(*) FROM operations")).unwrap_or(0)
+}
+
+/// Whether the test's ledger has its tables yet (the gateway creates them at start).
+fn ledger_ready(dir: &Dir) -> bool {
+    if crate::on_postgres() {
+        !dir.db_rows("SELECT 1 FROM pg_tables WHERE tablename = 'operations'").is_empty()
+    } else {
+        dir.join("toolledger.sqlite3").exists()
+            && !dir
+                .db_rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'operations'")
+                .is_empty()
+    }
+}
+
 /// The gateway command a host runs: `toolledger mcp --config C --db D`.
 fn gateway(dir: &Dir, config: &Path) -> Vec<String> {
     vec![
@@ -532,6 +552,7 @@ fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave
             round_keys.iter().flat_map(|key| [pay(key, 100, key), pay(key, 100, key)]).collect();
         keys.extend(round_keys);
         let _ = std::fs::remove_file(&pid_file);
+        let before = operations(&dir);
         let mut child = Command::new(python())
             .arg(peer("host.py"))
             .arg("--")
@@ -547,8 +568,13 @@ fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave
             .unwrap()
             .write_all(Value::Array(steps.clone()).to_string().as_bytes())
             .unwrap();
-        // Somewhere between the gateway's start and its last answer.
-        std::thread::sleep(Duration::from_millis(1500 + next() % 3000));
+        // Somewhere after the round's first call was accepted, before its last answer:
+        // counted from the ledger, not the clock, so a slow machine moves nothing.
+        let waiting = Instant::now();
+        while operations(&dir) <= before && waiting.elapsed() < LIMIT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(next() % 2500));
         if let Ok(pid) = std::fs::read_to_string(&pid_file) {
             let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
         }
@@ -660,7 +686,7 @@ const CONFORMANCE_SCENARIOS: [&str; 5] = [
 fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_streamable_http() {
     let dir = Dir::new();
     let config = payments_config(&dir, "");
-    let (mut gateway, url) = listening(&dir, &config, &[]);
+    let (gateway, url) = listening(&dir, &config, &[]);
     let suite = node_modules().join("@modelcontextprotocol/conformance/dist/index.js");
     for scenario in CONFORMANCE_SCENARIOS {
         let output = Command::new("node")
@@ -679,8 +705,7 @@ fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_st
             "{scenario}: {stdout}"
         );
     }
-    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
-    assert!(gateway.wait().unwrap().success(), "SIGTERM ends the gateway cleanly");
+    stop_cleanly(&dir, gateway);
 }
 
 /// Starts `toolledger mcp --listen 127.0.0.1:0` with `env`; the gateway and its URL.
@@ -708,9 +733,19 @@ fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (std::process::C
             break url.to_owned();
         }
     };
-    // Keep draining its log, so the gateway never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    // Keep draining its log into the test's directory, so the gateway never blocks on a
+    // full pipe and a failure can show what it said.
+    let mut log = std::fs::File::create(dir.join("gateway.log")).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut log));
     (gateway, url)
+}
+
+/// SIGTERM ends a listening gateway, cleanly (exit 0).
+fn stop_cleanly(dir: &Dir, mut gateway: std::process::Child) {
+    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
+    let status = gateway.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join("gateway.log")).unwrap_or_default();
+    assert!(status.success(), "SIGTERM ends the gateway cleanly: {status}\n{log}");
 }
 
 /// The SDK host over Streamable HTTP at `url`, with the token in `$TOKEN` when given.
@@ -761,7 +796,7 @@ subject = "billing-agent"
     dir.write("toolledger.toml", text.as_bytes());
     let (ops, billing) = ("ops-token-0123456789abcdef", "billing-token-0123456789abcdef");
     let env = [("GATEWAY_TOKEN_OPS", ops), ("GATEWAY_TOKEN_BILLING", billing)];
-    let (mut gateway, url) = listening(&dir, &config, &env);
+    let (gateway, url) = listening(&dir, &config, &env);
     // No token, or one nobody configured: 401 before anything reaches MCP.
     for header in [None, Some("Bearer not-a-configured-token-at-all")] {
         let mut request = ureq::post(&url)
@@ -798,8 +833,7 @@ subject = "billing-agent"
     assert_eq!(code(&asked[0]), "NOT_FOUND", "{}", asked[0]);
     let subjects = dir.db_rows("SELECT subject_id FROM operations ORDER BY subject_id");
     assert_eq!(subjects, [[Some("billing-agent".to_owned())], [Some("ops-agent".to_owned())]]);
-    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
-    assert!(gateway.wait().unwrap().success());
+    stop_cleanly(&dir, gateway);
     // An address that is not loopback is refused without tokens.
     let open = Dir::new();
     let config = payments_config(&open, "");
@@ -895,5 +929,77 @@ fn a_tool_a_person_approves_asks_through_elicitation_in_both_protocol_eras_and_b
     // Each approval is the ledger's, bound to its call like a case file's.
     let approvers = dir.db_rows("SELECT approver_id FROM operations ORDER BY approver_id");
     assert_eq!(approvers, vec![vec![Some("ops-lead".to_owned())]; 3]);
+    audit_passes(&dir);
+}
+
+#[test]
+fn toolledger_relay_learns_the_upstreams_and_settles_what_a_killed_gateway_left() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("subject = \"agent-1\"", "subject = \"agent-1\"\nlease_seconds = 4")
+        .replace("timeout_ms = 3000", "timeout_ms = 2000");
+    dir.write("toolledger.toml", text.as_bytes());
+    // The payment commits 1.5 s into its call, and the gateway is killed 2.5 s after the
+    // host starts it, before the gateway could record it.
+    faults(&dir, json!({"delay_ms": 1500}));
+    let pid_file = dir.join("gateway.pid");
+    let mut wrapped = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("echo $$ > '{}'; exec \"$@\"", pid_file.display()),
+        "sh".to_owned(),
+    ];
+    wrapped.extend(gateway(&dir, &config));
+    let mut child = Command::new(python())
+        .arg(peer("host.py"))
+        .arg("--")
+        .args(&wrapped)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json!([pay("ord-60", 100, "pay-ord-60")]).to_string().as_bytes())
+        .unwrap();
+    // The call is accepted and claimed (commit A) before the upstream is called, and
+    // the upstream waits 1.5 s before it commits: the kill lands inside the call.
+    let started = Instant::now();
+    while operations(&dir) == 0 {
+        assert!(started.elapsed() < LIMIT, "the call was never accepted: {}", dir.db());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert!(Command::new("kill").args(["-KILL", pid.trim()]).status().unwrap().success());
+    let output = child.wait_with_output().unwrap();
+    let answer: Value =
+        serde_json::from_str(String::from_utf8(output.stdout).unwrap().trim()).unwrap();
+    assert!(answer.get("error").is_some(), "the host saw its gateway die: {answer}");
+    // Whether the upstream finished its payment when its caller died is its own affair
+    // (the Python SDK cancels a call whose stdin closed); the ledger holds an operation
+    // claimed by a dead gateway, and nothing claims it succeeded.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = payments(&dir).len();
+    assert!(before <= 1);
+    let succeeded = "SELECT count(*) FROM operations WHERE status = 'succeeded'";
+    assert_eq!(dir.db_int(succeeded), 0);
+    // Past the lease, a relay over the same configuration asks the lookup tool first:
+    // it records the payment it finds, or sends the one that was never made.
+    faults(&dir, json!({}));
+    std::thread::sleep(Duration::from_secs(3));
+    let relayed = dir.run(&["relay", "--once", "--config", config.to_str().unwrap()]);
+    assert_eq!(relayed.code, 0, "{}\n{}", relayed.stdout, relayed.stderr);
+    assert_eq!(dir.db_int(succeeded), 1, "{}", relayed.stdout);
+    assert_eq!(payments(&dir).len(), 1, "one payment for the key, made {before} time(s) before");
+    // The key now replays what the upstream did.
+    let again = host(&gateway(&dir, &config), &json!([pay("ord-60", 100, "pay-ord-60")]), LIMIT);
+    assert_eq!(code(&again[0]), "OK", "{}", again[0]);
+    assert_eq!(again[0]["meta"]["io.toolledger/replayed"], true);
     audit_passes(&dir);
 }
