@@ -56,8 +56,8 @@ use toolledger::{
 };
 use toolledger_bench::{Args, Work, median, sibling_binary, workspace, write_report};
 
-/// The SDK the upstream runs on, as the tests pin it.
-const MCP_SDK: &str = "mcp==2.3.0";
+/// The SDK the upstream runs on: the peers' one pin, shared with the tests.
+const MCP_SDK: &str = include_str!("../../mcp/tests/peers/requirements.txt").trim_ascii();
 
 fn main() {
     let Args { out, quick, profile, .. } = Args::parse("mcp");

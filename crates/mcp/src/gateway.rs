@@ -10,7 +10,7 @@ use std::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
+        CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
         GetPromptResponse, Implementation, InitializeResult, InputRequiredResult,
         ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
         PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
@@ -95,6 +95,8 @@ struct Inner {
     prompts: Vec<usize>,
     /// Which upstream listed each resource URI and prompt name, as last listed.
     owners: Mutex<HashMap<String, usize>>,
+    /// What `initialize` answers.
+    info: InitializeResult,
 }
 
 impl Gateway {
@@ -110,10 +112,12 @@ impl Gateway {
         let which = |pick: fn(&(bool, bool)) -> bool| {
             serves.iter().enumerate().filter(|(_, serves)| pick(serves)).map(|(at, _)| at).collect()
         };
-        let (resources, prompts) = (which(|serves| serves.0), which(|serves| serves.1));
+        let (resources, prompts): (Vec<usize>, Vec<usize>) =
+            (which(|serves| serves.0), which(|serves| serves.1));
         let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
         listing.push(status_tool());
         let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
+        let info = server_info(!resources.is_empty(), !prompts.is_empty());
         Gateway {
             inner: Arc::new(Inner {
                 tenant,
@@ -126,6 +130,7 @@ impl Gateway {
                 resources,
                 prompts,
                 owners: Mutex::new(HashMap::new()),
+                info,
             }),
         }
     }
@@ -295,35 +300,32 @@ impl Gateway {
         exposed: &Exposed,
         mut params: CallToolRequestParams,
     ) -> Result<CallToolResult, McpError> {
-        let Some(upstream) = self.inner.upstreams.get(exposed.upstream) else {
-            return Err(McpError::internal_error("no such upstream", None));
-        };
+        let (peer, timeout) = self.peer(exposed.upstream).await?;
         params.name = exposed.upstream_tool.clone().into();
-        let peer =
-            upstream.forward().await.map_err(|reason| McpError::internal_error(reason, None))?;
-        match tokio::time::timeout(upstream.decl.timeout, peer.call_tool(params)).await {
-            Ok(Ok(mut result)) => {
-                result.result_type = Some(ResultType::COMPLETE);
-                Ok(result)
-            }
-            Ok(Err(rmcp::ServiceError::McpError(error))) => Err(error),
-            Ok(Err(other)) => Err(McpError::internal_error(other.to_string(), None)),
-            Err(_) => Err(McpError::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("upstream {} did not answer in time", upstream.decl.name),
+        let Ok(answer) = tokio::time::timeout(timeout, peer.call_tool(params)).await else {
+            return Err(McpError::internal_error(
+                format!("the upstream did not answer within {} ms", timeout.as_millis()),
                 None,
-            )),
-        }
+            ));
+        };
+        let mut result = passed(answer)?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result)
     }
 
-    /// The live connection of upstream `at`.
-    async fn peer(&self, at: usize) -> Result<rmcp::service::Peer<rmcp::RoleClient>, McpError> {
+    /// The live connection of upstream `at`, and how long a request to it may take.
+    async fn peer(
+        &self,
+        at: usize,
+    ) -> Result<(rmcp::service::Peer<rmcp::RoleClient>, std::time::Duration), McpError> {
         let upstream = self
             .inner
             .upstreams
             .get(at)
             .ok_or_else(|| McpError::internal_error("no such upstream", None))?;
-        upstream.forward().await.map_err(|reason| McpError::internal_error(reason, None))
+        let peer =
+            upstream.peer().await.map_err(|reason| McpError::internal_error(reason, None))?;
+        Ok((peer, upstream.decl.timeout))
     }
 
     /// The upstream that listed `name` (a resource URI, or `prompt:NAME`), else the first
@@ -647,27 +649,33 @@ fn listed<T: serde::de::DeserializeOwned>(member: &str, items: Vec<Value>) -> Re
         .map_err(|err| McpError::internal_error(format!("a listing: {err}"), None))
 }
 
+/// What `initialize` answers: tools, and resources and prompts when an upstream serves
+/// them.
+fn server_info(resources: bool, prompts: bool) -> InitializeResult {
+    let mut capabilities = json!({"tools": {}});
+    if let Some(members) = capabilities.as_object_mut() {
+        if resources {
+            members.insert("resources".to_owned(), json!({}));
+        }
+        if prompts {
+            members.insert("prompts".to_owned(), json!({}));
+        }
+    }
+    let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
+        .unwrap_or_else(|_| ServerCapabilities::builder().enable_tools().build());
+    let mut info = InitializeResult::new(capabilities);
+    info.server_info = Implementation::new("toolledger-mcp", env!("CARGO_PKG_VERSION"));
+    info.instructions = Some(format!(
+        "toolledger gateway: every tool that changes something takes an `{KEY_ARGUMENT}`. \
+         Retry an action with the same key; an OUTCOME_UNKNOWN answer is settled with \
+         {STATUS_TOOL}, never by retrying under a new key."
+    ));
+    info
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> InitializeResult {
-        let mut capabilities = json!({"tools": {}});
-        if let Some(members) = capabilities.as_object_mut() {
-            if !self.inner.resources.is_empty() {
-                members.insert("resources".to_owned(), json!({}));
-            }
-            if !self.inner.prompts.is_empty() {
-                members.insert("prompts".to_owned(), json!({}));
-            }
-        }
-        let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
-            .unwrap_or_else(|_| ServerCapabilities::builder().enable_tools().build());
-        let mut info = InitializeResult::new(capabilities);
-        info.server_info = Implementation::new("toolledger-mcp", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(format!(
-            "toolledger gateway: every tool that changes something takes an `{KEY_ARGUMENT}`. \
-             Retry an action with the same key; an OUTCOME_UNKNOWN answer is settled with \
-             {STATUS_TOOL}, never by retrying under a new key."
-        ));
-        info
+        self.inner.info.clone()
     }
 
     async fn list_resources(
@@ -677,7 +685,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourcesResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.resources {
-            let resources = passed(self.peer(at).await?.list_all_resources().await)?;
+            let resources = passed(self.peer(at).await?.0.list_all_resources().await)?;
             self.own(resources.iter().map(|resource| resource.uri.clone()), at);
             for resource in resources {
                 all.push(serde_json::to_value(resource).unwrap_or_default());
@@ -693,7 +701,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.resources {
-            let templates = passed(self.peer(at).await?.list_all_resource_templates().await)?;
+            let templates = passed(self.peer(at).await?.0.list_all_resource_templates().await)?;
             all.extend(
                 templates
                     .into_iter()
@@ -709,7 +717,7 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let at = self.owner(&request.uri, &self.inner.resources)?;
-        let mut read = passed(self.peer(at).await?.read_resource_once(request).await)?;
+        let mut read = passed(self.peer(at).await?.0.read_resource_once(request).await)?;
         // An upstream on an older protocol leaves the field out; the host's may need it.
         if let ReadResourceResponse::Complete(result) = &mut read {
             result.result_type = Some(ResultType::COMPLETE);
@@ -724,7 +732,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListPromptsResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.prompts {
-            let prompts = passed(self.peer(at).await?.list_all_prompts().await)?;
+            let prompts = passed(self.peer(at).await?.0.list_all_prompts().await)?;
             self.own(prompts.iter().map(|prompt| format!("prompt:{}", prompt.name)), at);
             all.extend(
                 prompts.into_iter().map(|prompt| serde_json::to_value(prompt).unwrap_or_default()),
@@ -739,7 +747,7 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let at = self.owner(&format!("prompt:{}", request.name), &self.inner.prompts)?;
-        let mut prompt = passed(self.peer(at).await?.get_prompt_once(request).await)?;
+        let mut prompt = passed(self.peer(at).await?.0.get_prompt_once(request).await)?;
         if let GetPromptResponse::Complete(result) = &mut prompt {
             result.result_type = Some(ResultType::COMPLETE);
         }

@@ -51,8 +51,9 @@ impl Upstream {
         }
     }
 
-    /// A live connection: the current one, or a new one when it dropped.
-    async fn peer(&self) -> Result<Peer<RoleClient>, String> {
+    /// A live connection: the current one, or a new one when it dropped (also how a
+    /// request the gateway does not own is passed to the upstream unchanged).
+    pub(crate) async fn peer(&self) -> Result<Peer<RoleClient>, String> {
         let mut client = self.client.lock().await;
         if let Some(running) = client.as_ref() {
             if !running.is_transport_closed() {
@@ -107,12 +108,6 @@ impl Upstream {
                 .map_err(|err| CallError::Lost(format!("an unreadable result: {err}"))),
             Ok(Err(err)) => Err(classify(&self.decl.name, &err)),
         }
-    }
-
-    /// The live connection, to pass a request the gateway does not own to the upstream
-    /// unchanged.
-    pub(crate) async fn forward(&self) -> Result<Peer<RoleClient>, String> {
-        self.peer().await
     }
 
     /// Whether the upstream serves resources, and prompts, as it declared.
