@@ -336,6 +336,38 @@ pub(crate) enum Command {
         #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
         now: Option<i64>,
     },
+    /// Settle by hand an operation whose outcome no status query could tell, on the
+    /// evidence you hold: the downstream's result (--receipt, checked against the tool's
+    /// output schema; it succeeds) or that it did not happen (--not-happened; it ends
+    /// failed, and `requeue` sends it again). Only a pending or unknown operation that no
+    /// worker holds is settled; the action and reason go to the append-only operator log
+    Resolve {
+        #[command(flatten)]
+        ledger: LedgerArgs,
+        #[command(flatten)]
+        clock: ClockArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+        /// The operation's status_ref (sr_…)
+        #[arg(long, value_name = "R")]
+        status_ref: String,
+        /// A JSON file holding the downstream's result: the tool's output (for a tool of
+        /// the MCP gateway, the upstream's `tools/call` result)
+        #[arg(long, value_name = "FILE", required_unless_present = "not_happened")]
+        receipt: Option<PathBuf>,
+        /// The operator found it did not happen
+        #[arg(long, conflicts_with = "receipt")]
+        not_happened: bool,
+        /// Why (kept in the operator log): 1–512 bytes, no control characters; anything
+        /// else is refused, never shortened
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Record the action at this Unix time instead of the wall clock
+        #[arg(long, value_name = "T", allow_negative_numbers = true, value_parser = unix_time)]
+        now: Option<i64>,
+        #[command(flatten)]
+        downstream: DownstreamArgs,
+    },
     /// Print the ledger's figures in the Prometheus text format (0.0.4): operations and
     /// events by state, oldest pending and unknown ages, dead letters, claims, lease
     /// reclaims, fenced writes, reconciliations, retired operations. Creates nothing
@@ -488,6 +520,7 @@ impl Command {
             Command::List { .. } => "list",
             Command::Show { .. } => "show",
             Command::Requeue { .. } => "requeue",
+            Command::Resolve { .. } => "resolve",
             Command::Metrics { .. } => "metrics",
             Command::Gc { .. } => "gc",
             Command::Migrate { .. } => "migrate",
@@ -511,6 +544,12 @@ impl Command {
                 clock: Some(clock),
                 case: Some(case),
                 output: Some(output),
+            },
+            Command::Resolve { ledger, clock, output, .. } => Takes {
+                ledger: Some(ledger),
+                clock: Some(clock),
+                output: Some(output),
+                ..Takes::default()
             },
             Command::Audit { ledger, output }
             | Command::Show { ledger, output, .. }

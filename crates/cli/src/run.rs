@@ -386,6 +386,53 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 )),
             }
         }
+        Command::Resolve { status_ref, receipt, reason, now, downstream, .. } => {
+            if toolledger::operator_reason(reason).is_none() {
+                return Err(usage(format!(
+                    "invalid value for --reason: 1 to {} bytes of text without control characters",
+                    toolledger::REASON_BYTES_MAX
+                )));
+            }
+            let result = receipt.as_deref().map(receipt_file).transpose()?;
+            let config = configured(downstream)?;
+            let mut tools = tools_of(config.as_ref())?;
+            // It settles what exists; it never creates a ledger.
+            drop(toolledger::Store::open_existing(&db, waits, clock)?);
+            let Ok(status_ref) = StatusRef::new(status_ref) else {
+                return Ok(Printed::Answer(Answer::not_found()));
+            };
+            // A tool of the MCP gateway is learned from its upstream, as the gateway does.
+            let mcp = started(config.as_ref())?;
+            let chosen = match &mcp {
+                Some(upstreams) => {
+                    tools.extend(upstreams.tools().iter().cloned());
+                    Chosen::Mcp(Arc::clone(upstreams))
+                }
+                None => Chosen::from_args(downstream, toolledger::Faults::default(), config)?,
+            };
+            let evidence = match result {
+                None => toolledger::Evidence::NotHappened,
+                Some(result) => {
+                    let tool = toolledger::show(&db, &status_ref, false)?.and_then(|shown| {
+                        shown.get("tool").and_then(Value::as_str).map(str::to_owned)
+                    });
+                    let output = match (&mcp, tool) {
+                        (Some(upstreams), Some(tool)) => {
+                            upstreams.output_of(&tool, &result).unwrap_or(result)
+                        }
+                        _ => result,
+                    };
+                    toolledger::Evidence::Output(output)
+                }
+            };
+            let builder =
+                tools.into_iter().fold(Ledger::builder(&db), toolledger::LedgerBuilder::tool);
+            let mut ledger = builder
+                .waits(waits)
+                .store_clock(clock)
+                .open(chosen.open(&db)?, claims_of(settings)?)?;
+            Ok(resolved(&status_ref, ledger.resolve(&status_ref, &evidence, reason, *now)?))
+        }
         Command::Metrics { now, .. } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
         Command::Gc { older_than_days, now, .. } => {
             let retired = toolledger::gc(&db, *older_than_days, *now)?;
@@ -411,12 +458,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let mut tools = tools_of(config.as_ref())?;
             // A configuration with an [mcp] table: the gateway's upstreams, started, and
             // the relay works the gateway's operations (docs/mcp.md).
-            let mcp = match &config {
-                Some(config) => toolledger_mcp::Upstreams::start(config)
-                    .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?
-                    .map(Arc::new),
-                None => None,
-            };
+            let mcp = started(config.as_ref())?;
             if let Some(upstreams) = &mcp {
                 tools.extend(upstreams.tools().iter().cloned());
             }
@@ -582,6 +624,74 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
     }
 }
 
+/// The upstreams of the configuration's `[mcp]` table, started; `None` without one.
+fn started(config: Option<&Config>) -> Result<Option<Arc<toolledger_mcp::Upstreams>>, Failure> {
+    let Some(config) = config else { return Ok(None) };
+    Ok(toolledger_mcp::Upstreams::start(config)
+        .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?
+        .map(Arc::new))
+}
+
+/// The JSON of `resolve --receipt`, read as a case file is: bounded, a regular file.
+fn receipt_file(path: &Path) -> Result<Value, Failure> {
+    let bytes = read_bounded(path, Limits::default().size_bytes_max).map_err(|why| Failure {
+        code: match why {
+            crate::files::Unreadable::TooLarge => "FIXTURE_INVALID",
+            _ => "FIXTURE_IO_ERROR",
+        },
+        message: format!("the receipt file {}", why.reason()),
+    })?;
+    toolledger_json::parse_strict(&bytes, &Limits::default()).map_err(|err| Failure {
+        code: "FIXTURE_INVALID",
+        message: format!("the receipt file is not valid JSON: {err}"),
+    })
+}
+
+/// `resolve`'s answer as a package.
+fn resolved(status_ref: &StatusRef, resolution: toolledger::Resolution) -> Printed {
+    use toolledger::{BlockCode, Resolution, Resolved};
+    let block = |code: BlockCode, message: String, extra: Value| {
+        let mut package = json!({"gate": "BLOCK", "code": code.as_str(), "message": message,
+            "status_ref": status_ref.as_str()});
+        if let (Some(members), Value::Object(extra)) = (package.as_object_mut(), extra) {
+            members.extend(extra);
+        }
+        Printed::Package(package, false)
+    };
+    match resolution {
+        Resolution::Store(Resolved::Resolved(status)) => Printed::Package(
+            json!({"gate": "PASS", "code": "OK", "resolved": status_ref.as_str(), "status": status.as_str()}),
+            true,
+        ),
+        Resolution::Store(Resolved::Missing) => Printed::Answer(Answer::not_found()),
+        Resolution::Store(Resolved::Refused(status)) => block(
+            BlockCode::NotResolvable,
+            BlockCode::NotResolvable.message().to_owned(),
+            json!({"status": status.as_str()}),
+        ),
+        Resolution::Store(Resolved::Leased(until)) => block(
+            BlockCode::LeaseHeld,
+            format!(
+                "{}: its call may be in flight; resolve it after the lease ends",
+                BlockCode::LeaseHeld.message()
+            ),
+            json!({"status": "processing", "lease_until": until}),
+        ),
+        Resolution::OutputInvalid(why) => block(
+            BlockCode::InputInvalid,
+            format!(
+                "the receipt does not keep the tool's output contract ({why}); nothing was written"
+            ),
+            json!({}),
+        ),
+        Resolution::ContractDrift => block(
+            BlockCode::ContractDrift,
+            BlockCode::ContractDrift.message().to_owned(),
+            json!({}),
+        ),
+    }
+}
+
 /// The configuration `--config` (or the environment, or the working directory) names.
 fn configured(downstream: &DownstreamArgs) -> Result<Option<Config>, Failure> {
     Ok(Config::discover(downstream.config.as_deref())?)
@@ -633,8 +743,10 @@ fn migrate(db: &Location, downstream: &str, waits: Waits) -> Result<Printed, Fai
             "to_version": to,
             "schema": toolledger::SCHEMA_ID,
             "operations": operations,
-            // The backup sits beside the store; its name alone, never a path.
-            "backup_file": backup.file_name().map(|name| name.to_string_lossy().into_owned()),
+            // The backup sits beside the store; its name alone, never a path (PostgreSQL
+            // migrates in one transaction and makes none).
+            "backup_file": backup.as_deref().and_then(std::path::Path::file_name)
+                .map(|name| name.to_string_lossy().into_owned()),
         }),
     };
     Ok(Printed::Package(package, true))

@@ -169,6 +169,8 @@ pub enum BlockCode {
     KeyRetired,
     /// Only a dead or failed operation can be requeued.
     NotRequeueable,
+    /// Only an operation that has not ended can be resolved by hand.
+    NotResolvable,
     /// The intent is accepted and queued, and nothing was sent yet (`enqueue`): a worker
     /// or the relay performs it. Not a failure and not an unknown outcome.
     Accepted,
@@ -176,7 +178,7 @@ pub enum BlockCode {
 
 impl BlockCode {
     /// Every code, in the contract's order.
-    pub const ALL: [BlockCode; 20] = [
+    pub const ALL: [BlockCode; 21] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -196,6 +198,7 @@ impl BlockCode {
         BlockCode::DownstreamUnavailable,
         BlockCode::KeyRetired,
         BlockCode::NotRequeueable,
+        BlockCode::NotResolvable,
         BlockCode::Accepted,
     ];
 
@@ -221,6 +224,7 @@ impl BlockCode {
             BlockCode::DownstreamUnavailable => "DOWNSTREAM_UNAVAILABLE",
             BlockCode::KeyRetired => "KEY_RETIRED",
             BlockCode::NotRequeueable => "NOT_REQUEUEABLE",
+            BlockCode::NotResolvable => "NOT_RESOLVABLE",
             BlockCode::Accepted => "ACCEPTED",
         }
     }
@@ -273,6 +277,9 @@ impl BlockCode {
                 "this key belonged to an operation removed by retention; a new intent needs a new key"
             }
             BlockCode::NotRequeueable => "only a dead or failed operation can be requeued",
+            BlockCode::NotResolvable => {
+                "the operation has already ended; only a pending or unknown one is resolved by hand"
+            }
             BlockCode::Accepted => {
                 "the intent is accepted and queued; nothing was sent yet: a worker performs it, and a status query tells what became of it"
             }

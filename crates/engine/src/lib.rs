@@ -20,6 +20,7 @@ mod dispatch;
 mod downstream;
 mod error;
 mod relay;
+mod resolve;
 mod status;
 mod worker;
 
@@ -38,6 +39,7 @@ pub use crate::{
     },
     error::EngineError,
     relay::{Backoff, Drained},
+    resolve::{Evidence, Resolution},
     status::Asking,
 };
 

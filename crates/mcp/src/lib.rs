@@ -291,6 +291,15 @@ impl Upstreams {
         self.lease_seconds
     }
 
+    /// The output the ledger records for `result`, an upstream's `tools/call` result,
+    /// of the ledgered tool named `tool` in the ledger (`content`, and
+    /// `structuredContent` when the tool declares an output schema); `None` when no
+    /// upstream serves it.
+    pub fn output_of(&self, tool: &str, result: &serde_json::Value) -> Option<serde_json::Value> {
+        let route = self.prepared.routes.get(tool)?;
+        Some(tools::recorded(result, route.structured))
+    }
+
     /// A downstream over the upstreams: one per relay worker.
     pub fn downstream(&self) -> McpDownstream {
         McpDownstream::new(

@@ -12,8 +12,8 @@ use tokio_postgres::{IsolationLevel, Row};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RawDownstream, STAND_IN_LISTINGS, TABLES,
-        UNRECONCILED, report,
+        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
+        STAND_IN_LISTINGS, TABLES, UNRECONCILED, report,
     },
 };
 
@@ -157,9 +157,14 @@ fn audit(conn: &mut Conn) -> Result<AuditReport, StoreError> {
         .into_iter()
         .flatten()
         .collect();
+    let resolved = guarded(db, |db| strings(db, RESOLVED_BY_OPERATOR, &[]))?
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect();
     // Nothing was written; ending the read transaction cannot lose anything.
     tx.rollback()?;
-    Ok(report(&CHECKS, findings, counts, unreconciled))
+    Ok(report(&CHECKS, findings, counts, unreconciled, resolved))
 }
 
 fn raw_downstream(row: &Row) -> Result<RawDownstream, postgres::Error> {

@@ -8,9 +8,9 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued, STATES, Shown,
-    StoreError,
-    pg::{BY_STATUS_REF, PgStore, bump, select_operation_in, shifted},
+    Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, OperationStatus,
+    OperatorStore, Requeued, Resolved, STATES, Settlement, Shown, StoreError,
+    pg::{BY_STATUS_REF, Ending, PgStore, bump, end_in, select_operation_in, shifted},
     session::{Db, Params, get},
 };
 
@@ -51,6 +51,8 @@ const REQUEUE_OPERATION: &str =
 const DROP_OUTCOME: &str = "DELETE FROM terminal_outcomes WHERE op_id = $1";
 const LOG_REQUEUE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
      VALUES ($1, 'requeue', $2, $3, $4, $5)";
+const LOG_RESOLVE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
+     VALUES ($1, 'resolve', $2, $3, $4, $5)";
 const OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = $1";
 /// Finished operations to retire, locked: one a requeue changed meanwhile no longer
 /// matches once its lock is had, and is left alone.
@@ -189,6 +191,42 @@ impl OperatorStore for PgStore {
                 &[&status_ref.as_str(), &operation.status.as_str(), &reason, &was, &now.get()],
             )?;
             Ok(Requeued::Requeued)
+        })
+    }
+
+    fn resolve(
+        &mut self,
+        status_ref: &StatusRef,
+        settlement: &Settlement,
+        reason: &str,
+        now: Now,
+    ) -> Result<Resolved, StoreError> {
+        let reason = toolledger_store::bounded_reason(reason);
+        let (ending, status) = match settlement {
+            Settlement::Receipt(receipt) => {
+                (Ending::succeeded(receipt), OperationStatus::Succeeded)
+            }
+            Settlement::NotHappened => (
+                Ending::Failed(toolledger_store::not_happened_reason(&reason)),
+                OperationStatus::Failed,
+            ),
+        };
+        self.write(now, |db, now| {
+            // The event is locked first: a worker's claim waits, and sees it ended.
+            db.opt(LOCK_EVENT, &[&status_ref.as_str()])?;
+            let Some(operation) = select_operation_in(db, BY_STATUS_REF, &[&status_ref.as_str()])?
+            else {
+                return Ok(Resolved::Missing);
+            };
+            let (from, was) = match toolledger_store::resolvable(&operation, now) {
+                Ok(resolvable) => resolvable,
+                Err(answer) => return Ok(answer),
+            };
+            if end_in(db, status_ref, &Finalizer::Operator, now, &ending)? != Finalize::Finalized {
+                return Err(StoreError::Internal("an unended operation refused its ending"));
+            }
+            db.exec(LOG_RESOLVE, &[&status_ref.as_str(), &from, &reason, &was, &now.get()])?;
+            Ok(Resolved::Resolved(status))
         })
     }
 

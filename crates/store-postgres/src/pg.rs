@@ -343,11 +343,32 @@ enum Opening {
     Audit,
 }
 
+/// Upgrades the store at `url` to the current schema, in one transaction: the version
+/// it had and the operations carried over, or `None` when it was current already
+/// (nothing written). PostgreSQL's DDL is
+/// transactional, so a failure leaves the store as it was; no copy is made (take one
+/// with `pg_dump` first if policy wants it).
+///
+/// # Errors
+///
+/// [`StoreError::Missing`] when there is no store (or no such database);
+/// [`StoreError::SchemaUnsupported`] when it is not a store this crate knows, or an
+/// older one whose objects were changed by hand; [`StoreError::Backend`] when the server
+/// cannot be reached.
+pub fn migrate(url: &str, waits: Waits) -> Result<Option<(i64, i64)>, StoreError> {
+    let config = session::config(url)?;
+    let mut conn = session::open(&config, &waits).map_err(|err| match err {
+        StoreError::Backend { what, .. } if what == error::NO_DATABASE => StoreError::Missing,
+        err => err,
+    })?;
+    schema::migrate(&mut conn)
+}
+
 impl PgStore {
     /// Connects to the database at `url` (a `postgres://` URL or `key=value` pairs) and
     /// opens the store in its current schema: created, in one transaction, when the
     /// database holds none of toolledger's tables; opened when `meta` names
-    /// `toolledger-store-v3` and every table, column, index, constraint and trigger is
+    /// `toolledger-store-v4` and every table, column, index, constraint and trigger is
     /// the expected one; anything else is [`StoreError::SchemaUnsupported`] and nothing
     /// is written. Writes judge by the database's clock ([`Clock::Database`]).
     ///
@@ -840,7 +861,7 @@ fn downstream_receipt<C: GenericClient>(
 }
 
 /// How an operation ends, in commit C, with its JSON canonicalized by the caller.
-enum Ending {
+pub(crate) enum Ending {
     /// The local receipt, its receipt's canonical JSON and its output's.
     Succeeded(LocalReceipt, String, String),
     Failed(String),
@@ -849,7 +870,7 @@ enum Ending {
 }
 
 impl Ending {
-    fn succeeded(receipt: &LocalReceipt) -> Ending {
+    pub(crate) fn succeeded(receipt: &LocalReceipt) -> Ending {
         Ending::Succeeded(
             receipt.clone(),
             canonicalize(&receipt.downstream.receipt),
@@ -874,7 +895,7 @@ fn status_of(
 /// Commit C inside the caller's transaction: conditional on the operation not having
 /// ended and, for a worker, on it still holding the lease (owner and attempt); then the
 /// outcome's row and the operation's status. A refused write is counted there too.
-fn end_in(
+pub(crate) fn end_in(
     db: &mut Tx<'_, '_>,
     status_ref: &StatusRef,
     by: &Finalizer,
@@ -883,7 +904,7 @@ fn end_in(
 ) -> Result<Finalize, StoreError> {
     let (owner, attempt) = match by {
         Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
-        Finalizer::StatusQuery => (None, None),
+        Finalizer::StatusQuery | Finalizer::Operator => (None, None),
     };
     let (state, status) = match ending {
         Ending::Succeeded(..) => ("delivered", OperationStatus::Succeeded),
@@ -1385,14 +1406,14 @@ impl LedgerStore for PgStore {
             .iter()
             .map(|(_, by, _)| match by {
                 Finalizer::Lease { owner, .. } => Some(owner.as_str()),
-                Finalizer::StatusQuery => None,
+                Finalizer::StatusQuery | Finalizer::Operator => None,
             })
             .collect();
         let attempts: Vec<Option<i64>> = items
             .iter()
             .map(|(_, by, _)| match by {
                 Finalizer::Lease { attempt, .. } => Some(*attempt),
-                Finalizer::StatusQuery => None,
+                Finalizer::StatusQuery | Finalizer::Operator => None,
             })
             .collect();
         self.write(now, |db, now| {

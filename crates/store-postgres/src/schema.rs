@@ -1,8 +1,8 @@
-//! The `toolledger-store-v3` schema in PostgreSQL, and how a database is judged and
-//! initialised.
+//! The `toolledger-store-v4` schema in PostgreSQL, and how a database is judged,
+//! initialised and upgraded from v3.
 //!
 //! The tables, columns, CHECKs, unique constraints and indexes are SQLite's
-//! `toolledger-store-v3`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
+//! `toolledger-store-v4`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
 //! GENERATED ALWAYS AS IDENTITY`, `GLOB 'sr_*'` is `LIKE 'sr\_%'`, `json_valid(x)` is
 //! `x::json IS NOT NULL` (a cast that refuses text that is not JSON), instants are
 //! `BIGINT` Unix seconds, and the operator log's append-only triggers call one plpgsql
@@ -19,15 +19,15 @@ use crate::{
 };
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v3";
+pub const SCHEMA_ID: &str = "toolledger-store-v4";
 /// The schema's version, recorded in `migrations` when a store is created.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Serializes creators of a store in one database: `pg_advisory_xact_lock` on this key
 /// (the first eight bytes of "toolledg", big-endian).
 const CREATE_LOCK: i64 = 0x746f_6f6c_6c65_6467;
 
-/// Every table, index, constraint and trigger of `toolledger-store-v3`.
+/// Every table, index, constraint and trigger of `toolledger-store-v4`.
 pub(crate) const DDL: &str = r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -106,7 +106,7 @@ CREATE TABLE local_receipts (
     receipt_json           TEXT NOT NULL CHECK (receipt_json::json IS NOT NULL),
     output_json            TEXT NOT NULL CHECK (output_json::json IS NOT NULL),
     result_sha256          TEXT NOT NULL CHECK (length(result_sha256) = 64),
-    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
     created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
 );
 
@@ -115,7 +115,7 @@ CREATE TABLE terminal_outcomes (
     kind         TEXT NOT NULL CHECK (kind IN ('failed', 'quarantined')),
     reason       TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
     receipt_json TEXT CHECK (receipt_json IS NULL OR receipt_json::json IS NOT NULL),
-    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
     created_at   BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     CHECK ((kind = 'quarantined') = (receipt_json IS NOT NULL))
 );
@@ -140,8 +140,8 @@ CREATE INDEX operations_status ON operations (status, updated_at);
 CREATE TABLE operator_log (
     id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     status_ref TEXT NOT NULL CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
-    action     TEXT NOT NULL CHECK (action IN ('requeue')),
-    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead')),
+    action     TEXT NOT NULL CHECK (action IN ('requeue', 'resolve')),
+    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead', 'pending', 'processing')),
     reason     TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
     was        TEXT NOT NULL CHECK (length(was) BETWEEN 1 AND 512),
     at         BIGINT NOT NULL CHECK (at BETWEEN 0 AND 253402300799)
@@ -188,7 +188,7 @@ CREATE TABLE migrations (
 "#;
 
 /// The rows a new store starts with: its schema id, and its creation recorded as the
-/// step to version 3 (from no schema), stamped with the database's clock.
+/// step to the current version (from no schema), stamped with the database's clock.
 const SEED_META: &str = "INSERT INTO meta (key, value) VALUES ('schema_id', $1)";
 const SEED_MIGRATION: &str = "INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
      VALUES ($1, 'none', $2, floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint)";
@@ -199,7 +199,8 @@ const SEED_MIGRATION: &str = "INSERT INTO migrations (version, from_schema, to_s
 pub(crate) const EXPECTED: &[&str] = &include!("expected.in");
 
 /// Toolledger's own objects in the current schema, one line each: its tables, their
-/// columns (type and nullability), indexes, constraints (name and kind) and triggers
+/// columns (type and nullability), indexes, constraints (name, kind and a digest of the
+/// definition, so a migrated store is held to a new one's every CHECK) and triggers
 /// (whether enabled, and a digest of the function each calls). Other objects in the
 /// same schema (another application's tables) are not listed.
 const CATALOG: &str = "WITH ours AS ( \
@@ -213,7 +214,8 @@ const CATALOG: &str = "WITH ours AS ( \
        FROM pg_catalog.pg_attribute a JOIN ours o ON o.oid = a.attrelid WHERE a.attnum > 0 AND NOT a.attisdropped \
      UNION ALL SELECT 'index ' || o.relname || '.' || i.relname \
        FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid JOIN ours o ON o.oid = x.indrelid \
-     UNION ALL SELECT 'constraint ' || o.relname || '.' || k.conname || ' ' || k.contype::text \
+     UNION ALL SELECT 'constraint ' || o.relname || '.' || k.conname || ' ' || k.contype::text || ' ' \
+       || encode(sha256(convert_to(pg_catalog.pg_get_constraintdef(k.oid), 'UTF8')), 'hex') \
        FROM pg_catalog.pg_constraint k JOIN ours o ON o.oid = k.conrelid WHERE k.contype <> 'n' \
      UNION ALL SELECT 'trigger ' || o.relname || '.' || t.tgname || ' ' || t.tgenabled::text || ' ' || p.proname || ' ' || encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex') \
        FROM pg_catalog.pg_trigger t JOIN ours o ON o.oid = t.tgrelid JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
@@ -267,6 +269,9 @@ pub(crate) fn classify<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Contents,
     // A `meta` of another shape, or none, is not this store.
     let schema_id: Option<String> =
         db.value(SCHEMA_ID_OF, &[]).map_err(|_| StoreError::SchemaUnsupported)?;
+    if schema_id.as_deref() == Some(V3_SCHEMA_ID) {
+        return Err(StoreError::SchemaOutdated { version: 3 });
+    }
     if schema_id.as_deref() != Some(SCHEMA_ID) {
         return Err(StoreError::SchemaUnsupported);
     }
@@ -300,6 +305,80 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
         Contents::Damaged => return Err(StoreError::SchemaUnsupported),
     }
     tx.commit()
+}
+
+/// The schema id of the one older version, `toolledger-store-v3`.
+const V3_SCHEMA_ID: &str = "toolledger-store-v3";
+
+/// v3 → v4: only CHECKs widen (`operator` as a finalizer; `resolve` in the operator log,
+/// from `pending` or `processing`). Each is replaced under its own name, so the result
+/// is a new store's, constraint for constraint.
+const V3_TO_V4: &str = "\
+ALTER TABLE local_receipts DROP CONSTRAINT local_receipts_finalized_by_check, \
+    ADD CONSTRAINT local_receipts_finalized_by_check CHECK (finalized_by IN ('worker', 'status_query', 'operator'));
+ALTER TABLE terminal_outcomes DROP CONSTRAINT terminal_outcomes_finalized_by_check, \
+    ADD CONSTRAINT terminal_outcomes_finalized_by_check CHECK (finalized_by IN ('worker', 'status_query', 'operator'));
+ALTER TABLE operator_log DROP CONSTRAINT operator_log_action_check, \
+    ADD CONSTRAINT operator_log_action_check CHECK (action IN ('requeue', 'resolve'));
+ALTER TABLE operator_log DROP CONSTRAINT operator_log_from_state_check, \
+    ADD CONSTRAINT operator_log_from_state_check CHECK (from_state IN ('failed', 'dead', 'pending', 'processing'));
+UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id';
+INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+    VALUES (4, 'toolledger-store-v3', 'toolledger-store-v4', \
+    floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
+";
+
+/// Upgrades a `toolledger-store-v3` store on `conn` to the current schema, in one
+/// transaction (PostgreSQL's DDL is transactional: on any error the store is as it
+/// was), under the creators' advisory lock. The version it had and the operations it
+/// carried over, or `None` when it was current already.
+///
+/// # Errors
+///
+/// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
+/// when it is not a v3 or v4 store with exactly the objects that version made.
+pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError> {
+    let Conn { client, cache } = conn;
+    let mut tx = client.begin(IsolationLevel::ReadCommitted, false)?;
+    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({CREATE_LOCK})"))?;
+    let mut db = Db::new(&mut tx, cache);
+    match classify(&mut db) {
+        Ok(Contents::Store) => return Ok(None),
+        Ok(Contents::Empty) => return Err(StoreError::Missing),
+        Ok(Contents::Damaged) => return Err(StoreError::SchemaUnsupported),
+        Err(StoreError::SchemaOutdated { version: 3 }) => {}
+        Err(err) => return Err(err),
+    }
+    // A v3 store's objects are a v4 store's but for the four CHECKs this step replaces.
+    let widened = [
+        "local_receipts.local_receipts_finalized_by_check",
+        "terminal_outcomes.terminal_outcomes_finalized_by_check",
+        "operator_log.operator_log_action_check",
+        "operator_log.operator_log_from_state_check",
+    ];
+    let unwidened = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|line| {
+                !widened.iter().any(|name| line.starts_with(&format!("constraint {name} ")))
+            })
+            .cloned()
+            .collect()
+    };
+    let expected: Vec<String> = EXPECTED.iter().map(|line| (*line).to_owned()).collect();
+    let before = catalog(&mut db)?;
+    if unwidened(&before) != unwidened(&expected) || before.len() != expected.len() {
+        return Err(StoreError::SchemaUnsupported);
+    }
+    db.c.batch_execute(V3_TO_V4)?;
+    if catalog(&mut db)? != EXPECTED {
+        return Err(crate::error::failed("the migrated store does not hold together"));
+    }
+    let operations: i64 = db
+        .value("SELECT count(*) FROM operations", &[])?
+        .ok_or(StoreError::Internal("a count answered no row"))?;
+    tx.commit()?;
+    Ok(Some((3, operations)))
 }
 
 #[cfg(test)]

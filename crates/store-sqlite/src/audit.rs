@@ -8,8 +8,8 @@ use rusqlite::{Connection, TransactionBehavior};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RawDownstream, STAND_IN_LISTINGS, TABLES,
-        UNRECONCILED, report,
+        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
+        STAND_IN_LISTINGS, TABLES, UNRECONCILED, report,
     },
 };
 
@@ -70,7 +70,13 @@ fn strings_with(
 pub(crate) fn corrupt() -> AuditReport {
     let mut findings = Findings::default();
     findings.add("integrity_check", None);
-    report(&CHECKS, findings, TABLES.iter().map(|table| (*table, None)).collect(), Vec::new())
+    report(
+        &CHECKS,
+        findings,
+        TABLES.iter().map(|table| (*table, None)).collect(),
+        Vec::new(),
+        Vec::new(),
+    )
 }
 
 pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
@@ -128,9 +134,11 @@ pub(crate) fn run(conn: &mut Connection) -> Result<AuditReport, StoreError> {
     }
     let unreconciled =
         strings(&tx, UNRECONCILED).unwrap_or_default().into_iter().flatten().collect();
+    let resolved =
+        strings(&tx, RESOLVED_BY_OPERATOR).unwrap_or_default().into_iter().flatten().collect();
     // Nothing was written; ending the read transaction cannot lose anything.
     drop(tx);
-    Ok(report(&CHECKS, findings, counts, unreconciled))
+    Ok(report(&CHECKS, findings, counts, unreconciled, resolved))
 }
 
 /// Hands each row of `sql` to `each`. A statement that cannot run, or a page that

@@ -22,8 +22,8 @@ use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
     Finalize, Finalizer, LedgerStore, ListFilter, ListPosition, Listed, LocalReceipt, NewOperation,
     Now, Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
-    Reservation, STAND_IN_NAME, STAND_IN_REVISION, STATES, Shown, StandInReceipts, StoreError,
-    Waits, verify,
+    Reservation, Resolved, STAND_IN_NAME, STAND_IN_REVISION, STATES, Settlement, Shown,
+    StandInReceipts, StoreError, Waits, verify,
 };
 
 pub use crate::{

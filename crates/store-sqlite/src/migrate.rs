@@ -10,8 +10,8 @@
 //! The chain: v1 → v2 (approval columns optional; `failed` and `quarantined` states;
 //! the operation's downstream identity; `terminal_outcomes`; `migrations`); v2 → v3
 //! (the relay's due time, last reason and `dead` state; the operator log, tombstones
-//! and counters). A later
-//! schema appends one step.
+//! and counters); v3 → v4 (an operator may settle an unknown outcome by hand: `operator`
+//! as a finalizer, `resolve` in the operator log). A later schema appends one step.
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +25,8 @@ use crate::{
 };
 
 /// The schema ids of the older versions, by `user_version`.
-const OLDER: [(i64, &str); 2] = [(1, "toolledger-store-v1"), (2, "toolledger-store-v2")];
+const OLDER: [(i64, &str); 3] =
+    [(1, "toolledger-store-v1"), (2, "toolledger-store-v2"), (3, "toolledger-store-v3")];
 
 /// The schema of `toolledger-store-v1`, as version 1 of this crate created it: a file is
 /// migrated only if its schema is exactly this.
@@ -33,6 +34,9 @@ const V1_DDL: &str = include_str!("v1.sql");
 
 /// The tables of `toolledger-store-v2`, as version 2 created them.
 const V2_TABLES: &str = include_str!("v2_tables.sql");
+
+/// The tables of `toolledger-store-v3`, as version 3 created them.
+const V3_TABLES: &str = include_str!("v3_tables.sql");
 
 /// The version of an older store of this product, from its `meta.schema_id` and
 /// `user_version`; `None` for the current version and for anything else.
@@ -58,8 +62,9 @@ pub enum Migrated {
         from: i64,
         /// The version it has now.
         to: i64,
-        /// The backup made before anything changed, beside the store.
-        backup: PathBuf,
+        /// The backup made before anything changed, beside the store (`None` for
+        /// PostgreSQL, whose migration is one transaction and makes no copy).
+        backup: Option<PathBuf>,
         /// Operations carried over.
         operations: i64,
     },
@@ -109,7 +114,7 @@ pub fn migrate(
     let tx =
         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite)?;
     // Every step of the chain, in order, each recorded as it is applied.
-    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3())] {
+    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3()), (4, v3_to_v4())] {
         if to <= from {
             continue;
         }
@@ -131,7 +136,7 @@ pub fn migrate(
         tx.query_row("SELECT count(*) FROM operations", [], |row| row.get(0)).map_err(sqlite)?;
     tx.commit().map_err(sqlite)?;
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;").map_err(sqlite)?;
-    Ok(Migrated::Upgraded { from, to: USER_VERSION, backup, operations })
+    Ok(Migrated::Upgraded { from, to: USER_VERSION, backup: Some(backup), operations })
 }
 
 /// How many names a backup tries (`<file>.v<from>-backup-<now>`, then `-2`, `-3`, …).
@@ -202,6 +207,7 @@ fn schema_of(version: i64) -> Result<Vec<schema::SchemaRow>, StoreError> {
     let ddl = match version {
         1 => V1_DDL.to_owned(),
         2 => format!("{META_DDL}{V2_TABLES}"),
+        3 => format!("{META_DDL}{V3_TABLES}"),
         _ => return Err(StoreError::SchemaUnsupported),
     };
     let conn = Connection::open_in_memory().map_err(sqlite)?;
@@ -248,8 +254,7 @@ fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
     )
 }
 
-/// v2 → v3 in SQL, the same way, with the current DDL (so the schema text is a new
-/// store's, byte for byte). An event's due time is its lease end while it is processing
+/// v2 → v3 in SQL, the same way, with version 3's DDL. An event's due time is its lease end while it is processing
 /// (it is reclaimable then), its last change otherwise.
 fn v2_to_v3() -> String {
     format!(
@@ -280,6 +285,43 @@ fn v2_to_v3() -> String {
          DROP TABLE v2_downstream_receipts;
          DROP TABLE v2_outbox;
          DROP TABLE v2_operations;
+         UPDATE meta SET value = 'toolledger-store-v3' WHERE key = 'schema_id';
+         PRAGMA user_version = 3;"
+    )
+}
+
+/// v3 → v4 in SQL, the same way, with the current DDL (so the schema text is a new
+/// store's, byte for byte): every row is copied as it is; only the checks of the
+/// finalizer and the operator log's action and state widen.
+fn v3_to_v4() -> String {
+    const TABLES: [&str; 10] = [
+        "migrations",
+        "counters",
+        "tombstones",
+        "operator_log",
+        "call_identities",
+        "terminal_outcomes",
+        "local_receipts",
+        "downstream_receipts",
+        "outbox",
+        "operations",
+    ];
+    let renamed: String =
+        TABLES.iter().map(|table| format!("ALTER TABLE {table} RENAME TO v3_{table};\n")).collect();
+    let copied: String = TABLES
+        .iter()
+        .rev()
+        .map(|table| format!("INSERT INTO {table} SELECT * FROM v3_{table};\n"))
+        .collect();
+    let dropped: String = TABLES.iter().map(|table| format!("DROP TABLE v3_{table};\n")).collect();
+    format!(
+        "DROP INDEX outbox_due;
+         DROP INDEX call_identities_op;
+         DROP INDEX operations_status;
+         DROP INDEX operator_log_ref;
+         DROP TRIGGER operator_log_no_update;
+         DROP TRIGGER operator_log_no_delete;
+         {renamed}{TABLES_DDL}{copied}{dropped}
          UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
          PRAGMA user_version = {USER_VERSION};"
     )

@@ -1,5 +1,6 @@
 //! What an operator asks of a ledger and does to it: list operations by state, show one
-//! operation's whole history, requeue a dead or failed one (logged), retire old finished
+//! operation's whole history, requeue a dead or failed one (logged), settle an unknown
+//! one by hand (logged), retire old finished
 //! ones (tombstoned), and the figures `metrics` exposes. Every statement is
 //! index-backed: `operations_status (status, updated_at)`, the primary keys, and
 //! `operator_log_ref`.
@@ -9,10 +10,10 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued, STATES, Shown,
-    StoreError,
+    Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued,
+    Resolved, STATES, Settlement, Shown, StoreError,
     error::sqlite,
-    sqlite::{BY_STATUS_REF, SqliteStore, select_operation_in},
+    sqlite::{BY_STATUS_REF, Ending, SqliteStore, end_in, select_operation_in},
 };
 
 const STATUS_COUNT: &str = "SELECT count(*) FROM operations WHERE status = ?1";
@@ -61,6 +62,8 @@ const REQUEUE_OPERATION: &str =
 const DROP_OUTCOME: &str = "DELETE FROM terminal_outcomes WHERE op_id = ?1";
 const LOG_REQUEUE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
      VALUES (?1, 'requeue', ?2, ?3, ?4, ?5)";
+const LOG_RESOLVE: &str = "INSERT INTO operator_log (status_ref, action, from_state, reason, was, at) \
+     VALUES (?1, 'resolve', ?2, ?3, ?4, ?5)";
 const RETIRABLE: &str = "SELECT id, status_ref, request_sha256, downstream_request_ref, status FROM operations \
      WHERE status = ?1 AND updated_at <= ?2 ORDER BY updated_at, id LIMIT ?3";
 const TOMBSTONE_OF: &str = "SELECT final_status, retired_at FROM tombstones WHERE status_ref = ?1";
@@ -241,6 +244,44 @@ impl OperatorStore for SqliteStore {
                 ])
                 .map_err(sqlite)?;
             Ok(Requeued::Requeued)
+        })
+    }
+
+    fn resolve(
+        &mut self,
+        status_ref: &StatusRef,
+        settlement: &Settlement,
+        reason: &str,
+        now: Now,
+    ) -> Result<Resolved, StoreError> {
+        let reason = toolledger_store::bounded_reason(reason);
+        let ending = match settlement {
+            Settlement::Receipt(receipt) => Ending::succeeded(receipt),
+            Settlement::NotHappened => {
+                Ending::Failed(toolledger_store::not_happened_reason(&reason))
+            }
+        };
+        self.write(|tx| {
+            let Some(operation) = select_operation_in(tx, BY_STATUS_REF, &[&status_ref.as_str()])?
+            else {
+                return Ok(Resolved::Missing);
+            };
+            let (from, was) = match toolledger_store::resolvable(&operation, now) {
+                Ok(resolvable) => resolvable,
+                Err(answer) => return Ok(answer),
+            };
+            if end_in(tx, status_ref, &Finalizer::Operator, now, &ending)? != Finalize::Finalized {
+                return Err(StoreError::Internal("an unended operation refused its ending"));
+            }
+            tx.prepare_cached(LOG_RESOLVE)
+                .map_err(sqlite)?
+                .execute(params![status_ref.as_str(), from, reason, was, now.get()])
+                .map_err(sqlite)?;
+            let status = match settlement {
+                Settlement::Receipt(_) => crate::OperationStatus::Succeeded,
+                Settlement::NotHappened => crate::OperationStatus::Failed,
+            };
+            Ok(Resolved::Resolved(status))
         })
     }
 

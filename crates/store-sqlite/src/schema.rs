@@ -15,9 +15,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use crate::{StoreError, Waits, error::sqlite};
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v3";
+pub const SCHEMA_ID: &str = "toolledger-store-v4";
 /// The `PRAGMA user_version` of this schema.
-pub const USER_VERSION: i64 = 3;
+pub const USER_VERSION: i64 = 4;
 
 /// The `meta` table: the same in every version.
 pub(crate) const META_DDL: &str = r#"
@@ -27,7 +27,7 @@ CREATE TABLE meta (
 ) STRICT;
 "#;
 
-/// Every other table and index of `toolledger-store-v3`. Migrations create exactly
+/// Every other table and index of `toolledger-store-v4`. Migrations create exactly
 /// these, so a migrated store and a new one have byte-identical schemas.
 pub(crate) const TABLES_DDL: &str = r#"
 CREATE TABLE operations (
@@ -102,7 +102,7 @@ CREATE TABLE local_receipts (
     receipt_json           TEXT NOT NULL CHECK (json_valid(receipt_json)),
     output_json            TEXT NOT NULL CHECK (json_valid(output_json)),
     result_sha256          TEXT NOT NULL CHECK (length(result_sha256) = 64),
-    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
     created_at             INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
 ) STRICT;
 
@@ -111,7 +111,7 @@ CREATE TABLE terminal_outcomes (
     kind         TEXT NOT NULL CHECK (kind IN ('failed', 'quarantined')),
     reason       TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
     receipt_json TEXT CHECK (receipt_json IS NULL OR json_valid(receipt_json)),
-    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query')),
+    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
     created_at   INTEGER NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
     CHECK ((kind = 'quarantined') = (receipt_json IS NOT NULL))
 ) STRICT;
@@ -136,8 +136,8 @@ CREATE INDEX operations_status ON operations (status, updated_at);
 CREATE TABLE operator_log (
     id         INTEGER PRIMARY KEY,
     status_ref TEXT NOT NULL CHECK (status_ref GLOB 'sr_*' AND length(status_ref) = 35),
-    action     TEXT NOT NULL CHECK (action IN ('requeue')),
-    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead')),
+    action     TEXT NOT NULL CHECK (action IN ('requeue', 'resolve')),
+    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead', 'pending', 'processing')),
     reason     TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
     was        TEXT NOT NULL CHECK (length(was) BETWEEN 1 AND 512),
     at         INTEGER NOT NULL CHECK (at BETWEEN 0 AND 253402300799)

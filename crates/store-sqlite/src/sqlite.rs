@@ -637,7 +637,7 @@ fn downstream_receipt(
 
 /// How an operation ends, in commit C (owned: commit C may run on a combiner's thread).
 /// Its JSON is canonicalized by the caller, outside the group commit's transaction.
-enum Ending {
+pub(crate) enum Ending {
     /// The local receipt, its receipt's canonical JSON and its output's.
     Succeeded(LocalReceipt, String, String),
     Failed(String),
@@ -646,7 +646,7 @@ enum Ending {
 }
 
 impl Ending {
-    fn succeeded(receipt: &LocalReceipt) -> Ending {
+    pub(crate) fn succeeded(receipt: &LocalReceipt) -> Ending {
         Ending::Succeeded(
             receipt.clone(),
             canonicalize(&receipt.downstream.receipt),
@@ -699,7 +699,7 @@ impl SqliteStore {
 
 /// Commit C inside the caller's transaction (see [`SqliteStore::end`]); a refused write
 /// is counted there too.
-fn end_in(
+pub(crate) fn end_in(
     tx: &Connection,
     status_ref: &StatusRef,
     by: &Finalizer,
@@ -709,7 +709,7 @@ fn end_in(
     {
         let (owner, attempt) = match by {
             Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
-            Finalizer::StatusQuery => (None, None),
+            Finalizer::StatusQuery | Finalizer::Operator => (None, None),
         };
         let (state, status) = match ending {
             Ending::Succeeded(..) => ("delivered", OperationStatus::Succeeded),

@@ -112,6 +112,10 @@ pub const UNRECONCILED: &str = "SELECT d.receipt_ref FROM downstream_receipts d 
      ON o.downstream_request_ref = d.downstream_request_ref WHERE o.status IN ('pending', 'processing') \
      ORDER BY d.receipt_ref";
 
+/// The operations an operator settled by hand, in the order they were.
+pub const RESOLVED_BY_OPERATOR: &str =
+    "SELECT status_ref FROM operator_log WHERE action = 'resolve' ORDER BY id";
+
 /// Every downstream receipt with its local receipt's copy, for [`Findings::downstream_row`]:
 /// columns `downstream_request_ref, request_sha256, receipt_ref, receipt_json`, then the
 /// local receipt's `receipt_ref, receipt_json` (NULL when there is none).
@@ -228,11 +232,18 @@ pub fn report(
     findings: Findings,
     counts: Vec<(&'static str, Option<i64>)>,
     unreconciled: Vec<String>,
+    resolved: Vec<String>,
 ) -> AuditReport {
     let findings = findings.0;
     let checks = checks
         .iter()
         .map(|check| (*check, !findings.iter().any(|finding| finding.check == *check)))
         .collect();
-    AuditReport { checks, counts, unreconciled_downstream_receipts: unreconciled, findings }
+    AuditReport {
+        checks,
+        counts,
+        unreconciled_downstream_receipts: unreconciled,
+        resolved_by_operator: resolved,
+        findings,
+    }
 }

@@ -45,8 +45,8 @@ pub use crate::{
         OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
     operator::{
-        Figures, ListFilter, ListPosition, Listed, OperatorStore, Requeued, STATES, Shown,
-        bounded_reason, requeue_reason,
+        Figures, ListFilter, ListPosition, Listed, OperatorStore, Requeued, Resolved, STATES,
+        Settlement, Shown, bounded_reason, not_happened_reason, requeue_reason, resolvable,
     },
     verify::approval_binding,
     waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},

@@ -199,14 +199,18 @@ pub enum Finalizer {
     },
     /// A status query, whose evidence is the downstream receipt itself: no lease needed.
     StatusQuery,
+    /// An operator settling an operation by hand (`resolve`), on evidence they hold: only
+    /// when no worker holds a live lease on it.
+    Operator,
 }
 
 impl Finalizer {
-    /// `worker` or `status_query`, as stored.
+    /// `worker`, `status_query` or `operator`, as stored.
     pub fn as_str(&self) -> &'static str {
         match self {
             Finalizer::Lease { .. } => "worker",
             Finalizer::StatusQuery => "status_query",
+            Finalizer::Operator => "operator",
         }
     }
 }
@@ -341,6 +345,9 @@ pub struct AuditReport {
     pub counts: Vec<(&'static str, Option<i64>)>,
     /// `rc_` refs of downstream receipts whose operation has not succeeded yet.
     pub unreconciled_downstream_receipts: Vec<String>,
+    /// `sr_` refs of the operations an operator settled by hand (`resolve`), in the
+    /// order they were: not a failure, but a person's word the ledger rests on.
+    pub resolved_by_operator: Vec<String>,
     /// What failed, by opaque ref.
     pub findings: Vec<AuditFinding>,
 }

@@ -1,11 +1,12 @@
 //! What an operator asks of a ledger and does to it: list operations by state, show one
-//! operation's whole history, requeue a dead or failed one (logged), retire old finished
-//! ones (tombstoned), and the figures `metrics` exposes.
+//! operation's whole history, requeue a dead or failed one (logged), settle one whose
+//! outcome is unknown by hand (logged), retire old finished ones (tombstoned), and the
+//! figures `metrics` exposes.
 
 use serde_json::Value;
 use toolledger_contract::{StatusRef, UnixSeconds};
 
-use crate::{Now, Operation, OperationStatus, StoreError, TerminalOutcome};
+use crate::{LocalReceipt, Now, Operation, OperationStatus, StoreError, TerminalOutcome};
 
 /// The states `list` and `metrics` know. `unknown` is a processing operation nobody is
 /// working: its lease has ended (its worker is gone), or its attempt ended without an
@@ -224,6 +225,61 @@ pub enum Requeued {
     Refused(OperationStatus),
 }
 
+/// What an operator found became of an operation, to settle it with (`resolve`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// It happened: the downstream's result, already checked against the operation and
+    /// the tool's output contract. The operation succeeds with it.
+    Receipt(LocalReceipt),
+    /// It did not happen. The operation ends `failed` (a `requeue` sends it again).
+    NotHappened,
+}
+
+/// What `resolve` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// Settled as the operator said (`succeeded` or `failed`), logged.
+    Resolved(OperationStatus),
+    /// No such operation.
+    Missing,
+    /// It has already ended: nothing done.
+    Refused(OperationStatus),
+    /// A worker holds it under a lease that ends at this instant: its call may be in
+    /// flight, so nothing done.
+    Leased(i64),
+}
+
+/// The reason kept for an operation an operator found did not happen.
+pub fn not_happened_reason(reason: &str) -> String {
+    bounded_reason(&format!("an operator found it did not happen: {reason}"))
+}
+
+/// Whether `operation` may be settled by hand at `now`: not ended, and no worker
+/// holds a live lease on it (pending, or `unknown` as [`STATES`] says). The state it is settled from (`pending` or `processing`)
+/// and what it was waiting on, for the operator log.
+///
+/// # Errors
+///
+/// What `resolve` answers instead.
+pub fn resolvable(operation: &Operation, now: Now) -> Result<(&'static str, String), Resolved> {
+    match operation.status {
+        OperationStatus::Pending | OperationStatus::Processing => {}
+        status => return Err(Resolved::Refused(status)),
+    }
+    // `unknown` as `list` means it: a processing operation whose lease has ended, or
+    // whose attempt ended without an outcome and waits out a backoff (its reason kept).
+    let outbox = &operation.outbox;
+    if let (OperationStatus::Processing, Some(until), None) =
+        (operation.status, outbox.lease_until, &outbox.last_reason)
+    {
+        if until > now.get() {
+            return Err(Resolved::Leased(until));
+        }
+    }
+    let was = outbox.last_reason.clone().unwrap_or_else(|| "no reason given".to_owned());
+    Ok((operation.status.as_str(), was))
+}
+
 /// What an operator reads of a ledger and does to it. Every statement behind it is
 /// index-backed, and every write is one transaction recorded in the operator log.
 pub trait OperatorStore {
@@ -269,6 +325,23 @@ pub trait OperatorStore {
         reason: &str,
         now: Now,
     ) -> Result<Requeued, StoreError>;
+
+    /// Settles an operation whose outcome is unknown as the operator found it: with the
+    /// downstream's result (`succeeded`, commit C by the operator) or as not having
+    /// happened (`failed`), and appends the action, the operator's reason and what it was
+    /// waiting on to the operator log — one transaction, and only when
+    /// [`resolvable`] allows. Anything else is answered back and nothing is written.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn resolve(
+        &mut self,
+        status_ref: &StatusRef,
+        settlement: &Settlement,
+        reason: &str,
+        now: Now,
+    ) -> Result<Resolved, StoreError>;
 
     /// Retires finished operations (succeeded, failed, quarantined, dead) unchanged since
     /// `cutoff`: each leaves a tombstone (its status ref — a digest of its scope — its

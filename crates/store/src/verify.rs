@@ -388,7 +388,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         if raw_local.downstream_request_ref != operation.downstream_request_ref {
             return Err(violation("local receipt names another downstream request"));
         }
-        if !matches!(raw_local.finalized_by.as_str(), "worker" | "status_query") {
+        if !matches!(raw_local.finalized_by.as_str(), "worker" | "status_query" | "operator") {
             return Err(Flaw::OutOfStep("local receipt's finalizer is unknown"));
         }
         let receipt = downstream(
@@ -467,7 +467,7 @@ const RECEIPT_MEMBERS: [&str; 6] = [
 
 /// Checks a stored terminal outcome: its kind, finalizer, reason and kept receipt.
 fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
-    if !matches!(raw.finalized_by.as_str(), "worker" | "status_query")
+    if !matches!(raw.finalized_by.as_str(), "worker" | "status_query" | "operator")
         || !(1..=512).contains(&raw.reason.len())
     {
         return Err(Flaw::OutOfStep("terminal outcome's finalizer or reason is out of domain"));

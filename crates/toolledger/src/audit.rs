@@ -99,8 +99,9 @@ impl Audit {
         &self.report
     }
 
-    /// The audit package: PASS with `checks`, `counts` and the unreconciled receipts,
-    /// or BLOCK `AUDIT_FAILED` with the same plus `findings`.
+    /// The audit package: PASS with `checks`, `counts`, the unreconciled receipts and
+    /// the operations an operator resolved by hand, or BLOCK `AUDIT_FAILED` with the
+    /// same plus `findings`.
     ///
     /// ```
     /// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-package");
@@ -129,6 +130,7 @@ impl Audit {
                 "checks": checks,
                 "counts": counts,
                 "unreconciled_downstream_receipts": report.unreconciled_downstream_receipts,
+                "resolved_by_operator": report.resolved_by_operator,
             });
         }
         let findings: Vec<Value> = report
@@ -145,6 +147,7 @@ impl Audit {
             "checks": checks,
             "counts": counts,
             "unreconciled_downstream_receipts": report.unreconciled_downstream_receipts,
+            "resolved_by_operator": report.resolved_by_operator,
             "findings": findings,
         })
     }

@@ -97,8 +97,10 @@ pub mod http {
     };
 }
 
+pub use toolledger_engine::{Evidence, Resolution};
 pub use toolledger_store::{
-    DownstreamReceipt, Figures, ListFilter, Listed, Now, Requeued, STAND_IN_NAME, STATES,
+    DownstreamReceipt, Figures, ListFilter, Listed, Now, OperationStatus, Requeued, Resolved,
+    STAND_IN_NAME, STATES,
 };
 pub use toolledger_store_sqlite::{Migrated, SCHEMA_ID};
 
@@ -587,6 +589,46 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         Ok(Reply::from(self.engine.status_by_ref(&asking, status_ref)?))
     }
 
+    /// Settles by hand an operation whose outcome no status query could tell: with the
+    /// downstream's result the operator found ([`Evidence::Output`], checked against the
+    /// operation and the tool's output contract as a downstream's receipt is), or as not
+    /// having happened ([`Evidence::NotHappened`]: it ends `failed`, and a
+    /// [`requeue`] sends it again). Only an operation that is pending, or unknown (no
+    /// worker holds a live lease on it), is settled; the action, `reason` and what it
+    /// was waiting on go to the append-only operator log in the same transaction, and
+    /// `show` and the audit list it. `now`: the instant (the wall clock when `None`).
+    ///
+    /// # Errors
+    ///
+    /// An [`Error`] when the store fails (nothing is then written); `USAGE_ERROR` when
+    /// `reason` is not one [`operator_reason`] keeps.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("resolve");
+    /// use toolledger::{Evidence, Resolution, Resolved};
+    /// let status_ref = ledger.enqueue(&call)?.status_ref().unwrap().clone();
+    /// let settled = ledger.resolve(&status_ref, &Evidence::NotHappened, "the bank has no such refund", None)?;
+    /// assert_eq!(settled, Resolution::Store(Resolved::Resolved(toolledger::OperationStatus::Failed)));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn resolve(
+        &mut self,
+        status_ref: &StatusRef,
+        evidence: &Evidence,
+        reason: &str,
+        now: Option<i64>,
+    ) -> Result<Resolution, Error> {
+        let reason = operator_reason(reason).ok_or_else(|| {
+            Error::invalid(format!(
+                "the reason must be 1 to {REASON_BYTES_MAX} bytes of text without control characters"
+            ))
+        })?;
+        let now = UnixSeconds::new(now.unwrap_or_else(wall_clock))
+            .map_err(|_| Error::invalid("the instant is out of range".to_owned()))?;
+        Ok(self.engine.resolve(status_ref, evidence, reason, now)?)
+    }
+
     /// The downstream, e.g. to arm a [`drill::Switch`] or read a test double.
     ///
     /// ```
@@ -630,8 +672,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
 
 /// Upgrades the store at `location` to the current schema, after an online backup to a
 /// sibling file (see [`Migrated`]). `legacy` is the downstream every existing operation
-/// belongs to (older stores did not record it). A PostgreSQL ledger has no older
-/// version: it is checked and answered [`Migrated::Current`].
+/// belongs to (older stores did not record it). A PostgreSQL ledger is upgraded in one
+/// transaction, without a copy.
 ///
 /// # Errors
 ///
@@ -656,9 +698,16 @@ pub fn migrate(
 ) -> Result<Migrated, Error> {
     let path = match location.into() {
         Location::Sqlite(path) => path,
-        postgres => {
-            Store::open_existing(&postgres, waits, StoreClock::Database)?;
-            return Ok(Migrated::Current);
+        Location::Postgres(url) => {
+            return Ok(match toolledger_store_postgres::migrate(&url, waits)? {
+                None => Migrated::Current,
+                Some((from, operations)) => Migrated::Upgraded {
+                    from,
+                    to: toolledger_store_postgres::SCHEMA_VERSION,
+                    backup: None,
+                    operations,
+                },
+            });
         }
     };
     let now = UnixSeconds::new(wall_clock())

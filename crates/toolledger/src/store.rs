@@ -8,8 +8,8 @@ use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, S
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
     Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
-    Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Shown, StandInReceipts,
-    StoreError, Waits,
+    Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Resolved, Settlement,
+    Shown, StandInReceipts, StoreError, Waits,
 };
 use toolledger_store_postgres::{Clock, PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
@@ -310,6 +310,8 @@ impl OperatorStore for Store {
         list(filter: &ListFilter<'_>, show_arguments: bool, now: Now) -> Vec<Listed>;
         show(status_ref: &StatusRef) -> Shown;
         requeue(status_ref: &StatusRef, reason: &str, now: Now) -> Requeued;
+        resolve(status_ref: &StatusRef, settlement: &Settlement, reason: &str, now: Now)
+            -> Resolved;
         retire(cutoff: Now, now: Now, limit: usize) -> usize;
         figures(now: Now) -> Figures;
     }

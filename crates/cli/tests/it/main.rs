@@ -117,12 +117,13 @@ impl Dir {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
         command.current_dir(&self.0).args(args);
         // The commands that open a ledger; `demo`, `--help` and `--version` take no `--db`.
-        const LEDGER_COMMANDS: [&str; 14] = [
+        const LEDGER_COMMANDS: [&str; 15] = [
             "dispatch", "enqueue", "process", "status", "audit", "migrate", "relay", "list",
-            "show", "requeue", "metrics", "gc", "serve", "mcp",
+            "show", "requeue", "resolve", "metrics", "gc", "serve", "mcp",
         ];
         // The commands that take leases (or the clock), and so `--store-clock`.
-        const LEASE_COMMANDS: [&str; 5] = ["dispatch", "enqueue", "process", "status", "relay"];
+        const LEASE_COMMANDS: [&str; 6] =
+            ["dispatch", "enqueue", "process", "status", "relay", "resolve"];
         if let Some(postgres) = &self.1 {
             // (`tools list` opens none: `list` there is a subcommand of `tools`.)
             let opens_ledger = args.first() != Some(&"tools")

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use crate::{Dir, workspace};
 
-/// The SDK version the tests drive the gateway with.
-const MCP_SDK: &str = "mcp==2.3.0";
+/// The SDK version the tests drive the gateway with (the peers' one pin, shared with the bench).
+const MCP_SDK: &str = include_str!("../../../mcp/tests/peers/requirements.txt").trim_ascii();
 /// The published upstream.
 const SERVER_MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 /// The official conformance suite: 0.1.13 is its last release that runs on Node 20
@@ -45,6 +45,33 @@ fn python() -> &'static Path {
         }
         python
     })
+}
+
+/// The gateway's command line for `config`, run through a shell that writes the
+/// gateway's pid to the returned file first (so a test can SIGKILL the gateway itself).
+fn pid_wrapped(dir: &Dir, config: &Path) -> (PathBuf, Vec<String>) {
+    let pid_file = dir.join("gateway.pid");
+    let mut wrapped = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("echo $$ > '{}'; exec \"$@\"", pid_file.display()),
+        "sh".to_owned(),
+    ];
+    wrapped.extend(gateway(dir, config));
+    (pid_file, wrapped)
+}
+
+/// The SDK host over stdio of `server`, its steps to be written to its stdin.
+fn host_of(server: &[String]) -> std::process::Child {
+    Command::new(python())
+        .arg(peer("host.py"))
+        .arg("--")
+        .args(server)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// The npm packages' directory, installed once (and kept between runs).
@@ -229,6 +256,12 @@ fn code(answer: &Value) -> String {
     }
 }
 
+/// The wall clock, in Unix seconds.
+fn unix_now() -> i64 {
+    let elapsed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    i64::try_from(elapsed.as_secs()).unwrap()
+}
+
 /// The ledger's own audit of the test's ledger passes.
 fn audit_passes(dir: &Dir) {
     let audit = dir.run(&["audit"]);
@@ -364,6 +397,81 @@ fn an_upstream_that_commits_and_drops_the_stream_is_unknown_until_its_lookup_rec
     assert_eq!(later[2]["meta"]["io.toolledger/replayed"], true);
     assert_eq!(payments(&dir).len(), 1, "exactly one effect for the key");
     audit_passes(&dir);
+}
+
+/// An upstream without a lookup tool: the status query answers unknown, honestly, and an
+/// operator settles it with the upstream's result they found (`toolledger resolve`,
+/// checked against the tool's output schema); the key then replays that result.
+#[test]
+fn an_unknown_no_lookup_can_tell_is_settled_by_an_operator_with_the_upstreams_result() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let lookup = text.lines().find(|line| line.starts_with("lookup = ")).unwrap().to_owned();
+    dir.write("toolledger.toml", text.replace(&lookup, "").as_bytes());
+    faults(&dir, json!({"drop_after_commit": ["ord-7"]}));
+    let first = host(&gateway(&dir, &config), &json!([pay("ord-7", 900, "pay-ord-7")]), LIMIT);
+    assert_eq!(code(&first[0]), "OUTCOME_UNKNOWN", "{}", first[0]);
+    let status_ref =
+        first[0]["structuredContent"]["detail"]["status_ref"].as_str().unwrap().to_owned();
+    faults(&dir, json!({}));
+    let asked = host(
+        &gateway(&dir, &config),
+        &json!([call("toolledger_status", json!({"status_ref": status_ref}))]),
+        LIMIT,
+    );
+    assert_eq!(code(&asked[0]), "OUTCOME_UNKNOWN", "{}", asked[0]);
+
+    // The operator finds the payment in the provider's own records.
+    let found = rusqlite::Connection::open(dir.join("payments.sqlite3"))
+        .unwrap()
+        .query_row(
+            "SELECT payment_id, amount_minor FROM payments WHERE order_id = 'ord-7'",
+            [],
+            |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)),
+        )
+        .unwrap();
+    let payment = json!({"payment_id": found.0, "order_id": "ord-7", "amount_minor": found.1,
+        "currency": "USD", "status": "captured"});
+    let result = json!({"content": [{"type": "text", "text": payment.to_string()}],
+        "structuredContent": payment, "isError": false});
+    let later = (unix_now() + 3600).to_string();
+    let resolve = |file: &str| {
+        dir.run(&[
+            "resolve",
+            "--config",
+            &config.display().to_string(),
+            "--status-ref",
+            &status_ref,
+            "--receipt",
+            file,
+            "--reason",
+            "the provider's dashboard shows the payment",
+            // Past the lease the gateway's call held (its call may be in flight until then).
+            "--now",
+            &later,
+        ])
+    };
+    let mut off = result.clone();
+    off["structuredContent"]["amount_minor"] = json!("900");
+    dir.write("off.json", off.to_string().as_bytes());
+    let refused = resolve("off.json");
+    assert_eq!(
+        (refused.code, refused.text("/code")),
+        (1, "INPUT_INVALID".to_owned()),
+        "{refused:?}"
+    );
+    dir.write("result.json", result.to_string().as_bytes());
+    let settled = resolve("result.json");
+    assert_eq!((settled.code, settled.text("/status")), (0, "succeeded".to_owned()), "{settled:?}");
+
+    let replayed = host(&gateway(&dir, &config), &json!([pay("ord-7", 900, "pay-ord-7")]), LIMIT);
+    assert_eq!(code(&replayed[0]), "OK", "{}", replayed[0]);
+    assert_eq!(replayed[0]["structuredContent"], payment);
+    assert_eq!(replayed[0]["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(payments(&dir).len(), 1, "exactly one effect for the key");
+    audit_passes(&dir);
+    assert_eq!(dir.run(&["audit"]).answer()["resolved_by_operator"], json!([status_ref]));
 }
 
 #[test]
@@ -535,14 +643,7 @@ fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave
         seed ^= seed << 17;
         seed
     };
-    let pid_file = dir.join("gateway.pid");
-    let mut wrapped = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!("echo $$ > '{}'; exec \"$@\"", pid_file.display()),
-        "sh".to_owned(),
-    ];
-    wrapped.extend(gateway(&dir, &config));
+    let (pid_file, wrapped) = pid_wrapped(&dir, &config);
     // (key, the payment an OK answer named)
     let mut acknowledged: Vec<(String, String)> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
@@ -553,15 +654,7 @@ fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave
         keys.extend(round_keys);
         let _ = std::fs::remove_file(&pid_file);
         let before = operations(&dir);
-        let mut child = Command::new(python())
-            .arg(peer("host.py"))
-            .arg("--")
-            .args(&wrapped)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = host_of(&wrapped);
         child
             .stdin
             .take()
@@ -912,7 +1005,7 @@ fn a_tool_a_person_approves_asks_through_elicitation_in_both_protocol_eras_and_b
     assert!(told.contains("elicitation") && told.contains("io.toolledger/approval"), "{told}");
     // The host presents an approval it obtained itself; one by somebody not eligible is
     // refused.
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let now = unix_now();
     let grant = |approver: &str| {
         json!({"io.toolledger/approval": {"approval_id": "appr-53", "approver_id": approver,
             "approved_at": now - 5, "expires_at": now + 60}})
@@ -944,23 +1037,8 @@ fn toolledger_relay_learns_the_upstreams_and_settles_what_a_killed_gateway_left(
     // The payment commits 1.5 s into its call, and the gateway is killed 2.5 s after the
     // host starts it, before the gateway could record it.
     faults(&dir, json!({"delay_ms": 1500}));
-    let pid_file = dir.join("gateway.pid");
-    let mut wrapped = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!("echo $$ > '{}'; exec \"$@\"", pid_file.display()),
-        "sh".to_owned(),
-    ];
-    wrapped.extend(gateway(&dir, &config));
-    let mut child = Command::new(python())
-        .arg(peer("host.py"))
-        .arg("--")
-        .args(&wrapped)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (pid_file, wrapped) = pid_wrapped(&dir, &config);
+    let mut child = host_of(&wrapped);
     child
         .stdin
         .take()

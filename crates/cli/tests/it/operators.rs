@@ -315,3 +315,75 @@ fn gc_frees_the_call_identity_with_the_key() {
     assert_eq!((fresh.code, fresh.text("/delivery")), (0, "fresh".to_owned()), "{fresh:?}");
     assert_eq!(dir.run(&["audit"]).code, 0);
 }
+
+/// `resolve` settles an unknown operation on the operator's word, only once no worker
+/// holds it, logs it, and the audit lists it; everything else is refused, nothing written.
+#[test]
+fn resolve_settles_an_unknown_operation_by_hand_and_the_audit_lists_it() {
+    let dir = Dir::new();
+    let unknown = dir.run(&["--fixture", "case.json", "dispatch", "--failure", "after_claim"]);
+    assert_eq!(unknown.text("/code"), "OUTCOME_UNKNOWN");
+    let status_ref = unknown.text("/status_ref");
+    let resolve = |extra: &[&str]| {
+        let mut args = vec!["resolve", "--status-ref", &status_ref];
+        args.extend_from_slice(extra);
+        dir.run(&args)
+    };
+    let later = (T + 3600).to_string();
+    // While the worker's lease lives its call may be in flight: left alone.
+    let held =
+        resolve(&["--not-happened", "--reason", "checked the bank", "--now", &T.to_string()]);
+    assert_eq!((held.code, held.text("/code")), (1, "LEASE_HELD".to_owned()), "{held:?}");
+    // Bad input: no evidence, both, a reason it would have to cut, a receipt that is not
+    // a readable JSON file, an unknown ref.
+    for (args, code) in [
+        (vec!["--reason", "x"], "USAGE_ERROR"),
+        (vec!["--not-happened", "--receipt", "case.json", "--reason", "x"], "USAGE_ERROR"),
+        (vec!["--not-happened", "--reason", "a\u{1b}b"], "USAGE_ERROR"),
+        (vec!["--receipt", "missing.json", "--reason", "x"], "FIXTURE_IO_ERROR"),
+    ] {
+        resolve(&args).assert_error(code);
+    }
+    dir.write("not-json.json", b"{\"content\": [");
+    resolve(&["--receipt", "not-json.json", "--reason", "x", "--now", &later])
+        .assert_error("FIXTURE_INVALID");
+    // The refund's output schema holds the receipt to the contract: nothing written.
+    dir.write("off-schema.json", br#"{"refund_id": 7}"#);
+    let off = resolve(&["--receipt", "off-schema.json", "--reason", "x", "--now", &later]);
+    assert_eq!((off.code, off.text("/code")), (1, "INPUT_INVALID".to_owned()), "{off:?}");
+    let missing = dir.run(&[
+        "resolve",
+        "--status-ref",
+        "sr_00000000000000000000000000000000",
+        "--not-happened",
+        "--reason",
+        "x",
+    ]);
+    assert_eq!((missing.code, missing.text("/code")), (1, "NOT_FOUND".to_owned()));
+    assert_eq!(dir.run(&["show", "--status-ref", &status_ref]).answer()["status"], "processing");
+
+    let settled =
+        resolve(&["--not-happened", "--reason", "the bank has no such refund", "--now", &later]);
+    assert_eq!((settled.code, settled.text("/status")), (0, "failed".to_owned()), "{settled:?}");
+    let again = resolve(&["--not-happened", "--reason", "twice", "--now", &later]);
+    assert_eq!((again.code, again.text("/code")), (1, "NOT_RESOLVABLE".to_owned()));
+    assert_eq!(again.text("/status"), "failed");
+
+    let shown = dir.run(&["show", "--status-ref", &status_ref]).answer();
+    assert_eq!(shown["operator_log"][0]["action"], "resolve");
+    assert_eq!(shown["operator_log"][0]["from"], "processing");
+    assert_eq!(shown["operator_log"][0]["reason"], "the bank has no such refund");
+    assert_eq!(
+        shown["ended"]["reason"],
+        "an operator found it did not happen: the bank has no such refund"
+    );
+    let audit = dir.run(&["audit"]);
+    assert_eq!(audit.code, 0, "{audit:?}");
+    assert_eq!(audit.answer()["resolved_by_operator"], serde_json::json!([status_ref]));
+    // The key answers how it ended; a requeue sends it again.
+    let replay = dir.run(&["--fixture", "case.json", "dispatch"]);
+    assert_eq!(replay.code, 1, "{replay:?}");
+    assert_eq!(replay.text("/status"), "failed");
+    let requeued = dir.run(&["requeue", "--status-ref", &status_ref, "--reason", "send it"]);
+    assert_eq!(requeued.text("/status"), "pending");
+}

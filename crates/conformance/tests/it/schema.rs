@@ -33,8 +33,8 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
     let raw = db.raw();
     assert_eq!(db.text("PRAGMA journal_mode"), "wal");
-    assert_eq!(db.int("PRAGMA user_version"), 3);
-    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v3");
+    assert_eq!(db.int("PRAGMA user_version"), 4);
+    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v4");
     for table in TABLES {
         let strict: i64 = raw
             .query_row("SELECT strict FROM pragma_table_list WHERE name = ?1", [table], |row| {
@@ -95,7 +95,7 @@ fn foreign_and_old_schemas_are_refused_and_left_untouched() {
          INSERT INTO meta VALUES ('schema_id', 'persistent-tool-runtime-v3');",
         // The right id with the wrong user_version, and the other way round.
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
-         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v3'); PRAGMA user_version = 4;",
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v4'); PRAGMA user_version = 5;",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; PRAGMA user_version = 1;",
         "PRAGMA user_version = 1;",
     ];

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Barrier};
 
 use toolledger_store::{LedgerStore, StoreError, Waits};
-use toolledger_store_postgres::{CHECKS, PgStore, SCHEMA_ID};
+use toolledger_store_postgres::{CHECKS, PgStore, SCHEMA_ID, SCHEMA_VERSION};
 
 use crate::{assert_audit_passes, count, fresh, raw};
 
@@ -25,11 +25,11 @@ fn a_store_is_created_once_and_reopened() {
     let id: String =
         client.query_one("SELECT value FROM meta WHERE key = 'schema_id'", &[]).unwrap().get(0);
     assert_eq!(id, SCHEMA_ID);
-    // The creation is recorded once, as the step to version 3.
+    // The creation is recorded once, as the step to the current version.
     let row = client
         .query_one("SELECT version, from_schema, to_schema, started_at FROM migrations", &[])
         .unwrap();
-    assert_eq!(row.get::<_, i64>(0), 3);
+    assert_eq!(row.get::<_, i64>(0), SCHEMA_VERSION);
     assert_eq!(row.get::<_, String>(1), "none");
     assert_eq!(row.get::<_, String>(2), SCHEMA_ID);
     assert!(row.get::<_, i64>(3) > 1_700_000_000);
@@ -166,4 +166,57 @@ fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
     assert_eq!(tombstones.1, None);
     let operations = report.counts.iter().find(|(table, _)| *table == "operations").unwrap();
     assert_eq!(operations.1, Some(0));
+}
+
+/// What a v3 store holds that a v4 one does not: its four CHECKs, its id and its
+/// creation step (the only differences between the two versions).
+const AS_V3: &str = "\
+ALTER TABLE local_receipts DROP CONSTRAINT local_receipts_finalized_by_check, \
+    ADD CONSTRAINT local_receipts_finalized_by_check CHECK (finalized_by IN ('worker', 'status_query'));
+ALTER TABLE terminal_outcomes DROP CONSTRAINT terminal_outcomes_finalized_by_check, \
+    ADD CONSTRAINT terminal_outcomes_finalized_by_check CHECK (finalized_by IN ('worker', 'status_query'));
+ALTER TABLE operator_log DROP CONSTRAINT operator_log_action_check, \
+    ADD CONSTRAINT operator_log_action_check CHECK (action IN ('requeue'));
+ALTER TABLE operator_log DROP CONSTRAINT operator_log_from_state_check, \
+    ADD CONSTRAINT operator_log_from_state_check CHECK (from_state IN ('failed', 'dead'));
+UPDATE meta SET value = 'toolledger-store-v3' WHERE key = 'schema_id';
+UPDATE migrations SET version = 3, to_schema = 'toolledger-store-v3';
+";
+
+/// A v3 store is refused until migrated; `migrate` upgrades it in one transaction to
+/// exactly a new store's objects (every CHECK's definition included), records the step,
+/// and leaves a current store alone; a v3 store changed by hand is not migrated.
+#[test]
+fn a_v3_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
+    let url = fresh("v3_migrated");
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    let mut client = raw(&url);
+    client.batch_execute(AS_V3).unwrap();
+    let refused = PgStore::connect_existing(&url, Waits::default()).map(drop);
+    assert!(matches!(refused, Err(StoreError::SchemaOutdated { version: 3 })), "{refused:?}");
+    let migrate = || toolledger_store_postgres::migrate(&url, Waits::default());
+    assert_eq!(migrate().unwrap(), Some((3, 0)));
+    assert_eq!(migrate().unwrap(), None);
+    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    assert_audit_passes(&mut store);
+    let steps: Vec<String> = client
+        .query("SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(steps, ["none>toolledger-store-v3", "toolledger-store-v3>toolledger-store-v4"]);
+
+    let changed = fresh("v3_changed");
+    drop(PgStore::connect(&changed, Waits::default()).unwrap());
+    let mut client = raw(&changed);
+    client.batch_execute(AS_V3).unwrap();
+    client
+        .batch_execute("ALTER TABLE operator_log DROP CONSTRAINT operator_log_was_check")
+        .unwrap();
+    let refused = toolledger_store_postgres::migrate(&changed, Waits::default());
+    assert!(matches!(refused, Err(StoreError::SchemaUnsupported)), "{refused:?}");
+    let id: String =
+        client.query_one("SELECT value FROM meta WHERE key = 'schema_id'", &[]).unwrap().get(0);
+    assert_eq!(id, "toolledger-store-v3", "a refused migration writes nothing");
 }

@@ -74,12 +74,12 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
     assert_eq!(std::fs::read(&path).unwrap(), original);
 
-    let Migrated::Upgraded { from, to, backup, operations } =
+    let Migrated::Upgraded { from, to, backup: Some(backup), operations } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (1, 3, 5));
+    assert_eq!((from, to, operations), (1, 4, 5));
     // The backup is the v1 store, beside it.
     assert_eq!(backup.parent(), path.parent());
     assert_eq!(int(&backup, "PRAGMA user_version"), 1);
@@ -88,7 +88,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     // Every row and every digest kept; the downstream recorded; the step logged.
     let after: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
     assert_eq!(after, kept);
-    assert_eq!(int(&path, "PRAGMA user_version"), 3);
+    assert_eq!(int(&path, "PRAGMA user_version"), 4);
     assert_eq!(text(&path, "PRAGMA journal_mode"), "wal");
     assert_eq!(
         int(
@@ -103,7 +103,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
             &path,
             "SELECT group_concat(from_schema || '>' || to_schema, ' ') FROM (SELECT * FROM migrations ORDER BY version)"
         ),
-        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3"
+        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3 toolledger-store-v3>toolledger-store-v4"
     );
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
@@ -191,12 +191,12 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
     let err = toolledger::audit(&path).unwrap_err();
     assert_eq!(err.code(), ErrorCode::SchemaUnsupported);
 
-    let Migrated::Upgraded { from, to, backup, operations } =
+    let Migrated::Upgraded { from, to, backup: Some(backup), operations } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (2, 3, 8));
+    assert_eq!((from, to, operations), (2, 4, 8));
     assert_eq!(dump(&backup), dump(&workspace("fixtures/v2-store.sqlite3")));
     assert_eq!(KEPT.iter().map(|sql| text(&path, sql)).collect::<Vec<_>>(), kept);
     assert_eq!(text(&path, states), before_states);
@@ -223,7 +223,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
             &path,
             "SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version DESC LIMIT 1"
         ),
-        "toolledger-store-v2>toolledger-store-v3"
+        "toolledger-store-v3>toolledger-store-v4"
     );
     // The one quarantined receipt is the audit's only finding, as it was under v2.
     let audit = toolledger::audit(&path).unwrap();
@@ -283,7 +283,7 @@ fn the_backup_never_follows_a_symlink_and_a_killed_migrate_leaves_no_obstacle() 
     let leftover = dir.join(&format!("ledger.sqlite3.v1-backup-{}", now - 1));
     std::fs::write(&leftover, b"").unwrap();
 
-    let Migrated::Upgraded { backup, .. } =
+    let Migrated::Upgraded { backup: Some(backup), .. } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded")
@@ -341,6 +341,14 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
     let path = dir.join("ledger.sqlite3");
     std::fs::copy(workspace("fixtures/v3-store.sqlite3"), &path).unwrap();
     let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
+    // v3 is refused until migrated; the step to v4 only widens checks, every row kept.
+    assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
+    let Migrated::Upgraded { from: 3, to: 4, operations: 4.., .. } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded from v3")
+    };
+    assert_eq!(KEPT.iter().map(|sql| text(&path, sql)).collect::<Vec<_>>(), kept);
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
     assert_eq!(audit.package()["unreconciled_downstream_receipts"].as_array().unwrap().len(), 1);
