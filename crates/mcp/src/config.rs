@@ -65,6 +65,13 @@ pub(crate) enum Transport {
         dir: PathBuf,
         env: Vec<(String, String)>,
     },
+    /// A server at a Streamable HTTP URL (`http://` only).
+    Http {
+        url: String,
+        /// The bearer token it expects, read from the environment variable the
+        /// configuration names (no secret is written in the file).
+        bearer: Option<String>,
+    },
 }
 
 /// Whether calls of a tool go through the ledger.
@@ -238,26 +245,18 @@ fn upstream(
         file,
         &at,
         value,
-        &["command", "env", "identity", "timeout_ms", "tools", "$comment"],
+        &["command", "env", "url", "bearer_env", "identity", "timeout_ms", "tools", "$comment"],
     )?;
-    let command = match members.get("command") {
-        Some(Value::Array(words)) if !words.is_empty() && words.len() <= 64 => words
-            .iter()
-            .map(|word| word.as_str().filter(|word| !word.is_empty()).map(str::to_owned))
-            .collect::<Option<Vec<_>>>(),
-        _ => None,
-    }
-    .ok_or_else(|| {
-        refused(file, &format!("{at}/command"), "must be the program and its arguments, strings")
-    })?;
-    let env = match members.get("env") {
-        None => Vec::new(),
-        Some(Value::Object(env)) => env
-            .iter()
-            .map(|(key, value)| value.as_str().map(|value| (key.clone(), value.to_owned())))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| refused(file, &format!("{at}/env"), "values must be strings"))?,
-        Some(_) => return Err(refused(file, &format!("{at}/env"), "must be a table")),
+    let transport = match (members.get("command"), members.get("url")) {
+        (Some(_), None) => child(file, dir, &at, members)?,
+        (None, Some(_)) => http(file, &at, members)?,
+        _ => {
+            return Err(refused(
+                file,
+                &at,
+                "name either a command (a child process over stdio) or a url (Streamable HTTP)",
+            ));
+        }
     };
     let identity = match text(file, &format!("{at}/identity"), members.get("identity"))? {
         None => (format!("mcp-{name}"), "1".to_owned()),
@@ -285,15 +284,62 @@ fn upstream(
             tools.insert(tool.clone(), policy(file, &format!("{at}/tools/{tool}"), value)?);
         }
     }
+    Ok(UpstreamDecl { name: name.to_owned(), transport, identity, timeout, tools })
+}
+
+/// A child process's command and environment.
+fn child(
+    file: &str,
+    dir: &std::path::Path,
+    at: &str,
+    members: &Map<String, Value>,
+) -> Result<Transport, String> {
+    let command = match members.get("command") {
+        Some(Value::Array(words)) if !words.is_empty() && words.len() <= 64 => words
+            .iter()
+            .map(|word| word.as_str().filter(|word| !word.is_empty()).map(str::to_owned))
+            .collect::<Option<Vec<_>>>(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        refused(file, &format!("{at}/command"), "must be the program and its arguments, strings")
+    })?;
+    let env = match members.get("env") {
+        None => Vec::new(),
+        Some(Value::Object(env)) => env
+            .iter()
+            .map(|(key, value)| value.as_str().map(|value| (key.clone(), value.to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| refused(file, &format!("{at}/env"), "values must be strings"))?,
+        Some(_) => return Err(refused(file, &format!("{at}/env"), "must be a table")),
+    };
     let mut words = command.into_iter();
     let program = words.next().unwrap_or_default();
-    Ok(UpstreamDecl {
-        name: name.to_owned(),
-        transport: Transport::Child { program, args: words.collect(), dir: dir.to_path_buf(), env },
-        identity,
-        timeout,
-        tools,
-    })
+    Ok(Transport::Child { program, args: words.collect(), dir: dir.to_path_buf(), env })
+}
+
+/// A Streamable HTTP server's URL and bearer token.
+fn http(file: &str, at: &str, members: &Map<String, Value>) -> Result<Transport, String> {
+    if members.contains_key("env") {
+        return Err(refused(file, &format!("{at}/env"), "is for a command, not a url"));
+    }
+    let url = text(file, &format!("{at}/url"), members.get("url"))?.unwrap_or_default();
+    crate::upstream_http::HttpClient::new(&url)
+        .map_err(|why| refused(file, &format!("{at}/url"), why))?;
+    let bearer = match text(file, &format!("{at}/bearer_env"), members.get("bearer_env"))? {
+        None => None,
+        Some(variable) => {
+            let token = std::env::var(&variable).ok().filter(|token| !token.is_empty());
+            Some(token.ok_or_else(|| {
+                refused(
+                    file,
+                    &format!("{at}/bearer_env"),
+                    format!("the environment variable {variable} holds no token"),
+                )
+            })?)
+        }
+    };
+    Ok(Transport::Http { url, bearer })
 }
 
 fn policy(file: &str, at: &str, value: &Value) -> Result<ToolPolicy, String> {

@@ -31,6 +31,7 @@ mod gateway;
 mod http;
 mod tools;
 mod upstream;
+mod upstream_http;
 
 use std::{
     collections::HashMap,

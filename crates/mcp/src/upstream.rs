@@ -5,12 +5,18 @@ use rmcp::{
     RoleClient, ServiceError, ServiceExt,
     model::{CallToolRequestParams, ErrorCode, MetaObject, RequestMetaObject},
     service::{Peer, RunningService},
-    transport::TokioChildProcess,
+    transport::{
+        StreamableHttpClientTransport, TokioChildProcess,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+    },
 };
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
-use crate::config::{Transport, UpstreamDecl};
+use crate::{
+    config::{Transport, UpstreamDecl},
+    upstream_http::HttpClient,
+};
 
 /// How one call to an upstream went, when it produced no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,16 +44,28 @@ impl Upstream {
     }
 
     async fn connect(&self) -> Result<RunningService<RoleClient, ()>, String> {
-        let Transport::Child { program, args, dir, env } = &self.decl.transport;
-        let mut command = tokio::process::Command::new(program);
-        command.args(args).current_dir(dir).envs(env.iter().cloned()).kill_on_drop(true);
-        let transport = TokioChildProcess::new(command).map_err(|err| {
-            format!("could not start upstream {}: {}", self.decl.name, err.kind())
-        })?;
-        match tokio::time::timeout(self.decl.timeout, ().serve(transport)).await {
+        let name = &self.decl.name;
+        let serving = match &self.decl.transport {
+            Transport::Child { program, args, dir, env } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).current_dir(dir).envs(env.iter().cloned()).kill_on_drop(true);
+                let transport = TokioChildProcess::new(command)
+                    .map_err(|err| format!("could not start upstream {name}: {}", err.kind()))?;
+                tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
+            }
+            Transport::Http { url, bearer } => {
+                let client =
+                    HttpClient::new(url).map_err(|why| format!("upstream {name}'s url {why}"))?;
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                config.auth_header.clone_from(bearer);
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
+            }
+        };
+        match serving {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(err)) => Err(format!("upstream {} did not initialize: {err}", self.decl.name)),
-            Err(_) => Err(format!("upstream {} did not initialize in time", self.decl.name)),
+            Ok(Err(err)) => Err(format!("upstream {name} did not initialize: {err}")),
+            Err(_) => Err(format!("upstream {name} did not initialize in time")),
         }
     }
 

@@ -474,6 +474,118 @@ fn an_unknown_no_lookup_can_tell_is_settled_by_an_operator_with_the_upstreams_re
     assert_eq!(dir.run(&["audit"]).answer()["resolved_by_operator"], json!([status_ref]));
 }
 
+/// The payments server over Streamable HTTP (the SDK's own app under uvicorn), on a
+/// port of its choosing: the child, and its `/mcp` URL. Killed when the test ends.
+struct HttpUpstream(std::process::Child, String);
+
+impl HttpUpstream {
+    fn start(dir: &Dir) -> HttpUpstream {
+        let port_file = dir.join("payments.port");
+        let _ = std::fs::remove_file(&port_file);
+        let child = Command::new(python())
+            .arg(peer("payments.py"))
+            .env("PAYMENTS_STATE", dir.join("payments.sqlite3"))
+            .env("PAYMENTS_FAULTS", dir.join("faults.json"))
+            .env("PAYMENTS_HTTP_PORT_FILE", &port_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let port = loop {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                break port;
+            }
+            assert!(started.elapsed() < LIMIT, "the HTTP upstream never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        HttpUpstream(child, format!("http://127.0.0.1:{}/mcp", port.trim()))
+    }
+}
+
+impl Drop for HttpUpstream {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The payments configuration with the upstream at `url` instead of a command.
+fn http_config(dir: &Dir, url: &str) -> PathBuf {
+    let config = payments_config(dir, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let command = text.lines().find(|line| line.starts_with("command = ")).unwrap().to_owned();
+    let env = text.lines().find(|line| line.starts_with("env = ")).unwrap().to_owned();
+    let text = text.replace(&command, &format!("url = {url:?}")).replace(&env, "");
+    dir.write("toolledger.toml", text.as_bytes());
+    config
+}
+
+/// An upstream at a Streamable HTTP URL is fronted as one over stdio is: a retry replays
+/// without a second payment, another intent conflicts; a server that commits and dies
+/// mid-answer is unknown until, back up, its lookup reconciles it.
+#[test]
+fn an_upstream_over_streamable_http_is_ledgered_and_its_lost_answer_reconciled() {
+    let dir = Dir::new();
+    faults(&dir, json!({"drop_after_commit": ["ord-9"]}));
+    let upstream = HttpUpstream::start(&dir);
+    let config = http_config(&dir, &upstream.1);
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([
+            pay("ord-8", 1200, "pay-ord-8"),
+            pay("ord-8", 1200, "pay-ord-8"),
+            pay("ord-8", 1300, "pay-ord-8"),
+            call("list_payments", json!({})),
+            pay("ord-9", 1400, "pay-ord-9"),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&answers[0]), "OK", "{}", answers[0]);
+    assert_eq!(answers[1]["structuredContent"], answers[0]["structuredContent"]);
+    assert_eq!(answers[1]["meta"]["io.toolledger/replayed"], true);
+    assert_eq!(code(&answers[2]), "IDEMPOTENCY_CONFLICT");
+    assert_eq!(answers[3]["structuredContent"]["count"], 1, "a read passes through");
+    assert_eq!(code(&answers[4]), "OUTCOME_UNKNOWN", "{}", answers[4]);
+    let status_ref =
+        answers[4]["structuredContent"]["detail"]["status_ref"].as_str().unwrap().to_owned();
+    drop(upstream);
+
+    faults(&dir, json!({}));
+    let upstream = HttpUpstream::start(&dir);
+    let config = http_config(&dir, &upstream.1);
+    let later = host(
+        &gateway(&dir, &config),
+        &json!([
+            call("toolledger_status", json!({"status_ref": status_ref})),
+            pay("ord-9", 1400, "pay-ord-9"),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&later[0]), "OK", "{}", later[0]);
+    assert_eq!(later[0]["structuredContent"]["order_id"], "ord-9");
+    assert_eq!(later[1]["meta"]["io.toolledger/replayed"], true);
+    let made = payments(&dir);
+    assert_eq!(
+        made.iter().map(|(order, _)| order.as_str()).collect::<Vec<_>>(),
+        ["ord-8", "ord-9"]
+    );
+    audit_passes(&dir);
+}
+
+/// An upstream URL the gateway cannot use is refused at start, saying why.
+#[test]
+fn an_https_or_malformed_upstream_url_is_refused_at_start() {
+    let dir = Dir::new();
+    for (url, why) in [("https://payments.example/mcp", "TLS"), ("ftp://x/mcp", "http://")] {
+        let config = http_config(&dir, url);
+        let run = dir.run(&["mcp", "--config", &config.display().to_string()]);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains(why), "{}", run.stderr);
+    }
+}
+
 #[test]
 fn a_hanging_upstream_is_bounded_by_its_timeout_and_stays_unknown_without_a_second_send() {
     let dir = Dir::new();

@@ -1,7 +1,10 @@
 """Test upstream MCP server: a payments API with real, countable side effects.
 
 Run as ``python payments.py``; it speaks MCP over stdio (both the handshake era
-and the 2026-07-28 per-request era, as the official Python SDK serves them).
+and the 2026-07-28 per-request era, as the official Python SDK serves them). With
+``PAYMENTS_HTTP_PORT_FILE`` set it serves Streamable HTTP instead, at ``/mcp`` on a
+loopback port of its own choosing (the SDK's Starlette app under uvicorn), and
+writes that port to the file once it listens.
 
 Every ``create_payment`` execution inserts one row into the SQLite file named
 by ``PAYMENTS_STATE`` and commits it before anything is answered. The server
@@ -365,9 +368,29 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
     )
 
 
+async def serve_http(server: Server, port_file: str) -> None:
+    """Serve Streamable HTTP on a loopback port; its number goes to ``port_file``."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    written = Path(port_file + ".tmp")
+    written.write_text(str(sock.getsockname()[1]), encoding="utf-8")
+    written.replace(port_file)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
 async def main() -> None:
     conn = open_state()
     server = build_server(conn)
+    port_file = os.environ.get("PAYMENTS_HTTP_PORT_FILE")
+    if port_file:
+        await serve_http(server, port_file)
+        return
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
