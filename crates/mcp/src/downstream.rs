@@ -13,6 +13,7 @@ use toolledger::{
 
 use crate::{
     config::LookupDecl,
+    relay::HostCall,
     tools::recorded,
     upstream::{CallError, Upstream},
 };
@@ -47,6 +48,8 @@ pub struct McpDownstream {
     runtime: tokio::runtime::Handle,
     /// Set when the host cancels the call being worked: checked right before sending.
     cancelled: Option<CancellationToken>,
+    /// The host waiting on the call being worked, for the upstream's progress and logs.
+    host: Option<HostCall>,
 }
 
 /// Why an operation cancelled before it was sent ended.
@@ -59,12 +62,14 @@ impl McpDownstream {
         routes: Routes,
         runtime: tokio::runtime::Handle,
     ) -> McpDownstream {
-        McpDownstream { identity, routes, runtime, cancelled: None }
+        McpDownstream { identity, routes, runtime, cancelled: None, host: None }
     }
 
-    /// The host's cancellation of the call about to be worked (`None` after it).
-    pub(crate) fn watch(&mut self, cancelled: Option<CancellationToken>) {
+    /// The host's cancellation of the call about to be worked, and the host waiting on
+    /// it (`None` after it).
+    pub(crate) fn watch(&mut self, cancelled: Option<CancellationToken>, host: Option<HostCall>) {
         self.cancelled = cancelled;
+        self.host = host;
     }
 
     fn route(&self, tool: &str) -> Result<&Route, DownstreamError> {
@@ -106,7 +111,12 @@ impl Downstream for McpDownstream {
         }
         let mut meta = Map::new();
         meta.insert(REQUEST_REF_META.to_owned(), json!(request.downstream_request_ref));
-        let answer = self.runtime.block_on(route.upstream.call(&route.tool, arguments, meta));
+        let answer = self.runtime.block_on(route.upstream.call(
+            &route.tool,
+            arguments,
+            meta,
+            self.host.as_ref(),
+        ));
         match answer {
             Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => {
                 Err(DownstreamError::Refused { reason: error_text(&result) })
@@ -131,7 +141,7 @@ impl Downstream for McpDownstream {
         let mut arguments = Map::new();
         arguments.insert(lookup.key_argument.clone(), json!(request.downstream_request_ref));
         let answer =
-            self.runtime.block_on(route.upstream.call(&lookup.tool, arguments, Map::new()));
+            self.runtime.block_on(route.upstream.call(&lookup.tool, arguments, Map::new(), None));
         let result = match answer {
             Ok(result) if result.get("isError") != Some(&Value::Bool(true)) => result,
             Ok(result) => return Err(DownstreamError::Unknown { reason: error_text(&result) }),

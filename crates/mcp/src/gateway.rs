@@ -10,11 +10,11 @@ use std::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
-        GetPromptResponse, Implementation, InitializeResult, InputRequiredResult,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        ResultType, ServerCapabilities,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+        CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+        InitializeResult, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
     },
     service::RequestContext,
 };
@@ -28,8 +28,9 @@ use crate::{
     config::ApprovalDecl,
     downstream::McpDownstream,
     http::Principal,
+    relay::HostCall,
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
-    upstream::Upstream,
+    upstream::{Serves, Upstream},
 };
 
 /// The provider profile of every call the gateway records: MCP's `tools/call`.
@@ -75,10 +76,12 @@ impl Drop for Held {
     }
 }
 
-/// The gateway; cheap to clone (the host's session holds one).
+/// The gateway; cheap to clone (each host session holds one, [`Gateway::session`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Gateway {
     inner: Arc<Inner>,
+    /// Which host session this one serves (0 before [`Gateway::session`]).
+    session: u64,
 }
 
 #[derive(Debug)]
@@ -90,13 +93,18 @@ struct Inner {
     listing: Vec<Value>,
     ledger: SharedLedger,
     location: Location,
-    /// The upstreams that serve resources, and prompts (indices into `upstreams`).
+    /// The upstreams that serve resources, prompts, completions and `logging/setLevel`
+    /// (indices into `upstreams`).
     resources: Vec<usize>,
     prompts: Vec<usize>,
+    completions: Vec<usize>,
+    logging: Vec<usize>,
     /// Which upstream listed each resource URI and prompt name, as last listed.
     owners: Mutex<HashMap<String, usize>>,
     /// What `initialize` answers.
     info: InitializeResult,
+    /// The last host session number handed out.
+    sessions: std::sync::atomic::AtomicU64,
 }
 
 impl Gateway {
@@ -107,17 +115,24 @@ impl Gateway {
         tools: Vec<Exposed>,
         ledger: SharedLedger,
         location: Location,
-        serves: &[(bool, bool)],
+        serves: &[Serves],
     ) -> Gateway {
-        let which = |pick: fn(&(bool, bool)) -> bool| {
+        let which = |pick: fn(&Serves) -> bool| -> Vec<usize> {
             serves.iter().enumerate().filter(|(_, serves)| pick(serves)).map(|(at, _)| at).collect()
         };
-        let (resources, prompts): (Vec<usize>, Vec<usize>) =
-            (which(|serves| serves.0), which(|serves| serves.1));
+        let (resources, prompts) =
+            (which(|serves| serves.resources), which(|serves| serves.prompts));
+        let (completions, logging) =
+            (which(|serves| serves.completions), which(|serves| serves.logging));
         let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
         listing.push(status_tool());
         let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
-        let info = server_info(!resources.is_empty(), !prompts.is_empty());
+        let info = server_info(&[
+            ("resources", !resources.is_empty()),
+            ("prompts", !prompts.is_empty()),
+            ("completions", !completions.is_empty()),
+            ("logging", !logging.is_empty()),
+        ]);
         Gateway {
             inner: Arc::new(Inner {
                 tenant,
@@ -129,10 +144,25 @@ impl Gateway {
                 location,
                 resources,
                 prompts,
+                completions,
+                logging,
                 owners: Mutex::new(HashMap::new()),
                 info,
+                sessions: std::sync::atomic::AtomicU64::new(0),
             }),
+            session: 0,
         }
+    }
+
+    /// The gateway for a new host session: the same gateway, with a session number of
+    /// its own (an upstream's log messages go once to each session waiting on it).
+    pub(crate) fn session(&self) -> Gateway {
+        let session = self
+            .inner
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(1);
+        Gateway { inner: Arc::clone(&self.inner), session }
     }
 
     /// Who makes the call: the bearer token's principal over HTTP, else the
@@ -201,7 +231,8 @@ impl Gateway {
             .principal(&tenant, &subject)
             .idempotency_key(&key)
             .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
-        let first = self.work(&call, context);
+        let host = HostCall::of(self.session, params, context);
+        let first = self.work(&call, context, &host);
         let Some(approval) = &ledgered.approval else { return answered(first).into() };
         // A new call of a tool a person approves: nothing was written. Ask the person
         // (or read what they answered), bind their approval to this call, and accept it.
@@ -226,7 +257,7 @@ impl Gateway {
         {
             Approved::Grant(grant) => {
                 let approved = call.approval(grant, &[approval.approver.as_str()]);
-                answered(self.work(&approved, context)).into()
+                answered(self.work(&approved, context, &host)).into()
             }
             Approved::Ask(input_required) => CallToolResponse::InputRequired(input_required),
             Approved::Refused(refused) => refused.into(),
@@ -239,6 +270,7 @@ impl Gateway {
         &self,
         call: &Call,
         context: &RequestContext<RoleServer>,
+        host: &HostCall,
     ) -> Result<(Reply, Option<String>), toolledger::Error> {
         // The whole call is worked in one poll, on this worker thread made a blocking
         // one (no hand-off to another thread): once handed to the ledger it runs to its
@@ -247,9 +279,9 @@ impl Gateway {
         tokio::task::block_in_place(|| {
             let mut ledger =
                 self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ledger.downstream().watch(Some(context.ct.clone()));
+            ledger.downstream().watch(Some(context.ct.clone()), Some(host.clone()));
             let reply = ledger.dispatch(call);
-            ledger.downstream().watch(None);
+            ledger.downstream().watch(None, None);
             drop(ledger);
             reply.map(|reply| {
                 let reason = ended_reason(&self.inner.location, &reply);
@@ -299,14 +331,22 @@ impl Gateway {
         &self,
         exposed: &Exposed,
         mut params: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let (peer, timeout) = self.peer(exposed.upstream).await?;
+        let Some(upstream) = self.inner.upstreams.get(exposed.upstream) else {
+            return Err(McpError::internal_error("no such upstream", None));
+        };
+        let host = HostCall::of(self.session, &params, context);
         params.name = exposed.upstream_tool.clone().into();
-        let Ok(answer) = tokio::time::timeout(timeout, peer.call_tool(params)).await else {
-            return Err(McpError::internal_error(
-                format!("the upstream did not answer within {} ms", timeout.as_millis()),
-                None,
-            ));
+        let answer = match upstream.send(&peer, params, Some(&host)).await {
+            Err(rmcp::ServiceError::Timeout { .. }) => {
+                return Err(McpError::internal_error(
+                    format!("the upstream did not answer within {} ms", timeout.as_millis()),
+                    None,
+                ));
+            }
+            answer => answer,
         };
         let mut result = passed(answer)?;
         result.result_type = Some(ResultType::COMPLETE);
@@ -649,16 +689,13 @@ fn listed<T: serde::de::DeserializeOwned>(member: &str, items: Vec<Value>) -> Re
         .map_err(|err| McpError::internal_error(format!("a listing: {err}"), None))
 }
 
-/// What `initialize` answers: tools, and resources and prompts when an upstream serves
-/// them.
-fn server_info(resources: bool, prompts: bool) -> InitializeResult {
+/// What `initialize` answers: tools, and each of `served` (resources, prompts,
+/// completions, logging) an upstream serves.
+fn server_info(served: &[(&str, bool)]) -> InitializeResult {
     let mut capabilities = json!({"tools": {}});
     if let Some(members) = capabilities.as_object_mut() {
-        if resources {
-            members.insert("resources".to_owned(), json!({}));
-        }
-        if prompts {
-            members.insert("prompts".to_owned(), json!({}));
+        for (capability, _) in served.iter().filter(|(_, served)| *served) {
+            members.insert((*capability).to_owned(), json!({}));
         }
     }
     let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
@@ -754,6 +791,34 @@ impl ServerHandler for Gateway {
         Ok(prompt)
     }
 
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        // A prompt's argument goes to the upstream that listed the prompt; a resource
+        // template's to the one that listed it, else the first that completes.
+        let name = match &request.r#ref {
+            Reference::Prompt(prompt) => format!("prompt:{}", prompt.name),
+            Reference::Resource(resource) => resource.uri.clone(),
+            _ => String::new(),
+        };
+        let at = self.owner(&name, &self.inner.completions)?;
+        passed(self.peer(at).await?.0.complete(request).await)
+    }
+
+    #[allow(deprecated, reason = "a handshake-era host still sets the level of its upstreams")]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        for &at in &self.inner.logging {
+            passed(self.peer(at).await?.0.set_level(request.clone()).await)?;
+        }
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -781,7 +846,7 @@ impl ServerHandler for Gateway {
         if exposed.ledgered.is_some() {
             Ok(self.ledgered(&exposed, &request, &context).await)
         } else {
-            Ok(self.passthrough(&exposed, request).await?.into())
+            Ok(self.passthrough(&exposed, request, &context).await?.into())
         }
     }
 }

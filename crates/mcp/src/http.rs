@@ -71,7 +71,7 @@ pub(crate) async fn serve(
         config = config.disable_allowed_hosts();
     }
     let service = StreamableHttpService::new(
-        move || Ok(gateway.clone()),
+        move || Ok(gateway.session()),
         Arc::new(LocalSessionManager::default()),
         config,
     );

@@ -29,6 +29,7 @@ mod config;
 mod downstream;
 mod gateway;
 mod http;
+mod relay;
 mod tools;
 mod upstream;
 mod upstream_http;
@@ -149,7 +150,7 @@ pub fn serve(options: &Options) -> Result<(), Error> {
 struct Prepared {
     upstreams: Vec<Arc<Upstream>>,
     plan: tools::Plan,
-    serves: Vec<(bool, bool)>,
+    serves: Vec<upstream::Serves>,
     routes: Routes,
     specs: Vec<ToolSpec>,
 }
@@ -401,7 +402,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         &serves,
     );
     let served = match options.listen {
-        None => match gateway.clone().serve(rmcp::transport::io::stdio_pipes()).await {
+        None => match gateway.session().serve(rmcp::transport::io::stdio_pipes()).await {
             Ok(running) => running
                 .waiting()
                 .await

@@ -3,20 +3,36 @@
 
 use rmcp::{
     RoleClient, ServiceError, ServiceExt,
-    model::{CallToolRequestParams, ErrorCode, MetaObject, RequestMetaObject},
-    service::{Peer, RunningService},
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
+        MetaObject, RequestMetaObject, ServerResult,
+    },
+    service::{Peer, PeerRequestOptions, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
 use crate::{
     config::{Transport, UpstreamDecl},
+    relay::{HostCall, Relaying, Relays},
     upstream_http::HttpClient,
 };
+
+/// What an upstream serves besides tools, as it declared at initialization.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Serves {
+    pub(crate) resources: bool,
+    pub(crate) prompts: bool,
+    pub(crate) completions: bool,
+    /// `logging/setLevel` (the handshake era's logging).
+    pub(crate) logging: bool,
+}
 
 /// How one call to an upstream went, when it produced no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,21 +52,25 @@ pub(crate) enum CallError {
 pub(crate) struct Upstream {
     pub(crate) decl: UpstreamDecl,
     client: Mutex<Option<RunningService<RoleClient, ()>>>,
+    /// The calls in flight on it, for its progress and log messages.
+    relays: Arc<Relays>,
 }
 
 impl Upstream {
     pub(crate) fn new(decl: UpstreamDecl) -> Upstream {
-        Upstream { decl, client: Mutex::new(None) }
+        Upstream { decl, client: Mutex::new(None), relays: Arc::default() }
     }
 
     async fn connect(&self) -> Result<RunningService<RoleClient, ()>, String> {
+        let relays = Arc::clone(&self.relays);
         let name = &self.decl.name;
         let serving = match &self.decl.transport {
             Transport::Child { program, args, dir, env } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).current_dir(dir).envs(env.iter().cloned()).kill_on_drop(true);
-                let transport = TokioChildProcess::new(command)
+                let inner = TokioChildProcess::new(command)
                     .map_err(|err| format!("could not start upstream {name}: {}", err.kind()))?;
+                let transport = Relaying { inner, relays };
                 tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
             }
             Transport::Http { url, bearer } => {
@@ -58,7 +78,8 @@ impl Upstream {
                     HttpClient::new(url).map_err(|why| format!("upstream {name}'s url {why}"))?;
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 config.auth_header.clone_from(bearer);
-                let transport = StreamableHttpClientTransport::with_client(client, config);
+                let inner = StreamableHttpClientTransport::with_client(client, config);
+                let transport = Relaying { inner, relays };
                 tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
             }
         };
@@ -102,12 +123,14 @@ impl Upstream {
             .collect()
     }
 
-    /// Calls `tool` with `arguments`, `_meta` carrying `meta`; the result as JSON.
+    /// Calls `tool` with `arguments`, `_meta` carrying `meta`, for `host` when a host
+    /// is waiting on it; the result as JSON.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: Map<String, Value>,
         meta: Map<String, Value>,
+        host: Option<&HostCall>,
     ) -> Result<Value, CallError> {
         let peer = self.peer().await.map_err(CallError::NotSent)?;
         let mut params = CallToolRequestParams::new(tool.to_owned());
@@ -115,24 +138,61 @@ impl Upstream {
         if !meta.is_empty() {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
         }
-        let answer = tokio::time::timeout(self.decl.timeout, peer.call_tool(params)).await;
-        match answer {
-            Err(_) => Err(CallError::Lost(format!(
+        match self.send(&peer, params, host).await {
+            Ok(result) => serde_json::to_value(result)
+                .map_err(|err| CallError::Lost(format!("an unreadable result: {err}"))),
+            Err(ServiceError::Timeout { .. }) => Err(CallError::Lost(format!(
                 "upstream {} did not answer within {} ms",
                 self.decl.name,
                 self.decl.timeout.as_millis()
             ))),
-            Ok(Ok(result)) => serde_json::to_value(result)
-                .map_err(|err| CallError::Lost(format!("an unreadable result: {err}"))),
-            Ok(Err(err)) => Err(classify(&self.decl.name, &err)),
+            Err(err) => Err(classify(&self.decl.name, &err)),
         }
     }
 
-    /// Whether the upstream serves resources, and prompts, as it declared.
-    pub(crate) async fn serves(&self) -> Result<(bool, bool), String> {
+    /// Sends the `tools/call` of `params` on `peer`, for `host` when a host waits on it
+    /// (the upstream's progress and log messages reach it meanwhile), bounded by the
+    /// upstream's timeout (past it, the upstream is told the call is cancelled).
+    pub(crate) async fn send(
+        &self,
+        peer: &Peer<RoleClient>,
+        mut params: CallToolRequestParams,
+        host: Option<&HostCall>,
+    ) -> Result<CallToolResult, ServiceError> {
+        if let Some(host) = host {
+            host.stamp(&mut params.meta.get_or_insert_with(Default::default).0.0);
+        }
+        let mut options = PeerRequestOptions::no_options();
+        options.timeout = Some(self.decl.timeout);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer.send_request_with_option(request, options).await?;
+        let in_flight = match host {
+            Some(host) => {
+                Some(self.relays.begin(host.clone(), handle.progress_token.clone()).await)
+            }
+            None => None,
+        };
+        let answer = handle.await_response().await;
+        drop(in_flight);
+        match answer? {
+            ServerResult::CallToolResult(result) => Ok(result),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
+    }
+
+    /// What the upstream serves besides tools, as it declared.
+    pub(crate) async fn serves(&self) -> Result<Serves, String> {
         let info = self.peer().await?.peer_info();
-        Ok(info.map_or((false, false), |info| {
-            (info.capabilities.resources.is_some(), info.capabilities.prompts.is_some())
+        Ok(info.map_or_else(Serves::default, |info| {
+            let capabilities = &info.capabilities;
+            #[allow(deprecated, reason = "a handshake-era upstream still declares logging")]
+            let logging = capabilities.logging.is_some();
+            Serves {
+                resources: capabilities.resources.is_some(),
+                prompts: capabilities.prompts.is_some(),
+                completions: capabilities.completions.is_some(),
+                logging,
+            }
         }))
     }
 

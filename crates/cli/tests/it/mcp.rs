@@ -586,6 +586,75 @@ fn an_https_or_malformed_upstream_url_is_refused_at_start() {
     }
 }
 
+/// The upstream's progress and log messages during a call reach the host that waits on
+/// it, under the host's own progress token, in both protocol eras; a replay calls
+/// nothing, so it reports nothing.
+#[test]
+fn an_upstreams_progress_and_logs_reach_the_host_whose_call_it_is() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    for (protocol, order) in [("legacy", "ord-21"), ("2026-07-28", "ord-22")] {
+        let key = format!("pay-{order}");
+        let answers = host_with(
+            &["--observe", "--protocol", protocol],
+            &gateway(&dir, &config),
+            &json!([pay(order, 500, &key), pay(order, 500, &key)]),
+            LIMIT,
+        );
+        assert_eq!(code(&answers[0]), "OK", "{protocol}: {}", answers[0]);
+        let progress: Vec<&Value> = answers[0]["progress"].as_array().unwrap().iter().collect();
+        assert_eq!(
+            progress,
+            [
+                &json!({"progress": 1.0, "total": 2.0, "message": "authorizing"}),
+                &json!({"progress": 2.0, "total": 2.0, "message": "captured"})
+            ],
+            "{protocol}: {}",
+            answers[0]
+        );
+        let steps: Vec<&Value> =
+            answers[0]["logs"].as_array().unwrap().iter().map(|log| &log["data"]["step"]).collect();
+        assert_eq!(
+            steps,
+            [&json!("authorizing"), &json!("captured")],
+            "{protocol}: {}",
+            answers[0]
+        );
+        assert_eq!(answers[0]["logs"][0]["data"]["order_id"], json!(order));
+        assert_eq!(answers[1]["meta"]["io.toolledger/replayed"], true);
+        assert_eq!(answers[1]["progress"], json!([]), "a replay calls nothing upstream");
+    }
+    assert_eq!(payments(&dir).len(), 2);
+}
+
+/// `completion/complete` reaches the upstream that listed the prompt, and a handshake-era
+/// host's `logging/setLevel` reaches every upstream that logs: unchanged, both ways.
+#[test]
+fn completion_and_the_log_level_are_forwarded_to_the_upstreams_that_serve_them() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let answers = host_with(
+        &["--observe", "--protocol", "legacy"],
+        &gateway(&dir, &config),
+        &json!([
+            pay("ord-31", 100, "pay-ord-31"),
+            pay("ord-32", 100, "pay-ord-32"),
+            pay("other-1", 100, "pay-other-1"),
+            {"op": "list_prompts"},
+            {"op": "complete", "prompt": "refund_policy", "argument": "order_id", "value": "ord-3"},
+            {"op": "set_level", "level": "warning"},
+            pay("ord-33", 100, "pay-ord-33"),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(answers[4]["values"], json!(["ord-31", "ord-32"]), "{}", answers[4]);
+    assert_eq!(answers[5]["set"], "warning", "{}", answers[5]);
+    assert_eq!(answers[0]["logs"].as_array().unwrap().len(), 2, "{}", answers[0]);
+    assert_eq!(code(&answers[6]), "OK", "{}", answers[6]);
+    assert_eq!(answers[6]["logs"], json!([]), "info is below warning: {}", answers[6]);
+    assert_eq!(answers[6]["progress"].as_array().unwrap().len(), 2);
+}
+
 #[test]
 fn a_hanging_upstream_is_bounded_by_its_timeout_and_stays_unknown_without_a_second_send() {
     let dir = Dir::new();
@@ -879,7 +948,8 @@ fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept
 /// rebinding protection). The others call the reference server's own fixtures
 /// (`test_simple_text`, `test://static-text`, …) or need upstream-to-host requests
 /// relayed mid-call; `docs/mcp.md` lists each and why.
-const CONFORMANCE_SCENARIOS: [&str; 5] = [
+const CONFORMANCE_SCENARIOS: [&str; 6] = [
+    "logging-set-level",
     "server-initialize",
     "ping",
     "tools-list",

@@ -8,6 +8,10 @@ Usage::
 The second form speaks Streamable HTTP to ``URL`` instead, with
 ``Authorization: Bearer <the value of $NAME>`` when ``--bearer-env`` is given.
 
+``--observe`` asks every call for progress (a progress token) and for log messages
+(``log_level`` ``debug``), and adds to each call's output the ``progress`` and
+``logs`` notifications that arrived while it ran.
+
 ``--elicit approve|decline`` declares the elicitation capability and answers every
 elicitation with ``{"approve": true}`` or a decline: mid-call on the handshake era,
 and through the SDK's own input-required driver (the call retried with the
@@ -40,6 +44,10 @@ per step to stdout, one per line, flushed after each:
         -> {"contents": [...]}
     {"op": "get_prompt", "name": str, "arguments": {...}}
         -> {"messages": [...]}
+    {"op": "complete", "prompt": str, "argument": str, "value": str}
+        -> {"values": [...]}
+    {"op": "set_level", "level": str}
+        -> {"set": level}
 
 An error the SDK raises during a step (an ``MCPError`` for an error response,
 a timeout or a closed connection; the ``RuntimeError`` of its own output
@@ -120,7 +128,11 @@ class Host:
         url: str | None = None,
         token: str | None = None,
         elicit: str | None = None,
+        observe: bool = False,
     ) -> None:
+        self._observe = observe
+        self.progress: list[dict[str, Any]] = []
+        self.logs: list[dict[str, Any]] = []
         self._server = server
         self._protocol = protocol
         self._url = url
@@ -146,8 +158,11 @@ class Host:
                     stdio_client(self._server)
                 )
             callback = self._answer_elicitation if self._elicit else None
+            observed: dict[str, Any] = (
+                {"logging_callback": self._logged, "log_level": "debug"} if self._observe else {}
+            )
             session = await stack.enter_async_context(
-                ClientSession(read_stream, write_stream, elicitation_callback=callback)
+                ClientSession(read_stream, write_stream, elicitation_callback=callback, **observed)
             )
             if self._protocol == "legacy":
                 await session.initialize()
@@ -200,6 +215,14 @@ class Host:
             return types.ElicitResult(action="accept", content={"approve": True})
         return types.ElicitResult(action="decline")
 
+    async def _logged(self, params: types.LoggingMessageNotificationParams) -> None:
+        """Keep a log message the server sent."""
+        self.logs.append(plain(params))
+
+    async def _progressed(self, progress: float, total: float | None, message: str | None) -> None:
+        """Keep a progress notification of the call in flight."""
+        self.progress.append({"progress": progress, "total": total, "message": message})
+
     async def _input(self, key: str, request: types.InputRequest) -> Any:
         """One embedded request of an InputRequiredResult, through the callbacks."""
         if isinstance(request, types.ElicitRequest) and self._elicit:
@@ -223,6 +246,7 @@ class Host:
                 input_responses=responses,
                 request_state=state,
                 allow_input_required=True,
+                progress_callback=self._progressed if self._observe else None,
             )
 
         try:
@@ -234,6 +258,9 @@ class Host:
         output = call_output(result)
         output["elicited"] = list(self.elicited)
         self.elicited.clear()
+        if self._observe:
+            output["progress"], self.progress = self.progress, []
+            output["logs"], self.logs = self.logs, []
         return output
 
     async def concurrent(self, calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -264,7 +291,7 @@ class Host:
         if op == "sleep":
             await anyio.sleep(float(step["seconds"]))
             return {"slept": step["seconds"]}
-        if op in ("list_resources", "read_resource", "list_prompts", "get_prompt"):
+        if op in ("list_resources", "read_resource", "list_prompts", "get_prompt", "complete", "set_level"):
             try:
                 return await self.other(op, step)
             except Exception as exc:
@@ -272,7 +299,7 @@ class Host:
         raise ValueError(f"unknown op: {op!r}")
 
     async def other(self, op: str, step: dict[str, Any]) -> dict[str, Any]:
-        """A request other than tools/*: resources and prompts."""
+        """A request other than tools/*: resources, prompts, completion, the log level."""
         if op == "list_resources":
             listed = await self.session.list_resources()
             return {"resources": [plain(resource) for resource in listed.resources]}
@@ -282,6 +309,15 @@ class Host:
         if op == "list_prompts":
             prompts = await self.session.list_prompts()
             return {"prompts": [plain(prompt) for prompt in prompts.prompts]}
+        if op == "complete":
+            completed = await self.session.complete(
+                types.PromptReference(name=step["prompt"]),
+                {"name": step["argument"], "value": step["value"]},
+            )
+            return {"values": completed.completion.values}
+        if op == "set_level":
+            await self.session.set_logging_level(step["level"])
+            return {"set": step["level"]}
         prompt = await self.session.get_prompt(step["name"], step.get("arguments"))
         return {"messages": [plain(message) for message in prompt.messages]}
 
@@ -308,15 +344,23 @@ def parse_args(argv: list[str]) -> Host:
     parser.add_argument("--url")
     parser.add_argument("--bearer-env")
     parser.add_argument("--elicit", choices=("approve", "decline"))
+    parser.add_argument("--observe", action="store_true")
     split = argv.index("--") if "--" in argv else len(argv)
     options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if options.url is not None:
         token = os.environ.get(options.bearer_env) if options.bearer_env else None
-        return Host(None, options.protocol, url=options.url, token=token, elicit=options.elicit)
+        return Host(
+            None,
+            options.protocol,
+            url=options.url,
+            token=token,
+            elicit=options.elicit,
+            observe=options.observe,
+        )
     if not command:
         parser.error("give --url URL, or '--' and the server command")
     server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    return Host(server, options.protocol, elicit=options.elicit)
+    return Host(server, options.protocol, elicit=options.elicit, observe=options.observe)
 
 
 def main() -> int:

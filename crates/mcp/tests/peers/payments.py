@@ -22,8 +22,10 @@ and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N m
 after it: a window in which a crash campaign kills the caller.
 
 It also serves one resource, ``payments://summary`` (the payment count as
-text), and one prompt, ``refund_policy`` (taking an ``order_id``), so a gateway's
-forwarding of requests it does not own can be seen.
+text), one prompt, ``refund_policy`` (taking an ``order_id``, completed from the
+orders paid so far), and ``logging/setLevel``, so a gateway's forwarding of requests
+it does not own can be seen. ``create_payment`` reports progress (1 and 2 of 2) and
+logs one ``info`` message before its commit and after it.
 
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,10 @@ import jsonschema
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+# It logs on purpose, for the handshake era and for 2026-07-28 callers that opt in.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 DROP_EXIT_CODE = 3
 SUMMARY_URI = "payments://summary"
@@ -218,9 +224,32 @@ def tool_error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
-async def create_payment(conn: sqlite3.Connection, args: dict[str, Any]) -> types.CallToolResult:
-    """Execute one payment, applying any fault injected for its order."""
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# The least level a handshake-era caller asked for with ``logging/setLevel``.
+log_level = {"least": "debug"}
+
+
+async def report(ctx: ServerRequestContext[Any], order_id: str, step: int, what: str) -> None:
+    """Progress ``step`` of 2 (when the caller asked for progress) and a log message
+    at ``info`` (unless ``logging/setLevel`` asked for a higher level)."""
+    await ctx.session.report_progress(step, 2, what)
+    if LOG_LEVELS.index("info") < LOG_LEVELS.index(log_level["least"]):
+        return
+    await ctx.session.send_log_message(
+        "info", {"order_id": order_id, "step": what}, "payments", related_request_id=ctx.request_id
+    )
+
+
+async def create_payment(
+    conn: sqlite3.Connection, args: dict[str, Any], ctx: ServerRequestContext[Any]
+) -> types.CallToolResult:
+    """Execute one payment, applying any fault injected for its order.
+
+    It reports progress (when the caller gave a progress token) and logs one message
+    before its commit and after it.
+    """
     faults = read_faults(args["order_id"])
+    await report(ctx, args["order_id"], 1, "authorizing")
     if "drop_before_commit" in faults:
         os._exit(DROP_EXIT_CODE)
     if "refuse" in faults:
@@ -233,6 +262,7 @@ async def create_payment(conn: sqlite3.Connection, args: dict[str, Any]) -> type
     await anyio.sleep(delay)
     if "drop_after_commit" in faults:
         os._exit(DROP_EXIT_CODE)
+    await report(ctx, args["order_id"], 2, "captured")
     payment = payment_view(row)
     if "off_schema" in faults:
         payment.update(status="pending", amount_minor=str(row["amount_minor"]))
@@ -299,7 +329,7 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
         except jsonschema.ValidationError as exc:
             return tool_error(f"invalid arguments: {exc.message}")
         if params.name == "create_payment":
-            return await create_payment(conn, args)
+            return await create_payment(conn, args, ctx)
         if params.name == "get_payment_by_key":
             return get_payment_by_key(conn, args)
         return list_payments(conn)
@@ -356,6 +386,24 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
             ]
         )
 
+    async def on_completion(
+        ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        """Completes ``refund_policy``'s ``order_id`` from the orders paid so far."""
+        if not isinstance(params.ref, types.PromptReference) or params.ref.name != "refund_policy":
+            raise MCPError(code=types.INVALID_PARAMS, message="nothing to complete there")
+        rows = conn.execute(
+            "SELECT DISTINCT order_id FROM payments WHERE order_id LIKE ? ORDER BY order_id",
+            (params.argument.value + "%",),
+        ).fetchall()
+        return types.CompleteResult(completion=types.Completion(values=[row[0] for row in rows]))
+
+    async def on_set_logging_level(
+        ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        log_level["least"] = params.level
+        return types.EmptyResult()
+
     return Server(
         "payments",
         version="1.0.0",
@@ -365,6 +413,8 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
         on_read_resource=on_read_resource,
         on_list_prompts=on_list_prompts,
         on_get_prompt=on_get_prompt,
+        on_completion=on_completion,
+        on_set_logging_level=on_set_logging_level,
     )
 
 

@@ -1,0 +1,203 @@
+//! What an upstream tells the host during a call: its progress, under the host's own
+//! progress token, and its log messages, to each host session with a call in flight on
+//! that upstream (`docs/mcp.md`, "Progress and logs").
+//!
+//! The upstream sees the progress token rmcp gives each request on that connection (two
+//! hosts may both use `1`); while the call is in flight the gateway keeps which host
+//! session, and which of its tokens, that token stands for.
+#![allow(
+    deprecated,
+    reason = "2026-07-28 deprecates logging (SEP-2577), but hosts and upstreams of the handshake era still log, and the gateway forwards what they send"
+)]
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+};
+
+use rmcp::{
+    RoleClient, RoleServer,
+    model::{
+        CallToolRequestParams, JsonRpcMessage, JsonRpcNotification,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+        ServerNotification,
+    },
+    service::{Peer, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
+};
+use serde_json::{Map, Value};
+
+/// The `_meta` member a 2026-07-28 host sets to receive a call's log messages.
+pub(crate) const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
+
+/// The host's side of one call the gateway makes upstream.
+#[derive(Debug, Clone)]
+pub(crate) struct HostCall {
+    /// The host session (one gateway session per host connection).
+    pub(crate) session: u64,
+    pub(crate) peer: Peer<RoleServer>,
+    /// The host's progress token, when it asked for progress.
+    pub(crate) progress: Option<ProgressToken>,
+    /// The log level the host asked this call's messages at (2026-07-28).
+    pub(crate) log_level: Option<Value>,
+}
+
+impl HostCall {
+    /// The host's side of `params`, called in `context`.
+    pub(crate) fn of(
+        session: u64,
+        params: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> HostCall {
+        let own = params.meta.as_ref();
+        let progress = own
+            .and_then(|meta| meta.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
+        let log_level = own
+            .and_then(|meta| meta.0.0.get(LOG_LEVEL_META))
+            .or_else(|| context.meta.0.0.get(LOG_LEVEL_META))
+            .cloned();
+        HostCall { session, peer: context.peer.clone(), progress, log_level }
+    }
+
+    /// What the upstream request's `_meta` carries for the host: its log level (rmcp
+    /// sets the progress token of every request itself).
+    pub(crate) fn stamp(&self, meta: &mut Map<String, Value>) {
+        if let Some(level) = &self.log_level {
+            meta.insert(LOG_LEVEL_META.to_owned(), level.clone());
+        }
+    }
+}
+
+/// The most progress notifications kept for a request not yet recorded as in flight
+/// (rmcp names a request's token only once the request is on its way).
+const EARLY_MAX: usize = 32;
+
+/// The calls in flight on one upstream connection, by the progress token of each.
+#[derive(Debug, Default)]
+pub(crate) struct Relays {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    calls: HashMap<ProgressToken, HostCall>,
+    /// Progress that arrived before its call was recorded, oldest first.
+    early: VecDeque<ProgressNotificationParam>,
+}
+
+/// A call in flight: removed from its upstream's relays when dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    relays: Arc<Relays>,
+    token: ProgressToken,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.relays.lock().calls.remove(&self.token);
+    }
+}
+
+impl Relays {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records `call` as in flight under the upstream request's progress `token` until
+    /// the returned guard is dropped; the progress that already arrived for it, sent on.
+    pub(crate) async fn begin(self: &Arc<Self>, call: HostCall, token: ProgressToken) -> InFlight {
+        let early: Vec<ProgressNotificationParam> = {
+            let mut state = self.lock();
+            state.calls.insert(token.clone(), call.clone());
+            let (mine, others): (Vec<_>, Vec<_>) =
+                state.early.drain(..).partition(|early| early.progress_token == token);
+            state.early = others.into();
+            mine
+        };
+        for params in early {
+            relay_progress(&call, params).await;
+        }
+        InFlight { relays: Arc::clone(self), token }
+    }
+
+    /// The upstream's progress, to the host whose call it is, under the host's token.
+    async fn progress(&self, params: ProgressNotificationParam) {
+        let call = {
+            let mut state = self.lock();
+            let call = state.calls.get(&params.progress_token).cloned();
+            if call.is_none() {
+                if state.early.len() == EARLY_MAX {
+                    state.early.pop_front();
+                }
+                state.early.push_back(params.clone());
+            }
+            call
+        };
+        if let Some(call) = call {
+            relay_progress(&call, params).await;
+        }
+    }
+
+    /// The upstream's log message, to each host session with a call in flight on it.
+    async fn log(&self, params: LoggingMessageNotificationParam) {
+        let mut sessions: Vec<HostCall> = Vec::new();
+        for call in self.lock().calls.values() {
+            if !sessions.iter().any(|seen| seen.session == call.session) {
+                sessions.push(call.clone());
+            }
+        }
+        for call in sessions {
+            let _ = call.peer.notify_logging_message(params.clone()).await;
+        }
+    }
+}
+
+/// `params` to the host of `call`, under the host's own token (when it asked).
+async fn relay_progress(call: &HostCall, mut params: ProgressNotificationParam) {
+    let Some(token) = call.progress.clone() else { return };
+    params.progress_token = token;
+    // A host that went away misses it; the call itself is not affected.
+    let _ = call.peer.notify_progress(params).await;
+}
+
+/// An upstream's transport, read through: its progress and log messages reach the host
+/// as they are read, in order, before anything the upstream sends after them — above
+/// all the call's result (rmcp hands notifications to its handler on tasks of their
+/// own, which would let a result overtake them).
+#[derive(Debug)]
+pub(crate) struct Relaying<T> {
+    pub(crate) inner: T,
+    pub(crate) relays: Arc<Relays>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Relaying<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(JsonRpcNotification { notification, .. }) = &message {
+            match notification {
+                ServerNotification::ProgressNotification(progress) => {
+                    self.relays.progress(progress.params.clone()).await;
+                }
+                ServerNotification::LoggingMessageNotification(log) => {
+                    self.relays.log(log.params.clone()).await;
+                }
+                _ => {}
+            }
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
