@@ -76,7 +76,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
-        // rmcp, the official MCP SDK, on tokio; hyper serves its HTTP service.
+        // rmcp, the official MCP SDK, on tokio; hyper serves its HTTP service and carries
+        // its client's requests to an HTTP upstream (SSE parsed by rmcp's own parser).
         "toolledger-mcp" => &[
             "serde",
             "serde_json",
@@ -89,6 +90,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "http-body-util",
             "bytes",
             "tokio-util",
+            "futures-core",
+            "sse-stream",
         ],
         "toolledger-bench" => {
             &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio"]
