@@ -8,8 +8,8 @@ use serde_json::json;
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, OperationStatus,
-    OperatorStore, Requeued, Resolved, STATES, Settlement, Shown, StoreError,
+    Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, OperatorStore, Requeued,
+    Resolved, STATES, Settlement, Shown, StoreError,
     pg::{BY_STATUS_REF, Ending, PgStore, bump, end_in, select_operation_in, shifted},
     session::{Db, Params, get},
 };
@@ -202,14 +202,11 @@ impl OperatorStore for PgStore {
         now: Now,
     ) -> Result<Resolved, StoreError> {
         let reason = toolledger_store::bounded_reason(reason);
-        let (ending, status) = match settlement {
-            Settlement::Receipt(receipt) => {
-                (Ending::succeeded(receipt), OperationStatus::Succeeded)
+        let ending = match settlement {
+            Settlement::Receipt(receipt) => Ending::succeeded(receipt),
+            Settlement::NotHappened => {
+                Ending::Failed(toolledger_store::not_happened_reason(&reason))
             }
-            Settlement::NotHappened => (
-                Ending::Failed(toolledger_store::not_happened_reason(&reason)),
-                OperationStatus::Failed,
-            ),
         };
         self.write(now, |db, now| {
             // The event is locked first: a worker's claim waits, and sees it ended.
@@ -226,7 +223,7 @@ impl OperatorStore for PgStore {
                 return Err(StoreError::Internal("an unended operation refused its ending"));
             }
             db.exec(LOG_RESOLVE, &[&status_ref.as_str(), &from, &reason, &was, &now.get()])?;
-            Ok(Resolved::Resolved(status))
+            Ok(Resolved::Resolved(settlement.ends_as()))
         })
     }
 

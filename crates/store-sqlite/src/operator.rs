@@ -277,11 +277,7 @@ impl OperatorStore for SqliteStore {
                 .map_err(sqlite)?
                 .execute(params![status_ref.as_str(), from, reason, was, now.get()])
                 .map_err(sqlite)?;
-            let status = match settlement {
-                Settlement::Receipt(_) => crate::OperationStatus::Succeeded,
-                Settlement::NotHappened => crate::OperationStatus::Failed,
-            };
-            Ok(Resolved::Resolved(status))
+            Ok(Resolved::Resolved(settlement.ends_as()))
         })
     }
 

@@ -235,6 +235,16 @@ pub enum Settlement {
     NotHappened,
 }
 
+impl Settlement {
+    /// The status an operation settled so ends in: `succeeded` or `failed`.
+    pub fn ends_as(&self) -> OperationStatus {
+        match self {
+            Settlement::Receipt(_) => OperationStatus::Succeeded,
+            Settlement::NotHappened => OperationStatus::Failed,
+        }
+    }
+}
+
 /// What `resolve` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolved {

@@ -619,11 +619,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         reason: &str,
         now: Option<i64>,
     ) -> Result<Resolution, Error> {
-        let reason = operator_reason(reason).ok_or_else(|| {
-            Error::invalid(format!(
-                "the reason must be 1 to {REASON_BYTES_MAX} bytes of text without control characters"
-            ))
-        })?;
+        let reason = operate::kept_reason(reason)?;
         let now = UnixSeconds::new(now.unwrap_or_else(wall_clock))
             .map_err(|_| Error::invalid("the instant is out of range".to_owned()))?;
         Ok(self.engine.resolve(status_ref, evidence, reason, now)?)

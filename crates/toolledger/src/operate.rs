@@ -194,6 +194,15 @@ pub fn operator_reason(reason: &str) -> Option<&str> {
     (fits && !reason.chars().any(char::is_control)).then_some(reason)
 }
 
+/// `reason` as [`operator_reason`] keeps it, or the `USAGE_ERROR` that says why not.
+pub(crate) fn kept_reason(reason: &str) -> Result<&str, Error> {
+    operator_reason(reason).ok_or_else(|| {
+        Error::invalid(format!(
+            "the reason must be 1 to {REASON_BYTES_MAX} bytes of text without control characters"
+        ))
+    })
+}
+
 /// Puts a dead or failed operation back to pending with a fresh attempt budget, logging
 /// `reason` in the append-only operator log.
 ///
@@ -217,11 +226,7 @@ pub fn requeue(
     reason: &str,
     now: Option<i64>,
 ) -> Result<Requeued, Error> {
-    let reason = operator_reason(reason).ok_or_else(|| {
-        Error::invalid(format!(
-            "the reason must be 1 to {REASON_BYTES_MAX} bytes of text without control characters"
-        ))
-    })?;
+    let reason = kept_reason(reason)?;
     let (given, now) = (now, instant(now)?);
     Ok(existing(location, given)?.requeue(status_ref, reason, now)?)
 }

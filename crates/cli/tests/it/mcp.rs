@@ -122,7 +122,7 @@ subject = "agent-1"
 
 [mcp.upstreams.payments]
 command = [{python:?}, {server:?}]
-env = {{ PAYMENTS_STATE = {state:?}, PAYMENTS_FAULTS = {faults:?} }}
+env = {{ PAYMENTS_STATE = {state:?}, PAYMENTS_FAULTS = {faults:?}, PAYMENTS_REPORT = "1" }}
 timeout_ms = 3000
 
 [mcp.upstreams.payments.tools.create_payment]
@@ -485,6 +485,7 @@ impl HttpUpstream {
         let child = Command::new(python())
             .arg(peer("payments.py"))
             .env("PAYMENTS_STATE", dir.join("payments.sqlite3"))
+            .env("PAYMENTS_REPORT", "1")
             .env("PAYMENTS_FAULTS", dir.join("faults.json"))
             .env("PAYMENTS_HTTP_PORT_FILE", &port_file)
             .stdin(Stdio::null())

@@ -24,8 +24,8 @@ after it: a window in which a crash campaign kills the caller.
 It also serves one resource, ``payments://summary`` (the payment count as
 text), one prompt, ``refund_policy`` (taking an ``order_id``, completed from the
 orders paid so far), and ``logging/setLevel``, so a gateway's forwarding of requests
-it does not own can be seen. ``create_payment`` reports progress (1 and 2 of 2) and
-logs one ``info`` message before its commit and after it.
+it does not own can be seen. With ``PAYMENTS_REPORT=1``, ``create_payment`` reports
+progress (1 and 2 of 2) and logs one ``info`` message before its commit and after it.
 
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
@@ -231,7 +231,10 @@ log_level = {"least": "debug"}
 
 async def report(ctx: ServerRequestContext[Any], order_id: str, step: int, what: str) -> None:
     """Progress ``step`` of 2 (when the caller asked for progress) and a log message
-    at ``info`` (unless ``logging/setLevel`` asked for a higher level)."""
+    at ``info`` (unless ``logging/setLevel`` asked for a higher level); only with
+    ``PAYMENTS_REPORT=1``."""
+    if os.environ.get("PAYMENTS_REPORT") != "1":
+        return
     await ctx.session.report_progress(step, 2, what)
     if LOG_LEVELS.index("info") < LOG_LEVELS.index(log_level["least"]):
         return
