@@ -60,11 +60,16 @@ impl RefundOrder {
     /// assert!(matches!(tool.input, toolledger_contract::Schema::Json { .. }));
     /// ```
     pub fn tool(self) -> ToolSpec {
-        match ToolDefinition::from_document("refund_order.toml", &definition_document()) {
-            Ok(definition) => definition.tool_with(Some(Arc::new(self)), None),
+        // Read once per process: every registry and every command starts from it.
+        static SHIPPED: std::sync::LazyLock<Option<ToolDefinition>> =
+            std::sync::LazyLock::new(|| {
+                ToolDefinition::from_document("refund_order.toml", &definition_document()).ok()
+            });
+        match SHIPPED.as_ref() {
+            Some(definition) => definition.tool_with(Some(Arc::new(self)), None),
             // The shipped definition is a constant, read by a test on every build: this
             // arm is the same tool, written as the code-defined table.
-            Err(_) => self.code_defined(),
+            None => self.code_defined(),
         }
     }
 

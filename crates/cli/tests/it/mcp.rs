@@ -1254,9 +1254,17 @@ fn toolledger_relay_learns_the_upstreams_and_settles_what_a_killed_gateway_left(
     // it records the payment it finds, or sends the one that was never made.
     faults(&dir, json!({}));
     std::thread::sleep(Duration::from_secs(3));
-    let relayed = dir.run(&["relay", "--once", "--config", config.to_str().unwrap()]);
-    assert_eq!(relayed.code, 0, "{}\n{}", relayed.stdout, relayed.stderr);
-    assert_eq!(dir.db_int(succeeded), 1, "{}", relayed.stdout);
+    // A relay runs pass after pass; on a loaded machine one pass's lookup may outlast
+    // the upstream's timeout and leave it unknown for the next (at most ten here).
+    for _ in 0..10 {
+        let relayed = dir.run(&["relay", "--once", "--config", config.to_str().unwrap()]);
+        assert_eq!(relayed.code, 0, "{}\n{}", relayed.stdout, relayed.stderr);
+        if dir.db_int(succeeded) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(dir.db_int(succeeded), 1, "the relay settled it");
     assert_eq!(payments(&dir).len(), 1, "one payment for the key, made {before} time(s) before");
     // The key now replays what the upstream did.
     let again = host(&gateway(&dir, &config), &json!([pay("ord-60", 100, "pay-ord-60")]), LIMIT);
