@@ -73,6 +73,10 @@ impl HostCall {
 /// (rmcp names a request's token only once the request is on its way).
 const EARLY_MAX: usize = 32;
 
+/// The longest a host may take to accept one relayed notification: past it, that host
+/// misses it, and the upstream's next message (perhaps the result) is read.
+const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The calls in flight on one upstream connection, by the progress token of each.
 #[derive(Debug, Default)]
 pub(crate) struct Relays {
@@ -102,6 +106,12 @@ impl Drop for InFlight {
 impl Relays {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forgets the progress kept for requests never recorded: a new connection numbers
+    /// its requests' tokens afresh.
+    pub(crate) fn reconnected(&self) {
+        self.lock().early.clear();
     }
 
     /// Records `call` as in flight under the upstream request's progress `token` until
@@ -148,7 +158,8 @@ impl Relays {
             }
         }
         for call in sessions {
-            let _ = call.peer.notify_logging_message(params.clone()).await;
+            let notified = call.peer.notify_logging_message(params.clone());
+            let _ = tokio::time::timeout(RELAY_WAIT, notified).await;
         }
     }
 }
@@ -157,8 +168,8 @@ impl Relays {
 async fn relay_progress(call: &HostCall, mut params: ProgressNotificationParam) {
     let Some(token) = call.progress.clone() else { return };
     params.progress_token = token;
-    // A host that went away misses it; the call itself is not affected.
-    let _ = call.peer.notify_progress(params).await;
+    // A host that went away, or does not read, misses it; the call is not affected.
+    let _ = tokio::time::timeout(RELAY_WAIT, call.peer.notify_progress(params)).await;
 }
 
 /// An upstream's transport, read through: its progress and log messages reach the host

@@ -102,6 +102,7 @@ impl Upstream {
         if let Some(mut old) = client.take() {
             let _ = old.close().await;
         }
+        self.relays.reconnected();
         let running = self.connect().await?;
         let peer = running.peer().clone();
         *client = Some(running);
