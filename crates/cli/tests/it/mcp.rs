@@ -946,7 +946,8 @@ fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept
 
 /// The conformance suite's server scenarios that apply to a gateway: its own server
 /// side (the handshakes of both protocol eras, ping, the tool list, streams, DNS
-/// rebinding protection). The others call the reference server's own fixtures
+/// rebinding protection) and `logging/setLevel`, forwarded to the payments upstream.
+/// The others call the reference server's own fixtures
 /// (`test_simple_text`, `test://static-text`, …) or need upstream-to-host requests
 /// relayed mid-call; `docs/mcp.md` lists each and why.
 const CONFORMANCE_SCENARIOS: [&str; 6] = [
