@@ -366,12 +366,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Answer(Answer::not_found()));
             };
-            if toolledger::operator_reason(reason).is_none() {
-                return Err(usage(format!(
-                    "invalid value for --reason: 1 to {} bytes of text without control characters",
-                    toolledger::REASON_BYTES_MAX
-                )));
-            }
+            kept_reason(reason)?;
             match toolledger::requeue(&db, &status_ref, reason, *now)? {
                 toolledger::Requeued::Requeued => Ok(Printed::Package(
                     json!({"gate": "PASS", "code": "OK", "requeued": status_ref.as_str(), "status": "pending"}),
@@ -387,12 +382,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             }
         }
         Command::Resolve { status_ref, receipt, reason, now, downstream, .. } => {
-            if toolledger::operator_reason(reason).is_none() {
-                return Err(usage(format!(
-                    "invalid value for --reason: 1 to {} bytes of text without control characters",
-                    toolledger::REASON_BYTES_MAX
-                )));
-            }
+            kept_reason(reason)?;
             let result = receipt.as_deref().map(receipt_file).transpose()?;
             let config = configured(downstream)?;
             let mut tools = tools_of(config.as_ref())?;
@@ -632,15 +622,31 @@ fn started(config: Option<&Config>) -> Result<Option<Arc<toolledger_mcp::Upstrea
         .map(Arc::new))
 }
 
-/// The JSON of `resolve --receipt`, read as a case file is: bounded, a regular file.
-fn receipt_file(path: &Path) -> Result<Value, Failure> {
-    let bytes = read_bounded(path, Limits::default().size_bytes_max).map_err(|why| Failure {
+/// `--reason` as an operator action keeps it, else the `USAGE_ERROR` that says why.
+fn kept_reason(reason: &str) -> Result<(), Failure> {
+    if toolledger::operator_reason(reason).is_none() {
+        return Err(usage(format!(
+            "invalid value for --reason: 1 to {} bytes of text without control characters",
+            toolledger::REASON_BYTES_MAX
+        )));
+    }
+    Ok(())
+}
+
+/// The bytes of an input file (`what`: the case, a receipt), bounded, a regular file.
+fn input_file(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
+    read_bounded(path, Limits::default().size_bytes_max).map_err(|why| Failure {
         code: match why {
             crate::files::Unreadable::TooLarge => "FIXTURE_INVALID",
             _ => "FIXTURE_IO_ERROR",
         },
-        message: format!("the receipt file {}", why.reason()),
-    })?;
+        message: format!("the {what} file {}", why.reason()),
+    })
+}
+
+/// The JSON of `resolve --receipt`, read as a case file is.
+fn receipt_file(path: &Path) -> Result<Value, Failure> {
+    let bytes = input_file(path, "receipt")?;
     toolledger_json::parse_strict(&bytes, &Limits::default()).map_err(|err| Failure {
         code: "FIXTURE_INVALID",
         message: format!("the receipt file is not valid JSON: {err}"),
@@ -763,14 +769,7 @@ fn inputs(
         .case
         .as_deref()
         .ok_or_else(|| usage("missing required option --case".to_owned()))?;
-    let limit = Limits::default().size_bytes_max;
-    let bytes = read_bounded(path, limit).map_err(|why| Failure {
-        code: match why {
-            crate::files::Unreadable::TooLarge => "FIXTURE_INVALID",
-            _ => "FIXTURE_IO_ERROR",
-        },
-        message: format!("the case file {}", why.reason()),
-    })?;
+    let bytes = input_file(path, "case")?;
     let case = load_case(&bytes, registry, now)?;
     Ok((case, claims_of(settings)?))
 }

@@ -5,6 +5,8 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use serde_json::{Map, Value};
 
+use crate::upstream_http::HttpClient;
+
 /// The most upstream servers one gateway fronts.
 const UPSTREAMS_MAX: usize = 16;
 
@@ -68,6 +70,8 @@ pub(crate) enum Transport {
     /// A server at a Streamable HTTP URL (`http://` only).
     Http {
         url: String,
+        /// The client of `url`, checked when the configuration was read.
+        client: HttpClient,
         /// The bearer token it expects, read from the environment variable the
         /// configuration names (no secret is written in the file).
         bearer: Option<String>,
@@ -324,8 +328,7 @@ fn http(file: &str, at: &str, members: &Map<String, Value>) -> Result<Transport,
         return Err(refused(file, &format!("{at}/env"), "is for a command, not a url"));
     }
     let url = text(file, &format!("{at}/url"), members.get("url"))?.unwrap_or_default();
-    crate::upstream_http::HttpClient::new(&url)
-        .map_err(|why| refused(file, &format!("{at}/url"), why))?;
+    let client = HttpClient::new(&url).map_err(|why| refused(file, &format!("{at}/url"), why))?;
     let bearer = match text(file, &format!("{at}/bearer_env"), members.get("bearer_env"))? {
         None => None,
         Some(variable) => {
@@ -339,7 +342,7 @@ fn http(file: &str, at: &str, members: &Map<String, Value>) -> Result<Transport,
             })?)
         }
     };
-    Ok(Transport::Http { url, bearer })
+    Ok(Transport::Http { url, client, bearer })
 }
 
 fn policy(file: &str, at: &str, value: &Value) -> Result<ToolPolicy, String> {

@@ -333,18 +333,14 @@ impl Gateway {
         mut params: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        let (peer, timeout) = self.peer(exposed.upstream).await?;
-        let Some(upstream) = self.inner.upstreams.get(exposed.upstream) else {
-            return Err(McpError::internal_error("no such upstream", None));
-        };
+        let upstream = self.upstream(exposed.upstream)?;
+        let peer =
+            upstream.peer().await.map_err(|reason| McpError::internal_error(reason, None))?;
         let host = HostCall::of(self.session, &params, context);
         params.name = exposed.upstream_tool.clone().into();
         let answer = match upstream.send(&peer, params, Some(&host)).await {
             Err(rmcp::ServiceError::Timeout { .. }) => {
-                return Err(McpError::internal_error(
-                    format!("the upstream did not answer within {} ms", timeout.as_millis()),
-                    None,
-                ));
+                return Err(McpError::internal_error(upstream.timed_out(), None));
             }
             answer => answer,
         };
@@ -353,19 +349,18 @@ impl Gateway {
         Ok(result)
     }
 
-    /// The live connection of upstream `at`, and how long a request to it may take.
-    async fn peer(
-        &self,
-        at: usize,
-    ) -> Result<(rmcp::service::Peer<rmcp::RoleClient>, std::time::Duration), McpError> {
-        let upstream = self
-            .inner
+    /// Upstream `at`.
+    fn upstream(&self, at: usize) -> Result<&Upstream, McpError> {
+        self.inner
             .upstreams
             .get(at)
-            .ok_or_else(|| McpError::internal_error("no such upstream", None))?;
-        let peer =
-            upstream.peer().await.map_err(|reason| McpError::internal_error(reason, None))?;
-        Ok((peer, upstream.decl.timeout))
+            .map(AsRef::as_ref)
+            .ok_or_else(|| McpError::internal_error("no such upstream", None))
+    }
+
+    /// The live connection of upstream `at`.
+    async fn peer(&self, at: usize) -> Result<rmcp::service::Peer<rmcp::RoleClient>, McpError> {
+        self.upstream(at)?.peer().await.map_err(|reason| McpError::internal_error(reason, None))
     }
 
     /// The upstream that listed `name` (a resource URI, or `prompt:NAME`), else the first
@@ -722,7 +717,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourcesResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.resources {
-            let resources = passed(self.peer(at).await?.0.list_all_resources().await)?;
+            let resources = passed(self.peer(at).await?.list_all_resources().await)?;
             self.own(resources.iter().map(|resource| resource.uri.clone()), at);
             for resource in resources {
                 all.push(serde_json::to_value(resource).unwrap_or_default());
@@ -738,7 +733,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.resources {
-            let templates = passed(self.peer(at).await?.0.list_all_resource_templates().await)?;
+            let templates = passed(self.peer(at).await?.list_all_resource_templates().await)?;
             all.extend(
                 templates
                     .into_iter()
@@ -754,7 +749,7 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let at = self.owner(&request.uri, &self.inner.resources)?;
-        let mut read = passed(self.peer(at).await?.0.read_resource_once(request).await)?;
+        let mut read = passed(self.peer(at).await?.read_resource_once(request).await)?;
         // An upstream on an older protocol leaves the field out; the host's may need it.
         if let ReadResourceResponse::Complete(result) = &mut read {
             result.result_type = Some(ResultType::COMPLETE);
@@ -769,7 +764,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListPromptsResult, McpError> {
         let mut all = Vec::new();
         for &at in &self.inner.prompts {
-            let prompts = passed(self.peer(at).await?.0.list_all_prompts().await)?;
+            let prompts = passed(self.peer(at).await?.list_all_prompts().await)?;
             self.own(prompts.iter().map(|prompt| format!("prompt:{}", prompt.name)), at);
             all.extend(
                 prompts.into_iter().map(|prompt| serde_json::to_value(prompt).unwrap_or_default()),
@@ -784,7 +779,7 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let at = self.owner(&format!("prompt:{}", request.name), &self.inner.prompts)?;
-        let mut prompt = passed(self.peer(at).await?.0.get_prompt_once(request).await)?;
+        let mut prompt = passed(self.peer(at).await?.get_prompt_once(request).await)?;
         if let GetPromptResponse::Complete(result) = &mut prompt {
             result.result_type = Some(ResultType::COMPLETE);
         }
@@ -804,7 +799,7 @@ impl ServerHandler for Gateway {
             _ => String::new(),
         };
         let at = self.owner(&name, &self.inner.completions)?;
-        passed(self.peer(at).await?.0.complete(request).await)
+        passed(self.peer(at).await?.complete(request).await)
     }
 
     #[allow(deprecated, reason = "a handshake-era host still sets the level of its upstreams")]
@@ -814,7 +809,7 @@ impl ServerHandler for Gateway {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         for &at in &self.inner.logging {
-            passed(self.peer(at).await?.0.set_level(request.clone()).await)?;
+            passed(self.peer(at).await?.set_level(request.clone()).await)?;
         }
         Ok(())
     }

@@ -21,7 +21,6 @@ use tokio::sync::Mutex;
 use crate::{
     config::{Transport, UpstreamDecl},
     relay::{HostCall, Relaying, Relays},
-    upstream_http::HttpClient,
 };
 
 /// What an upstream serves besides tools, as it declared at initialization.
@@ -73,12 +72,10 @@ impl Upstream {
                 let transport = Relaying { inner, relays };
                 tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
             }
-            Transport::Http { url, bearer } => {
-                let client =
-                    HttpClient::new(url).map_err(|why| format!("upstream {name}'s url {why}"))?;
+            Transport::Http { url, client, bearer } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 config.auth_header.clone_from(bearer);
-                let inner = StreamableHttpClientTransport::with_client(client, config);
+                let inner = StreamableHttpClientTransport::with_client(client.clone(), config);
                 let transport = Relaying { inner, relays };
                 tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
             }
@@ -142,13 +139,18 @@ impl Upstream {
         match self.send(&peer, params, host).await {
             Ok(result) => serde_json::to_value(result)
                 .map_err(|err| CallError::Lost(format!("an unreadable result: {err}"))),
-            Err(ServiceError::Timeout { .. }) => Err(CallError::Lost(format!(
-                "upstream {} did not answer within {} ms",
-                self.decl.name,
-                self.decl.timeout.as_millis()
-            ))),
+            Err(ServiceError::Timeout { .. }) => Err(CallError::Lost(self.timed_out())),
             Err(err) => Err(classify(&self.decl.name, &err)),
         }
+    }
+
+    /// Why a request got no answer within the upstream's timeout.
+    pub(crate) fn timed_out(&self) -> String {
+        format!(
+            "upstream {} did not answer within {} ms",
+            self.decl.name,
+            self.decl.timeout.as_millis()
+        )
     }
 
     /// Sends the `tools/call` of `params` on `peer`, for `host` when a host waits on it
