@@ -1,6 +1,8 @@
 //! What an upstream tells the host during a call: its progress, under the host's own
 //! progress token, and its log messages, to each host session with a call in flight on
-//! that upstream (`docs/mcp.md`, "Progress and logs").
+//! that upstream (`docs/mcp.md`, "Progress and logs"); and what it asks the host during
+//! a call — sampling, elicitation, roots — to the one host session waiting on it
+//! (`docs/mcp.md`, "Upstreams that ask").
 //!
 //! The upstream sees the progress token rmcp gives each request on that connection (two
 //! hosts may both use `1`); while the call is in flight the gateway keeps which host
@@ -16,11 +18,13 @@ use std::{
 };
 
 use rmcp::{
-    RoleClient, RoleServer,
+    ClientHandler, ErrorData as McpError, RoleClient, RoleServer, ServiceError,
     model::{
-        CallToolRequestParams, JsonRpcMessage, JsonRpcNotification,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-        ServerNotification,
+        CallToolRequestParams, ClientCapabilities, ClientInfo, ClientResult,
+        CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+        ErrorCode, Implementation, JsonRpcMessage, JsonRpcNotification, ListRootsResult,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        Request, RequestNoParam, ServerNotification, ServerRequest,
     },
     service::{Peer, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
@@ -40,6 +44,10 @@ pub(crate) struct HostCall {
     pub(crate) progress: Option<ProgressToken>,
     /// The log level the host asked this call's messages at (2026-07-28).
     pub(crate) log_level: Option<Value>,
+    /// What the host can be asked (sampling, elicitation, roots), as it declared.
+    pub(crate) capabilities: Option<ClientCapabilities>,
+    /// The host speaks 2026-07-28 or later, where a server sends it no requests.
+    pub(crate) modern: bool,
 }
 
 impl HostCall {
@@ -57,7 +65,17 @@ impl HostCall {
             .and_then(|meta| meta.0.0.get(LOG_LEVEL_META))
             .or_else(|| context.meta.0.0.get(LOG_LEVEL_META))
             .cloned();
-        HostCall { session, peer: context.peer.clone(), progress, log_level }
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        HostCall {
+            session,
+            peer: context.peer.clone(),
+            progress,
+            log_level,
+            capabilities: context.client_capabilities(),
+            modern,
+        }
     }
 
     /// What the upstream request's `_meta` carries for the host: its log level (rmcp
@@ -149,6 +167,24 @@ impl Relays {
         }
     }
 
+    /// The host an upstream's request mid-call is for: the one host session with calls
+    /// in flight on this upstream. MCP's handshake era does not say which call a
+    /// server's request belongs to, so with two sessions waiting it could go to the
+    /// wrong person, and it is refused instead.
+    fn asked(&self) -> Result<HostCall, String> {
+        let state = self.lock();
+        let mut calls = state.calls.values();
+        let Some(first) = calls.next() else {
+            return Err("no host is waiting on a call to this upstream".to_owned());
+        };
+        if calls.any(|call| call.session != first.session) {
+            return Err("calls of several host sessions are in flight on this upstream, so the \
+                        gateway cannot tell which host the request is for"
+                .to_owned());
+        }
+        Ok(first.clone())
+    }
+
     /// The upstream's log message, to each host session with a call in flight on it.
     async fn log(&self, params: LoggingMessageNotificationParam) {
         let mut sessions: Vec<HostCall> = Vec::new();
@@ -210,5 +246,111 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Relaying<T> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+/// An upstream connection's client: it asks the host what the upstream asks during a
+/// call (`sampling/createMessage`, `elicitation/create`, `roots/list`), and answers the
+/// upstream with the host's answer, or with an error saying why the host was not asked.
+#[derive(Debug)]
+pub(crate) struct Asking {
+    pub(crate) relays: Arc<Relays>,
+    pub(crate) upstream: String,
+}
+
+impl Asking {
+    /// The host to ask `what`, when it can be asked and declared it can answer.
+    fn host(&self, what: &str, can: fn(&ClientCapabilities) -> bool) -> Result<HostCall, McpError> {
+        // Code -1, as MCP's own example of a client declining a request: not one of the
+        // codes that say a request was not run, so an upstream that passes this error on
+        // as its answer leaves the call to be reconciled, not taken as never made.
+        let refuse = |why: String| {
+            McpError::new(
+                ErrorCode(-1),
+                format!(
+                    "toolledger gateway: {what} from upstream {} not relayed: {why}",
+                    self.upstream
+                ),
+                None,
+            )
+        };
+        let host = self.relays.asked().map_err(refuse)?;
+        if host.modern {
+            return Err(refuse(
+                "the host speaks MCP 2026-07-28, where a server sends its client no requests"
+                    .to_owned(),
+            ));
+        }
+        if !host.capabilities.as_ref().is_some_and(can) {
+            return Err(refuse("the host did not declare that capability".to_owned()));
+        }
+        Ok(host)
+    }
+
+    /// Sends `request` to the host of `call`; its answer, or its error as it was.
+    async fn ask(call: &HostCall, request: ServerRequest) -> Result<ClientResult, McpError> {
+        call.peer.send_request(request).await.map_err(|err| match err {
+            ServiceError::McpError(error) => error,
+            other => McpError::internal_error(format!("the host did not answer: {other}"), None),
+        })
+    }
+}
+
+/// The answer of the wrong kind to a request relayed to the host.
+fn unexpected() -> McpError {
+    McpError::internal_error("the host answered with a result of another kind", None)
+}
+
+impl ClientHandler for Asking {
+    fn get_info(&self) -> ClientInfo {
+        let capabilities = serde_json::from_value(serde_json::json!({
+            "sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}
+        }))
+        .unwrap_or_default();
+        ClientInfo::new(
+            capabilities,
+            Implementation::new("toolledger-mcp", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        let host = self.host("sampling/createMessage", |can| can.sampling.is_some())?;
+        let request = ServerRequest::CreateMessageRequest(Request::new(params));
+        match Self::ask(&host, request).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let host = self.host("elicitation/create", |can| can.elicitation.is_some())?;
+        let request = ServerRequest::ElicitRequest(Request::new(params));
+        match Self::ask(&host, request).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
+        let host = self.host("roots/list", |can| can.roots.is_some())?;
+        let request = ServerRequest::ListRootsRequest(RequestNoParam {
+            method: Default::default(),
+            extensions: Default::default(),
+        });
+        match Self::ask(&host, request).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(unexpected()),
+        }
     }
 }

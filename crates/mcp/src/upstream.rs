@@ -20,7 +20,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     config::{Transport, UpstreamDecl},
-    relay::{HostCall, Relaying, Relays},
+    relay::{Asking, HostCall, Relaying, Relays},
 };
 
 /// What an upstream serves besides tools, as it declared at initialization.
@@ -50,7 +50,7 @@ pub(crate) enum CallError {
 #[derive(Debug)]
 pub(crate) struct Upstream {
     pub(crate) decl: UpstreamDecl,
-    client: Mutex<Option<RunningService<RoleClient, ()>>>,
+    client: Mutex<Option<RunningService<RoleClient, Asking>>>,
     /// The calls in flight on it, for its progress and log messages.
     relays: Arc<Relays>,
 }
@@ -60,9 +60,10 @@ impl Upstream {
         Upstream { decl, client: Mutex::new(None), relays: Arc::default() }
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, ()>, String> {
+    async fn connect(&self) -> Result<RunningService<RoleClient, Asking>, String> {
         let relays = Arc::clone(&self.relays);
         let name = &self.decl.name;
+        let asking = Asking { relays: Arc::clone(&relays), upstream: name.clone() };
         let serving = match &self.decl.transport {
             Transport::Child { program, args, dir, env } => {
                 let mut command = tokio::process::Command::new(program);
@@ -70,14 +71,14 @@ impl Upstream {
                 let inner = TokioChildProcess::new(command)
                     .map_err(|err| format!("could not start upstream {name}: {}", err.kind()))?;
                 let transport = Relaying { inner, relays };
-                tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
+                tokio::time::timeout(self.decl.timeout, asking.serve(transport)).await
             }
             Transport::Http { url, client, bearer } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 config.auth_header.clone_from(bearer);
                 let inner = StreamableHttpClientTransport::with_client(client.clone(), config);
                 let transport = Relaying { inner, relays };
-                tokio::time::timeout(self.decl.timeout, ().serve(transport)).await
+                tokio::time::timeout(self.decl.timeout, asking.serve(transport)).await
             }
         };
         match serving {

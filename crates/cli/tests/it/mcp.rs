@@ -630,6 +630,148 @@ fn an_upstreams_progress_and_logs_reach_the_host_whose_call_it_is() {
 
 /// `completion/complete` reaches the upstream that listed the prompt, and a handshake-era
 /// host's `logging/setLevel` reaches every upstream that logs: unchanged, both ways.
+/// [`payments_config`] with the payments server asking its client during calls
+/// (`PAYMENTS_ASKS=1`): `create_payment` asks the payer to confirm, and the tools the
+/// conformance suite calls to see a server ask are listed.
+fn asking_config(dir: &Dir) -> PathBuf {
+    let config = payments_config(dir, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let asking =
+        text.replace("PAYMENTS_REPORT = \"1\"", "PAYMENTS_REPORT = \"1\", PAYMENTS_ASKS = \"1\"");
+    assert_ne!(asking, text);
+    dir.write("toolledger.toml", asking.as_bytes());
+    config
+}
+
+#[test]
+fn an_upstream_that_asks_mid_call_asks_the_host_waiting_on_it_and_its_effect_stays_one() {
+    let dir = Dir::new();
+    let command = gateway(&dir, &asking_config(&dir));
+    let answers = host_with(
+        &[
+            "--protocol",
+            "legacy",
+            "--elicit",
+            "approve",
+            "--sample",
+            "It is sunny",
+            "--roots",
+            "file:///srv/a,file:///srv/b",
+        ],
+        &command,
+        &json!([
+            pay("ord-60", 100, "pay-ord-60"),
+            pay("ord-60", 100, "pay-ord-60"),
+            call("test_sampling", json!({"prompt": "What is the weather?"})),
+            call("test_roots", json!({})),
+            call("test_elicitation", json!({"message": "Who are you?"})),
+        ]),
+        LIMIT,
+    );
+    // A ledgered call: the upstream's question reached the person, their answer the
+    // upstream, which paid once; the retry replays and asks nobody.
+    assert_eq!(code(&answers[0]), "OK", "{}", answers[0]);
+    assert_eq!(answers[0]["elicited"], json!(["Charge 100 USD for order ord-60?"]));
+    assert_eq!(answers[1]["meta"]["io.toolledger/replayed"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["elicited"], json!([]));
+    // Calls passed through: sampling, roots and elicitation, each answered by the host.
+    assert_eq!(answers[2]["content"][0]["text"], "LLM response: It is sunny", "{}", answers[2]);
+    assert_eq!(answers[2]["sampled"], json!(["What is the weather?"]));
+    assert_eq!(answers[3]["content"][0]["text"], r#"["file:///srv/a", "file:///srv/b"]"#);
+    assert_eq!(answers[3]["rooted"], 1);
+    assert_eq!(answers[4]["elicited"], json!(["Who are you?"]), "{}", answers[4]);
+    assert!(
+        answers[4]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("User response: action=accept")
+    );
+
+    // A payer who declines: the upstream refuses, nothing was paid, and the retry says
+    // so again without asking or sending.
+    let declined = host_with(
+        &["--protocol", "legacy", "--elicit", "decline"],
+        &command,
+        &json!([pay("ord-61", 100, "pay-ord-61"), pay("ord-61", 100, "pay-ord-61")]),
+        LIMIT,
+    );
+    assert_eq!(code(&declined[0]), "DOWNSTREAM_REFUSED", "{}", declined[0]);
+    assert_eq!(declined[0]["elicited"].as_array().unwrap().len(), 1);
+    assert_eq!(code(&declined[1]), "DOWNSTREAM_REFUSED", "{}", declined[1]);
+    assert_eq!(declined[1]["elicited"], json!([]));
+
+    // A host that cannot be asked, and a 2026-07-28 host (no requests from a server
+    // mid-call): the upstream is told why, and says so. The payments server passes the
+    // gateway's error on as its answer to create_payment, an answer that does not say
+    // the payment was not made: it stays unknown (the retry asks the lookup, which finds
+    // none yet), never taken as not made.
+    let unable = host_with(
+        &["--protocol", "legacy"],
+        &command,
+        &json!([
+            pay("ord-62", 100, "pay-ord-62"),
+            call("test_sampling", json!({"prompt": "hi"})),
+            pay("ord-62", 100, "pay-ord-62"),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(code(&unable[0]), "OUTCOME_UNKNOWN", "{}", unable[0]);
+    assert_eq!(code(&unable[2]), "OUTCOME_UNKNOWN", "{}", unable[2]);
+    let status_ref = &unable[0]["structuredContent"]["detail"]["status_ref"];
+    assert_eq!(&unable[2]["structuredContent"]["detail"]["status_ref"], status_ref);
+    let said = unable[1].to_string();
+    assert!(said.contains("not relayed") && said.contains("did not declare"), "{said}");
+    let modern = host_with(
+        &["--protocol", "2026-07-28", "--sample", "It is sunny"],
+        &command,
+        &json!([call("test_sampling", json!({"prompt": "hi"}))]),
+        LIMIT,
+    );
+    let said = modern[0].to_string();
+    assert!(said.contains("not relayed") && said.contains("2026-07-28"), "{said}");
+    assert_eq!(modern[0]["sampled"], Value::Null, "{said}");
+
+    let made = payments(&dir);
+    assert!(made.len() == 1 && made[0].0 == "ord-60", "{made:?}");
+    audit_passes(&dir);
+}
+
+#[test]
+fn an_upstream_request_while_two_host_sessions_wait_on_that_upstream_is_refused_not_guessed() {
+    let dir = Dir::new();
+    let config = asking_config(&dir);
+    // Each payment waits 1 s before its commit and 1 s after it: the window in which a
+    // second host session calls the same upstream.
+    faults(&dir, json!({"delay_ms": 1000}));
+    let (gateway, url) = listening(&dir, &config, &[]);
+    let paying = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            host_with(
+                &["--url", &url, "--protocol", "legacy", "--elicit", "approve"],
+                &[],
+                &json!([pay("ord-63", 100, "pay-ord-63")]),
+                LIMIT,
+            )
+        })
+    };
+    let asking = host_with(
+        &["--url", &url, "--protocol", "legacy", "--sample", "It is sunny"],
+        &[],
+        &json!([{"op": "sleep", "seconds": 0.7}, call("test_sampling", json!({"prompt": "hi"}))]),
+        LIMIT,
+    );
+    let paid = paying.join().unwrap();
+    assert_eq!(code(&paid[0]), "OK", "{}", paid[0]);
+    let said = asking[1].to_string();
+    assert!(said.contains("several host sessions"), "{said}");
+    // The upstream passed the gateway's refusal on, as its own error: the host's
+    // sampling callback never ran.
+    assert_eq!(asking[1]["error"]["code"], json!(-1), "{said}");
+    assert_eq!(payments(&dir).len(), 1);
+    stop_cleanly(&dir, gateway);
+}
+
 #[test]
 fn completion_and_the_log_level_are_forwarded_to_the_upstreams_that_serve_them() {
     let dir = Dir::new();
@@ -950,8 +1092,12 @@ fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept
 /// The others call the reference server's own fixtures
 /// (`test_simple_text`, `test://static-text`, …) or need upstream-to-host requests
 /// relayed mid-call; `docs/mcp.md` lists each and why.
-const CONFORMANCE_SCENARIOS: [&str; 6] = [
+const CONFORMANCE_SCENARIOS: [&str; 10] = [
     "logging-set-level",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
     "server-initialize",
     "ping",
     "tools-list",
@@ -962,7 +1108,7 @@ const CONFORMANCE_SCENARIOS: [&str; 6] = [
 #[test]
 fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_streamable_http() {
     let dir = Dir::new();
-    let config = payments_config(&dir, "");
+    let config = asking_config(&dir);
     let (gateway, url) = listening(&dir, &config, &[]);
     let suite = node_modules().join("@modelcontextprotocol/conformance/dist/index.js");
     for scenario in CONFORMANCE_SCENARIOS {

@@ -13,9 +13,14 @@ The second form speaks Streamable HTTP to ``URL`` instead, with
 ``logs`` notifications that arrived while it ran.
 
 ``--elicit approve|decline`` declares the elicitation capability and answers every
-elicitation with ``{"approve": true}`` or a decline: mid-call on the handshake era,
+elicitation with ``true`` for each boolean field of its form (``{"approve": true}``
+for the gateway's own approval) or a decline: mid-call on the handshake era,
 and through the SDK's own input-required driver (the call retried with the
 answers) on 2026-07-28. Without it the client declares no elicitation.
+``--sample TEXT`` declares sampling and answers every ``sampling/createMessage`` with
+``TEXT``; ``--roots URI,...`` declares roots and lists those. A call's output names
+what it was asked meanwhile (``elicited``: the messages; ``sampled``: the prompts;
+``rooted``: how many times the roots were listed).
 
 Spawns ``CMD ARG...`` over stdio with the SDK's ``stdio_client`` (the child
 inherits this process's full environment), opens a ``ClientSession`` and
@@ -129,7 +134,13 @@ class Host:
         token: str | None = None,
         elicit: str | None = None,
         observe: bool = False,
+        sample: str | None = None,
+        roots: list[str] | None = None,
     ) -> None:
+        self._sample = sample
+        self._roots = roots
+        self.sampled: list[str] = []
+        self.rooted = 0
         self._observe = observe
         self.progress: list[dict[str, Any]] = []
         self.logs: list[dict[str, Any]] = []
@@ -161,6 +172,10 @@ class Host:
             observed: dict[str, Any] = (
                 {"logging_callback": self._logged, "log_level": "debug"} if self._observe else {}
             )
+            if self._sample is not None:
+                observed["sampling_callback"] = self._answer_sampling
+            if self._roots is not None:
+                observed["list_roots_callback"] = self._answer_roots
             session = await stack.enter_async_context(
                 ClientSession(read_stream, write_stream, elicitation_callback=callback, **observed)
             )
@@ -212,8 +227,36 @@ class Host:
         """Answer an elicitation as ``--elicit`` says, remembering its message."""
         self.elicited.append(params.message)
         if self._elicit == "approve":
-            return types.ElicitResult(action="accept", content={"approve": True})
+            schema = plain(params).get("requestedSchema", {})
+            fields = [
+                name
+                for name, field in schema.get("properties", {}).items()
+                if field.get("type") == "boolean"
+            ]
+            return types.ElicitResult(
+                action="accept", content={name: True for name in fields or ["approve"]}
+            )
         return types.ElicitResult(action="decline")
+
+    async def _answer_sampling(
+        self, context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        """Answer a sampling request with ``--sample``'s text, remembering its prompt."""
+        for message in params.messages:
+            content = message.content
+            if isinstance(content, types.TextContent):
+                self.sampled.append(content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(text=self._sample or ""),
+            model="test-model",
+            stop_reason="endTurn",
+        )
+
+    async def _answer_roots(self, context: Any) -> types.ListRootsResult:
+        """List ``--roots``'s roots."""
+        self.rooted += 1
+        return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in self._roots or []])
 
     async def _logged(self, params: types.LoggingMessageNotificationParams) -> None:
         """Keep a log message the server sent."""
@@ -258,6 +301,8 @@ class Host:
         output = call_output(result)
         output["elicited"] = list(self.elicited)
         self.elicited.clear()
+        output["sampled"], self.sampled = self.sampled, []
+        output["rooted"], self.rooted = self.rooted, 0
         if self._observe:
             output["progress"], self.progress = self.progress, []
             output["logs"], self.logs = self.logs, []
@@ -345,6 +390,8 @@ def parse_args(argv: list[str]) -> Host:
     parser.add_argument("--bearer-env")
     parser.add_argument("--elicit", choices=("approve", "decline"))
     parser.add_argument("--observe", action="store_true")
+    parser.add_argument("--sample")
+    parser.add_argument("--roots", type=lambda text: [uri for uri in text.split(",") if uri])
     split = argv.index("--") if "--" in argv else len(argv)
     options, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if options.url is not None:
@@ -356,11 +403,20 @@ def parse_args(argv: list[str]) -> Host:
             token=token,
             elicit=options.elicit,
             observe=options.observe,
+            sample=options.sample,
+            roots=options.roots,
         )
     if not command:
         parser.error("give --url URL, or '--' and the server command")
     server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    return Host(server, options.protocol, elicit=options.elicit, observe=options.observe)
+    return Host(
+        server,
+        options.protocol,
+        elicit=options.elicit,
+        observe=options.observe,
+        sample=options.sample,
+        roots=options.roots,
+    )
 
 
 def main() -> int:

@@ -27,6 +27,14 @@ orders paid so far), and ``logging/setLevel``, so a gateway's forwarding of requ
 it does not own can be seen. With ``PAYMENTS_REPORT=1``, ``create_payment`` reports
 progress (1 and 2 of 2) and logs one ``info`` message before its commit and after it.
 
+``PAYMENTS_ASKS=1`` makes the server ask its client during calls: ``create_payment``
+asks the payer to confirm the charge (``elicitation/create``) before its commit, and
+declines the payment unless the answer is ``accept`` with ``confirm: true``; and it
+lists the read-only tools the official conformance suite calls to see a server ask
+(``test_sampling``, ``test_elicitation``, ``test_elicitation_sep1034_defaults``,
+``test_elicitation_sep1330_enums``, each as that suite specifies it) and
+``test_roots`` (the client's roots, from ``roots/list``).
+
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
 """
@@ -136,6 +144,132 @@ READ_ONLY: dict[str, bool] = {
     "get_payment_by_key": True,
     "list_payments": True,
 }
+
+# The tools the conformance suite calls to see a server ask its client, as it specifies
+# them, and ``test_roots``; listed only with PAYMENTS_ASKS=1 (no output schemas).
+ASKING_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "test_sampling": (
+        "Ask the client's model to answer a prompt.",
+        {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]},
+    ),
+    "test_elicitation": (
+        "Ask the user for a username and an email address.",
+        {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+    ),
+    "test_elicitation_sep1034_defaults": (
+        "Ask the user with a form whose every field has a default.",
+        {"type": "object", "properties": {}},
+    ),
+    "test_elicitation_sep1330_enums": (
+        "Ask the user with a form of every kind of enum.",
+        {"type": "object", "properties": {}},
+    ),
+    "test_roots": ("List the client's roots.", {"type": "object", "properties": {}}),
+}
+
+SEP1034_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+        "verified": {"type": "boolean", "default": True},
+    },
+}
+
+SEP1330_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {
+            "type": "string",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        },
+        "titledMulti": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+}
+
+
+def asks() -> bool:
+    """Whether this server asks its client during calls (``PAYMENTS_ASKS=1``)."""
+    return os.environ.get("PAYMENTS_ASKS") == "1"
+
+
+async def asking_tool(
+    name: str, args: dict[str, Any], ctx: ServerRequestContext[Any]
+) -> types.CallToolResult:
+    """One of ASKING_TOOLS: ask the client, and answer what it answered, as text."""
+    if name == "test_sampling":
+        sampled = await ctx.session.create_message(
+            [types.SamplingMessage(role="user", content=types.TextContent(text=args["prompt"]))],
+            max_tokens=100,
+            related_request_id=ctx.request_id,
+        )
+        content = sampled.content
+        said = content.text if isinstance(content, types.TextContent) else json.dumps(plain(content))
+        return types.CallToolResult(content=[types.TextContent(text=f"LLM response: {said}")])
+    if name == "test_roots":
+        roots = await ctx.session.list_roots()
+        listed = [str(root.uri) for root in roots.roots]
+        return types.CallToolResult(content=[types.TextContent(text=json.dumps(listed))])
+    if name == "test_elicitation":
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            },
+            "required": ["username", "email"],
+        }
+        message, prefix = args["message"], "User response"
+    elif name == "test_elicitation_sep1034_defaults":
+        schema, message = SEP1034_SCHEMA, "Please review and update the form fields with defaults"
+        prefix = "Elicitation completed"
+    else:
+        schema, message = SEP1330_SCHEMA, "Please select options from the enum fields"
+        prefix = "Elicitation completed"
+    answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+    text = f"{prefix}: action={answer.action}, content={json.dumps(answer.content)}"
+    return types.CallToolResult(content=[types.TextContent(text=text)])
+
+
+def plain(model: Any) -> Any:
+    """A protocol model as the JSON it has on the wire."""
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+async def confirmed(args: dict[str, Any], ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the payer confirms the charge of ``args``, asked with elicitation."""
+    answer = await ctx.session.elicit_form(
+        f"Charge {args['amount_minor']} {args['currency']} for order {args['order_id']}?",
+        {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]},
+        related_request_id=ctx.request_id,
+    )
+    return answer.action == "accept" and (answer.content or {}).get("confirm") is True
+
 
 FAULT_KINDS = ("drop_after_commit", "drop_before_commit", "hang", "off_schema", "refuse")
 
@@ -257,6 +391,8 @@ async def create_payment(
         os._exit(DROP_EXIT_CODE)
     if "refuse" in faults:
         return tool_error("card declined")
+    if asks() and not await confirmed(args, ctx):
+        return tool_error("the payer did not confirm the charge")
     if "hang" in faults:
         await anyio.sleep(HANG_SECONDS)
     delay = read_delay()
@@ -308,22 +444,33 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[
+        tools = [
+            types.Tool(
+                name=name,
+                description=DESCRIPTIONS[name],
+                input_schema=INPUT_SCHEMAS[name],
+                output_schema=advertised_output_schema(name),
+                annotations=types.ToolAnnotations(read_only_hint=READ_ONLY[name]),
+            )
+            for name in INPUT_SCHEMAS
+        ]
+        if asks():
+            tools.extend(
                 types.Tool(
                     name=name,
-                    description=DESCRIPTIONS[name],
-                    input_schema=INPUT_SCHEMAS[name],
-                    output_schema=advertised_output_schema(name),
-                    annotations=types.ToolAnnotations(read_only_hint=READ_ONLY[name]),
+                    description=description,
+                    input_schema=schema,
+                    annotations=types.ToolAnnotations(read_only_hint=True),
                 )
-                for name in INPUT_SCHEMAS
-            ]
-        )
+                for name, (description, schema) in ASKING_TOOLS.items()
+            )
+        return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if asks() and params.name in ASKING_TOOLS:
+            return await asking_tool(params.name, params.arguments or {}, ctx)
         if params.name not in INPUT_SCHEMAS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         args = params.arguments or {}
