@@ -15,6 +15,7 @@ use rmcp::{
         InitializeResult, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
         ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
+        SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::RequestContext,
 };
@@ -27,6 +28,7 @@ use toolledger::{
 use crate::{
     config::ApprovalDecl,
     downstream::McpDownstream,
+    hosts::Hosts,
     http::Principal,
     relay::HostCall,
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
@@ -89,13 +91,16 @@ struct Inner {
     tenant: String,
     subject: String,
     upstreams: Vec<Arc<Upstream>>,
+    /// The host sessions, for the upstreams' announcements outside any call.
+    hosts: Arc<Hosts>,
     tools: HashMap<String, Exposed>,
     listing: Vec<Value>,
     ledger: SharedLedger,
     location: Location,
-    /// The upstreams that serve resources, prompts, completions and `logging/setLevel`
-    /// (indices into `upstreams`).
+    /// The upstreams that serve resources, resource subscriptions, prompts, completions
+    /// and `logging/setLevel` (indices into `upstreams`).
     resources: Vec<usize>,
+    subscribe: Vec<usize>,
     prompts: Vec<usize>,
     completions: Vec<usize>,
     logging: Vec<usize>,
@@ -108,10 +113,11 @@ struct Inner {
 }
 
 impl Gateway {
+    /// The gateway for `principal` (the configuration's tenant and subject).
     pub(crate) fn new(
-        tenant: String,
-        subject: String,
+        principal: (String, String),
         upstreams: Vec<Arc<Upstream>>,
+        hosts: Arc<Hosts>,
         tools: Vec<Exposed>,
         ledger: SharedLedger,
         location: Location,
@@ -127,22 +133,29 @@ impl Gateway {
         let mut listing: Vec<Value> = tools.iter().map(|tool| tool.listing.clone()).collect();
         listing.push(status_tool());
         let tools = tools.into_iter().map(|tool| (tool.name.clone(), tool)).collect();
-        let info = server_info(&[
-            ("resources", !resources.is_empty()),
-            ("prompts", !prompts.is_empty()),
-            ("completions", !completions.is_empty()),
-            ("logging", !logging.is_empty()),
-        ]);
+        let subscribe = which(|serves| serves.subscribe);
+        let any = |pick: fn(&Serves) -> bool| serves.iter().any(pick);
+        let info = server_info(&Declared {
+            resources: !resources.is_empty(),
+            subscribe: !subscribe.is_empty(),
+            resources_changed: any(|serves| serves.resources_changed),
+            prompts: !prompts.is_empty(),
+            prompts_changed: any(|serves| serves.prompts_changed),
+            completions: !completions.is_empty(),
+            logging: !logging.is_empty(),
+        });
         Gateway {
             inner: Arc::new(Inner {
-                tenant,
-                subject,
+                tenant: principal.0,
+                subject: principal.1,
                 upstreams,
+                hosts,
                 tools,
                 listing,
                 ledger,
                 location,
                 resources,
+                subscribe,
                 prompts,
                 completions,
                 logging,
@@ -684,13 +697,41 @@ fn listed<T: serde::de::DeserializeOwned>(member: &str, items: Vec<Value>) -> Re
         .map_err(|err| McpError::internal_error(format!("a listing: {err}"), None))
 }
 
-/// What `initialize` answers: tools, and each of `served` (resources, prompts,
-/// completions, logging) an upstream serves.
-fn server_info(served: &[(&str, bool)]) -> InitializeResult {
+/// What the gateway declares it serves besides tools: what its upstreams serve.
+#[derive(Debug, Clone, Copy)]
+struct Declared {
+    resources: bool,
+    subscribe: bool,
+    resources_changed: bool,
+    prompts: bool,
+    prompts_changed: bool,
+    completions: bool,
+    logging: bool,
+}
+
+/// What `initialize` answers: tools, and what `declared` says the upstreams serve.
+fn server_info(declared: &Declared) -> InitializeResult {
     let mut capabilities = json!({"tools": {}});
     if let Some(members) = capabilities.as_object_mut() {
-        for (capability, _) in served.iter().filter(|(_, served)| *served) {
-            members.insert((*capability).to_owned(), json!({}));
+        let flag = |on: bool| if on { Some(Value::Bool(true)) } else { None };
+        if declared.resources {
+            let mut resources = Map::new();
+            resources.extend(flag(declared.subscribe).map(|on| ("subscribe".to_owned(), on)));
+            resources
+                .extend(flag(declared.resources_changed).map(|on| ("listChanged".to_owned(), on)));
+            members.insert("resources".to_owned(), Value::Object(resources));
+        }
+        if declared.prompts {
+            let mut prompts = Map::new();
+            prompts.extend(flag(declared.prompts_changed).map(|on| ("listChanged".to_owned(), on)));
+            members.insert("prompts".to_owned(), Value::Object(prompts));
+        }
+        for (capability, on) in
+            [("completions", declared.completions), ("logging", declared.logging)]
+        {
+            if on {
+                members.insert(capability.to_owned(), json!({}));
+            }
         }
     }
     let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
@@ -724,6 +765,51 @@ impl ServerHandler for Gateway {
             }
         }
         listed("resources", all)
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        self.inner.hosts.joined(self.session, context.peer);
+    }
+
+    #[allow(deprecated, reason = "a handshake-era host still subscribes with resources/subscribe")]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let at = self.owner(&request.uri, &self.inner.resources)?;
+        if !self.inner.subscribe.contains(&at) {
+            return Err(McpError::invalid_params(
+                format!("the upstream that serves {} takes no subscriptions", request.uri),
+                None,
+            ));
+        }
+        let upstream = self.upstream(at)?;
+        let hosts = &self.inner.hosts;
+        if hosts.subscribe(&request.uri, &upstream.decl.name, self.session, context.peer) {
+            let subscribed = match self.peer(at).await {
+                Ok(peer) => passed(peer.subscribe(request.clone()).await),
+                Err(err) => Err(err),
+            };
+            if let Err(err) = subscribed {
+                hosts.unsubscribe(&request.uri, self.session);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated, reason = "a handshake-era host still subscribes with resources/subscribe")]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if self.inner.hosts.unsubscribe(&request.uri, self.session) {
+            let at = self.owner(&request.uri, &self.inner.resources)?;
+            passed(self.peer(at).await?.unsubscribe(request).await)?;
+        }
+        Ok(())
     }
 
     async fn list_resource_templates(

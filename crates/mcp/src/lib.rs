@@ -28,6 +28,7 @@
 mod config;
 mod downstream;
 mod gateway;
+mod hosts;
 mod http;
 mod relay;
 mod tools;
@@ -149,6 +150,8 @@ pub fn serve(options: &Options) -> Result<(), Error> {
 /// The upstreams started and listed: what the host sees, and what the ledger holds.
 struct Prepared {
     upstreams: Vec<Arc<Upstream>>,
+    /// The host sessions the upstreams' announcements go to (none without a gateway).
+    hosts: Arc<hosts::Hosts>,
     plan: tools::Plan,
     serves: Vec<upstream::Serves>,
     routes: Routes,
@@ -158,8 +161,12 @@ struct Prepared {
 /// Starts every upstream, lists its tools, and plans them; the upstreams are shut down
 /// again on failure.
 async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
-    let upstreams: Vec<Arc<Upstream>> =
-        mcp.upstreams.iter().cloned().map(Upstream::new).map(Arc::new).collect();
+    let hosts = Arc::new(hosts::Hosts::default());
+    let upstreams: Vec<Arc<Upstream>> = mcp
+        .upstreams
+        .iter()
+        .map(|decl| Arc::new(Upstream::new(decl.clone(), Arc::clone(&hosts))))
+        .collect();
     let mut listings = Vec::new();
     let mut serves = Vec::new();
     for upstream in &upstreams {
@@ -211,7 +218,7 @@ async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
         );
         specs.push(ledgered.spec.clone());
     }
-    Ok(Prepared { upstreams, plan, serves, routes: Arc::new(routes), specs })
+    Ok(Prepared { upstreams, hosts, plan, serves, routes: Arc::new(routes), specs })
 }
 
 /// The gateway's runtime: two workers, as the machine's cores are few.
@@ -319,7 +326,7 @@ impl Drop for Upstreams {
 }
 
 async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
-    let Prepared { upstreams, plan, serves, routes, specs } = prepare(&mcp).await?;
+    let Prepared { upstreams, hosts, plan, serves, routes, specs } = prepare(&mcp).await?;
     let fallback = fallback_identity()?;
     let handle = tokio::runtime::Handle::current();
     let location = Location::parse(&options.ledger);
@@ -393,9 +400,9 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         })
     };
     let gateway = Gateway::new(
-        mcp.tenant.clone(),
-        mcp.subject.clone(),
+        (mcp.tenant.clone(), mcp.subject.clone()),
         upstreams.clone(),
+        hosts,
         plan.tools,
         ledger,
         shown_from,

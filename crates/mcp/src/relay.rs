@@ -31,6 +31,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value};
 
+use crate::hosts::{Changed, Hosts};
+
 /// The `_meta` member a 2026-07-28 host sets to receive a call's log messages.
 pub(crate) const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
@@ -93,12 +95,15 @@ const EARLY_MAX: usize = 32;
 
 /// The longest a host may take to accept one relayed notification: past it, that host
 /// misses it, and the upstream's next message (perhaps the result) is read.
-const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+pub(crate) const RELAY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The calls in flight on one upstream connection, by the progress token of each.
-#[derive(Debug, Default)]
+/// The calls in flight on one upstream connection, by the progress token of each, and
+/// the host sessions to tell what the upstream announces outside any call.
+#[derive(Debug)]
 pub(crate) struct Relays {
     state: Mutex<State>,
+    pub(crate) hosts: Arc<Hosts>,
+    upstream: String,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +127,11 @@ impl Drop for InFlight {
 }
 
 impl Relays {
+    /// The relays of upstream `upstream`, whose announcements go to `hosts`.
+    pub(crate) fn new(upstream: &str, hosts: Arc<Hosts>) -> Relays {
+        Relays { state: Mutex::default(), hosts, upstream: upstream.to_owned() }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -208,9 +218,9 @@ async fn relay_progress(call: &HostCall, mut params: ProgressNotificationParam) 
     let _ = tokio::time::timeout(RELAY_WAIT, call.peer.notify_progress(params)).await;
 }
 
-/// An upstream's transport, read through: its progress and log messages reach the host
-/// as they are read, in order, before anything the upstream sends after them — above
-/// all the call's result (rmcp hands notifications to its handler on tasks of their
+/// An upstream's transport, read through: its progress and log messages (and its
+/// resource updates and changed lists) reach the hosts as they are read, in order,
+/// before anything the upstream sends after them — above all the call's result (rmcp hands notifications to its handler on tasks of their
 /// own, which would let a result overtake them).
 #[derive(Debug)]
 pub(crate) struct Relaying<T> {
@@ -238,6 +248,20 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Relaying<T> {
                 ServerNotification::LoggingMessageNotification(log) => {
                     self.relays.log(log.params.clone()).await;
                 }
+                ServerNotification::ResourceUpdatedNotification(updated) => {
+                    self.relays.hosts.updated(updated.params.clone()).await;
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    self.relays.hosts.changed(Changed::Resources).await;
+                }
+                ServerNotification::PromptListChangedNotification(_) => {
+                    self.relays.hosts.changed(Changed::Prompts).await;
+                }
+                ServerNotification::ToolListChangedNotification(_) => crate::log(&format!(
+                    "upstream {} says its tools changed; the gateway keeps the tools it \
+                     listed at start (restart it to list the new ones)",
+                    self.relays.upstream
+                )),
                 _ => {}
             }
         }

@@ -5,7 +5,7 @@ use rmcp::{
     RoleClient, ServiceError, ServiceExt,
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
-        MetaObject, RequestMetaObject, ServerResult,
+        MetaObject, RequestMetaObject, ServerResult, SubscribeRequestParams,
     },
     service::{Peer, PeerRequestOptions, RunningService},
     transport::{
@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     config::{Transport, UpstreamDecl},
+    hosts::Hosts,
     relay::{Asking, HostCall, Relaying, Relays},
 };
 
@@ -31,6 +32,11 @@ pub(crate) struct Serves {
     pub(crate) completions: bool,
     /// `logging/setLevel` (the handshake era's logging).
     pub(crate) logging: bool,
+    /// `resources/subscribe`.
+    pub(crate) subscribe: bool,
+    /// `notifications/resources/list_changed` and `notifications/prompts/list_changed`.
+    pub(crate) resources_changed: bool,
+    pub(crate) prompts_changed: bool,
 }
 
 /// How one call to an upstream went, when it produced no result.
@@ -56,8 +62,10 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn new(decl: UpstreamDecl) -> Upstream {
-        Upstream { decl, client: Mutex::new(None), relays: Arc::default() }
+    /// Upstream `decl`, whose announcements outside any call go to `hosts`.
+    pub(crate) fn new(decl: UpstreamDecl, hosts: Arc<Hosts>) -> Upstream {
+        let relays = Arc::new(Relays::new(&decl.name, hosts));
+        Upstream { decl, client: Mutex::new(None), relays }
     }
 
     async fn connect(&self) -> Result<RunningService<RoleClient, Asking>, String> {
@@ -104,6 +112,15 @@ impl Upstream {
         let running = self.connect().await?;
         let peer = running.peer().clone();
         *client = Some(running);
+        // A new connection knows no subscriptions: the hosts' are made again.
+        for uri in self.relays.hosts.subscriptions(&self.decl.name) {
+            #[allow(
+                deprecated,
+                reason = "the handshake era's resources/subscribe, as the host made it"
+            )]
+            let subscribed = peer.subscribe(SubscribeRequestParams::new(uri));
+            let _ = tokio::time::timeout(self.decl.timeout, subscribed).await;
+        }
         Ok(peer)
     }
 
@@ -191,11 +208,19 @@ impl Upstream {
             let capabilities = &info.capabilities;
             #[allow(deprecated, reason = "a handshake-era upstream still declares logging")]
             let logging = capabilities.logging.is_some();
+            let resources = capabilities.resources.as_ref();
             Serves {
-                resources: capabilities.resources.is_some(),
+                resources: resources.is_some(),
                 prompts: capabilities.prompts.is_some(),
                 completions: capabilities.completions.is_some(),
                 logging,
+                subscribe: resources.and_then(|can| can.subscribe).unwrap_or(false),
+                resources_changed: resources.and_then(|can| can.list_changed).unwrap_or(false),
+                prompts_changed: capabilities
+                    .prompts
+                    .as_ref()
+                    .and_then(|can| can.list_changed)
+                    .unwrap_or(false),
             }
         }))
     }

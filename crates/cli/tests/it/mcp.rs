@@ -1294,6 +1294,96 @@ fn resources_and_prompts_pass_through_to_the_upstream_that_serves_them_unchanged
 }
 
 #[test]
+fn a_subscribed_resources_updates_and_changed_lists_reach_the_hosts_even_after_a_reconnect() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    // The payments server exits right after ord-72's commit: the next call connects
+    // again, and the subscription is made again on the new connection.
+    faults(&dir, json!({"drop_after_commit": ["ord-72"]}));
+    let summary = "payments://summary";
+    let notices = json!({"op": "notices"});
+    let pause = json!({"op": "sleep", "seconds": 0.3});
+    let answers = host_with(
+        &["--protocol", "legacy"],
+        &gateway(&dir, &config),
+        &json!([
+            {"op": "subscribe", "uri": summary},
+            pay("ord-70", 100, "pay-ord-70"),
+            pause, notices,
+            {"op": "list_resources"},
+            pay("ord-72", 100, "pay-ord-72"),
+            pay("ord-73", 100, "pay-ord-73"),
+            pause, notices,
+            {"op": "unsubscribe", "uri": summary},
+            pay("ord-74", 100, "pay-ord-74"),
+            pause, notices,
+        ]),
+        LIMIT,
+    );
+    let listed = json!({"method": "notifications/resources/list_changed"});
+    let updated = json!({"method": "notifications/resources/updated", "uri": summary});
+    assert_eq!(answers[0]["subscribed"], summary, "{}", answers[0]);
+    assert_eq!(code(&answers[1]), "OK");
+    assert_eq!(answers[3]["notices"], json!([listed, updated]), "{}", answers[3]);
+    let uris: Vec<&str> = answers[4]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|resource| resource["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(uris, [summary, "payments://payment/pay_1"], "{}", answers[4]);
+    // ord-72 committed and dropped before it could announce it; ord-73 came through
+    // the new connection, still subscribed.
+    assert_eq!(code(&answers[5]), "OUTCOME_UNKNOWN", "{}", answers[5]);
+    assert_eq!(code(&answers[6]), "OK", "{}", answers[6]);
+    assert_eq!(answers[8]["notices"], json!([listed, updated]), "{}", answers[8]);
+    // Unsubscribed: the list still changes, the summary's updates stop.
+    assert_eq!(answers[9]["unsubscribed"], summary);
+    assert_eq!(answers[12]["notices"], json!([listed]), "{}", answers[12]);
+}
+
+#[test]
+fn over_http_a_resources_update_reaches_only_the_sessions_subscribed_to_it() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let (gateway, url) = listening(&dir, &config, &[]);
+    let summary = "payments://summary";
+    let watching = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            host_with(
+                &["--url", &url, "--protocol", "legacy"],
+                &[],
+                &json!([
+                    {"op": "subscribe", "uri": summary},
+                    {"op": "sleep", "seconds": 2.5},
+                    {"op": "notices"},
+                ]),
+                LIMIT,
+            )
+        })
+    };
+    let paying = host_with(
+        &["--url", &url, "--protocol", "legacy"],
+        &[],
+        &json!([
+            {"op": "sleep", "seconds": 1.0},
+            pay("ord-75", 100, "pay-ord-75"),
+            {"op": "sleep", "seconds": 0.3},
+            {"op": "notices"},
+        ]),
+        LIMIT,
+    );
+    let watched = watching.join().unwrap();
+    let listed = json!({"method": "notifications/resources/list_changed"});
+    let updated = json!({"method": "notifications/resources/updated", "uri": summary});
+    assert_eq!(code(&paying[1]), "OK", "{}", paying[1]);
+    assert_eq!(paying[3]["notices"], json!([listed]), "{}", paying[3]);
+    assert_eq!(watched[2]["notices"], json!([listed, updated]), "{}", watched[2]);
+    stop_cleanly(&dir, gateway);
+}
+
+#[test]
 fn a_tool_a_person_approves_asks_through_elicitation_in_both_protocol_eras_and_binds_the_answer() {
     let dir = Dir::new();
     let config =

@@ -53,6 +53,11 @@ per step to stdout, one per line, flushed after each:
         -> {"values": [...]}
     {"op": "set_level", "level": str}
         -> {"set": level}
+    {"op": "subscribe", "uri": str} / {"op": "unsubscribe", "uri": str}
+        -> {"subscribed": uri} / {"unsubscribed": uri}
+    {"op": "notices"}
+        -> {"notices": [{"method": str, "uri": str?}, ...]}   (the resource and prompt
+           notifications received since the last such step, in order)
 
 An error the SDK raises during a step (an ``MCPError`` for an error response,
 a timeout or a closed connection; the ``RuntimeError`` of its own output
@@ -141,6 +146,7 @@ class Host:
         self._roots = roots
         self.sampled: list[str] = []
         self.rooted = 0
+        self.notices: list[dict[str, Any]] = []
         self._observe = observe
         self.progress: list[dict[str, Any]] = []
         self.logs: list[dict[str, Any]] = []
@@ -172,6 +178,7 @@ class Host:
             observed: dict[str, Any] = (
                 {"logging_callback": self._logged, "log_level": "debug"} if self._observe else {}
             )
+            observed["message_handler"] = self._noticed
             if self._sample is not None:
                 observed["sampling_callback"] = self._answer_sampling
             if self._roots is not None:
@@ -258,6 +265,15 @@ class Host:
         self.rooted += 1
         return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in self._roots or []])
 
+    async def _noticed(self, message: Any) -> None:
+        """Keep a resource or prompt notification the server sent."""
+        if isinstance(message, types.ResourceUpdatedNotification):
+            self.notices.append({"method": message.method, "uri": str(message.params.uri)})
+        elif isinstance(
+            message, (types.ResourceListChangedNotification, types.PromptListChangedNotification)
+        ):
+            self.notices.append({"method": message.method})
+
     async def _logged(self, params: types.LoggingMessageNotificationParams) -> None:
         """Keep a log message the server sent."""
         self.logs.append(plain(params))
@@ -336,7 +352,19 @@ class Host:
         if op == "sleep":
             await anyio.sleep(float(step["seconds"]))
             return {"slept": step["seconds"]}
-        if op in ("list_resources", "read_resource", "list_prompts", "get_prompt", "complete", "set_level"):
+        if op == "notices":
+            notices, self.notices = self.notices, []
+            return {"notices": notices}
+        if op in (
+            "list_resources",
+            "read_resource",
+            "list_prompts",
+            "get_prompt",
+            "complete",
+            "set_level",
+            "subscribe",
+            "unsubscribe",
+        ):
             try:
                 return await self.other(op, step)
             except Exception as exc:
@@ -363,6 +391,12 @@ class Host:
         if op == "set_level":
             await self.session.set_logging_level(step["level"])
             return {"set": step["level"]}
+        if op == "subscribe":
+            await self.session.subscribe_resource(step["uri"])
+            return {"subscribed": step["uri"]}
+        if op == "unsubscribe":
+            await self.session.unsubscribe_resource(step["uri"])
+            return {"unsubscribed": step["uri"]}
         prompt = await self.session.get_prompt(step["name"], step.get("arguments"))
         return {"messages": [plain(message) for message in prompt.messages]}
 

@@ -21,11 +21,14 @@ key lists the ``order_id`` values it applies to::
 and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
 after it: a window in which a crash campaign kills the caller.
 
-It also serves one resource, ``payments://summary`` (the payment count as
-text), one prompt, ``refund_policy`` (taking an ``order_id``, completed from the
+It also serves resources, ``payments://summary`` (the payment count as text, which
+a client may subscribe to) and ``payments://payment/ID`` for each payment (its JSON),
+one prompt, ``refund_policy`` (taking an ``order_id``, completed from the
 orders paid so far), and ``logging/setLevel``, so a gateway's forwarding of requests
 it does not own can be seen. With ``PAYMENTS_REPORT=1``, ``create_payment`` reports
-progress (1 and 2 of 2) and logs one ``info`` message before its commit and after it.
+progress (1 and 2 of 2) and logs one ``info`` message before its commit and after it,
+and after its commit says the resource list changed and, to a client subscribed to
+``payments://summary``, that the summary was updated.
 
 ``PAYMENTS_ASKS=1`` makes the server ask its client during calls: ``create_payment``
 asks the payer to confirm the charge (``elicitation/create``) before its commit, and
@@ -53,6 +56,7 @@ import anyio
 import jsonschema
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
@@ -61,6 +65,9 @@ warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 DROP_EXIT_CODE = 3
 SUMMARY_URI = "payments://summary"
+PAYMENT_URI = "payments://payment/"
+# The resource URIs the client subscribed to.
+subscribed: set[str] = set()
 HANG_SECONDS = 3600
 
 PAYMENT_SCHEMA: dict[str, Any] = {
@@ -402,6 +409,10 @@ async def create_payment(
     if "drop_after_commit" in faults:
         os._exit(DROP_EXIT_CODE)
     await report(ctx, args["order_id"], 2, "captured")
+    if os.environ.get("PAYMENTS_REPORT") == "1":
+        await ctx.session.send_resource_list_changed()
+        if SUMMARY_URI in subscribed:
+            await ctx.session.send_resource_updated(SUMMARY_URI)
     payment = payment_view(row)
     if "off_schema" in faults:
         payment.update(status="pending", amount_minor=str(row["amount_minor"]))
@@ -487,19 +498,36 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
     async def on_list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(
-            resources=[
-                types.Resource(
-                    uri=SUMMARY_URI, name="summary", mime_type="text/plain",
-                    description="How many payments were made.",
-                )
-            ]
+        summary = types.Resource(
+            uri=SUMMARY_URI, name="summary", mime_type="text/plain",
+            description="How many payments were made.",
         )
+        rows = conn.execute("SELECT payment_id FROM payments ORDER BY seq").fetchall()
+        each = [
+            types.Resource(
+                uri=PAYMENT_URI + row["payment_id"], name=row["payment_id"],
+                mime_type="application/json",
+            )
+            for row in rows
+        ]
+        return types.ListResourcesResult(resources=[summary, *each])
 
     async def on_read_resource(
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        if str(params.uri) != SUMMARY_URI:
+        uri = str(params.uri)
+        if uri.startswith(PAYMENT_URI):
+            row = conn.execute(
+                "SELECT * FROM payments WHERE payment_id = ?", (uri[len(PAYMENT_URI) :],)
+            ).fetchone()
+            if row is not None:
+                text = json.dumps(payment_view(row))
+                return types.ReadResourceResult(
+                    contents=[
+                        types.TextResourceContents(uri=uri, mime_type="application/json", text=text)
+                    ]
+                )
+        if uri != SUMMARY_URI:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {params.uri}")
         (count,) = conn.execute("SELECT count(*) FROM payments").fetchone()
         return types.ReadResourceResult(
@@ -509,6 +537,18 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
                 )
             ]
         )
+
+    async def on_subscribe_resource(
+        ctx: ServerRequestContext[Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        subscribed.add(str(params.uri))
+        return types.EmptyResult()
+
+    async def on_unsubscribe_resource(
+        ctx: ServerRequestContext[Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        subscribed.discard(str(params.uri))
+        return types.EmptyResult()
 
     async def on_list_prompts(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -561,6 +601,8 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
         on_call_tool=on_call_tool,
         on_list_resources=on_list_resources,
         on_read_resource=on_read_resource,
+        on_subscribe_resource=on_subscribe_resource,
+        on_unsubscribe_resource=on_unsubscribe_resource,
         on_list_prompts=on_list_prompts,
         on_get_prompt=on_get_prompt,
         on_completion=on_completion,
@@ -592,7 +634,9 @@ async def main() -> None:
         await serve_http(server, port_file)
         return
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        changes = NotificationOptions(resources_changed=True)
+        options = server.create_initialization_options(changes)
+        await server.run(read_stream, write_stream, options)
 
 
 if __name__ == "__main__":
