@@ -279,7 +279,6 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Relaying<T> {
 #[derive(Debug)]
 pub(crate) struct Asking {
     pub(crate) relays: Arc<Relays>,
-    pub(crate) upstream: String,
 }
 
 impl Asking {
@@ -293,7 +292,7 @@ impl Asking {
                 ErrorCode(-1),
                 format!(
                     "toolledger gateway: {what} from upstream {} not relayed: {why}",
-                    self.upstream
+                    self.relays.upstream
                 ),
                 None,
             )
@@ -311,8 +310,15 @@ impl Asking {
         Ok(host)
     }
 
-    /// Sends `request` to the host of `call`; its answer, or its error as it was.
-    async fn ask(call: &HostCall, request: ServerRequest) -> Result<ClientResult, McpError> {
+    /// Asks the host waiting on this upstream `request` (`what`, which a host that
+    /// `can` answer declared); its answer, or its error as it was.
+    async fn ask(
+        &self,
+        what: &str,
+        can: fn(&ClientCapabilities) -> bool,
+        request: ServerRequest,
+    ) -> Result<ClientResult, McpError> {
+        let call = self.host(what, can)?;
         call.peer.send_request(request).await.map_err(|err| match err {
             ServiceError::McpError(error) => error,
             other => McpError::internal_error(format!("the host did not answer: {other}"), None),
@@ -342,9 +348,8 @@ impl ClientHandler for Asking {
         params: CreateMessageRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, McpError> {
-        let host = self.host("sampling/createMessage", |can| can.sampling.is_some())?;
         let request = ServerRequest::CreateMessageRequest(Request::new(params));
-        match Self::ask(&host, request).await? {
+        match self.ask("sampling/createMessage", |can| can.sampling.is_some(), request).await? {
             ClientResult::CreateMessageResult(result) => Ok(*result),
             _ => Err(unexpected()),
         }
@@ -355,9 +360,8 @@ impl ClientHandler for Asking {
         params: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, McpError> {
-        let host = self.host("elicitation/create", |can| can.elicitation.is_some())?;
         let request = ServerRequest::ElicitRequest(Request::new(params));
-        match Self::ask(&host, request).await? {
+        match self.ask("elicitation/create", |can| can.elicitation.is_some(), request).await? {
             ClientResult::ElicitResult(result) => Ok(result),
             _ => Err(unexpected()),
         }
@@ -367,12 +371,11 @@ impl ClientHandler for Asking {
         &self,
         _context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, McpError> {
-        let host = self.host("roots/list", |can| can.roots.is_some())?;
         let request = ServerRequest::ListRootsRequest(RequestNoParam {
             method: Default::default(),
             extensions: Default::default(),
         });
-        match Self::ask(&host, request).await? {
+        match self.ask("roots/list", |can| can.roots.is_some(), request).await? {
             ClientResult::ListRootsResult(result) => Ok(result),
             _ => Err(unexpected()),
         }

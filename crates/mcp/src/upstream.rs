@@ -71,7 +71,7 @@ impl Upstream {
     async fn connect(&self) -> Result<RunningService<RoleClient, Asking>, String> {
         let relays = Arc::clone(&self.relays);
         let name = &self.decl.name;
-        let asking = Asking { relays: Arc::clone(&relays), upstream: name.clone() };
+        let asking = Asking { relays: Arc::clone(&relays) };
         let serving = match &self.decl.transport {
             Transport::Child { program, args, dir, env } => {
                 let mut command = tokio::process::Command::new(program);
