@@ -15,9 +15,9 @@ use rmcp::{
         InitializeResult, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
         ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
-        SubscribeRequestParams, UnsubscribeRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::RequestContext,
+    service::{RequestContext, SubscriptionContext},
 };
 use serde_json::{Map, Value, json};
 use toolledger::{
@@ -28,7 +28,7 @@ use toolledger::{
 use crate::{
     config::ApprovalDecl,
     downstream::McpDownstream,
-    hosts::Hosts,
+    hosts::{Hosts, Key, Target},
     http::Principal,
     relay::HostCall,
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
@@ -108,8 +108,15 @@ struct Inner {
     owners: Mutex<HashMap<String, usize>>,
     /// What `initialize` answers.
     info: InitializeResult,
-    /// The last host session number handed out.
+    /// The last number handed out to a host session or a listener.
     sessions: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    /// A new number, for a host session or a listener.
+    fn number(&self) -> u64 {
+        self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed).saturating_add(1)
+    }
 }
 
 impl Gateway {
@@ -170,12 +177,7 @@ impl Gateway {
     /// The gateway for a new host session: the same gateway, with a session number of
     /// its own (an upstream's log messages go once to each session waiting on it).
     pub(crate) fn session(&self) -> Gateway {
-        let session = self
-            .inner
-            .sessions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .saturating_add(1);
-        Gateway { inner: Arc::clone(&self.inner), session }
+        Gateway { inner: Arc::clone(&self.inner), session: self.inner.number() }
     }
 
     /// Who makes the call: the bearer token's principal over HTTP, else the
@@ -393,6 +395,43 @@ impl Gateway {
         for name in names {
             owners.entry(name).or_insert(at);
         }
+    }
+
+    /// Subscribes `key` (told through `target`) to `uri`, at the upstream that serves
+    /// it when `key` is the first.
+    #[allow(deprecated, reason = "the handshake era's resources/subscribe, which upstreams speak")]
+    async fn watch(&self, uri: &str, key: Key, target: Target) -> Result<(), McpError> {
+        let at = self.owner(uri, &self.inner.resources)?;
+        if !self.inner.subscribe.contains(&at) {
+            return Err(McpError::invalid_params(
+                format!("the upstream that serves {uri} takes no subscriptions"),
+                None,
+            ));
+        }
+        let upstream = self.upstream(at)?;
+        let hosts = &self.inner.hosts;
+        if hosts.subscribe(uri, &upstream.decl.name, key, target) {
+            let subscribed = match self.peer(at).await {
+                Ok(peer) => passed(peer.subscribe(SubscribeRequestParams::new(uri)).await),
+                Err(err) => Err(err),
+            };
+            if let Err(err) = subscribed {
+                hosts.unsubscribe(uri, key);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the upstream that serves `uri` that nobody subscribes to it any more.
+    #[allow(
+        deprecated,
+        reason = "the handshake era's resources/unsubscribe, which upstreams speak"
+    )]
+    async fn unwatch(&self, uri: &str) -> Result<(), McpError> {
+        let at = self.owner(uri, &self.inner.resources)?;
+        let unsubscribe = UnsubscribeRequestParams::new(uri);
+        passed(self.peer(at).await?.unsubscribe(unsubscribe).await)
     }
 
     /// Closes every upstream connection.
@@ -768,48 +807,74 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
-        self.inner.hosts.joined(self.session, context.peer);
+        // A 2026-07-28 host hears of changes only on the streams it listens on.
+        let handshake = context.peer.peer_info().is_some_and(|info| {
+            info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
+        });
+        if handshake {
+            self.inner.hosts.joined(Key::Session(self.session), Target::Peer(context.peer));
+        }
     }
 
-    #[allow(deprecated, reason = "a handshake-era host still subscribes with resources/subscribe")]
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let at = self.owner(&request.uri, &self.inner.resources)?;
-        if !self.inner.subscribe.contains(&at) {
-            return Err(McpError::invalid_params(
-                format!("the upstream that serves {} takes no subscriptions", request.uri),
-                None,
-            ));
-        }
-        let upstream = self.upstream(at)?;
-        let hosts = &self.inner.hosts;
-        if hosts.subscribe(&request.uri, &upstream.decl.name, self.session, context.peer) {
-            let subscribed = match self.peer(at).await {
-                Ok(peer) => passed(peer.subscribe(request.clone()).await),
-                Err(err) => Err(err),
-            };
-            if let Err(err) = subscribed {
-                hosts.unsubscribe(&request.uri, self.session);
-                return Err(err);
-            }
-        }
-        Ok(())
+        let (key, target) = (Key::Session(self.session), Target::Peer(context.peer));
+        self.watch(&request.uri, key, target).await
     }
 
-    #[allow(deprecated, reason = "a handshake-era host still subscribes with resources/subscribe")]
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if self.inner.hosts.unsubscribe(&request.uri, self.session) {
-            let at = self.owner(&request.uri, &self.inner.resources)?;
-            passed(self.peer(at).await?.unsubscribe(request).await)?;
+        if self.inner.hosts.unsubscribe(&request.uri, Key::Session(self.session)) {
+            self.unwatch(&request.uri).await?;
         }
         Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Resources and prompts whose lists change, and resources an upstream takes
+        // subscriptions for; never the tool list, which the gateway keeps from its start.
+        let mut accepted = requested.clone();
+        accepted.tools_list_changed = None;
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|uri| {
+                    self.owner(uri, &self.inner.resources)
+                        .is_ok_and(|at| self.inner.subscribe.contains(&at))
+                })
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let key = Key::Listener(self.inner.number());
+        let sink = context.sink().clone();
+        self.inner.hosts.joined(key, Target::Sink(sink.clone()));
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        let mut watched = Ok(());
+        for uri in uris {
+            watched = self.watch(&uri, key, Target::Sink(sink.clone())).await;
+            if watched.is_err() {
+                break;
+            }
+        }
+        if watched.is_ok() {
+            context.cancelled().await;
+        }
+        for uri in self.inner.hosts.left(key) {
+            let _ = self.unwatch(&uri).await;
+        }
+        watched
     }
 
     async fn list_resource_templates(

@@ -1,6 +1,8 @@
 //! The host sessions a gateway serves, for what its upstreams announce outside any one
 //! call: an update of a resource a host subscribed to, and a changed list of resources
-//! or prompts (`docs/mcp.md`, "Subscriptions and changed lists").
+//! or prompts (`docs/mcp.md`, "Subscriptions and changed lists"). A handshake-era host
+//! session is told through its connection; a 2026-07-28 host's `subscriptions/listen`
+//! stream through the stream's sink, which keeps to what the stream accepted.
 #![allow(
     deprecated,
     reason = "2026-07-28 moves subscriptions to subscriptions/listen, but hosts and upstreams of the handshake era still subscribe, and the gateway forwards what they send"
@@ -11,7 +13,11 @@ use std::{
     sync::Mutex,
 };
 
-use rmcp::{RoleServer, model::ResourceUpdatedNotificationParam, service::Peer};
+use rmcp::{
+    RoleServer,
+    model::ResourceUpdatedNotificationParam,
+    service::{Peer, SubscriptionSink},
+};
 
 use crate::relay::RELAY_WAIT;
 
@@ -21,12 +27,26 @@ pub(crate) struct Hosts {
     state: Mutex<State>,
 }
 
+/// Who is told: a handshake-era host session, by its number, or a 2026-07-28
+/// `subscriptions/listen` stream, by a number of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Key {
+    Session(u64),
+    Listener(u64),
+}
+
+/// How they are told.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    Peer(Peer<RoleServer>),
+    Sink(SubscriptionSink),
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Every handshake-era host session, by number.
-    sessions: HashMap<u64, Peer<RoleServer>>,
-    /// By resource URI: the upstream that serves it and the sessions subscribed to it.
-    subscribed: HashMap<String, (String, BTreeSet<u64>)>,
+    targets: HashMap<Key, Target>,
+    /// By resource URI: the upstream that serves it and who subscribed to it.
+    subscribed: HashMap<String, (String, BTreeSet<Key>)>,
 }
 
 /// A list an upstream says changed.
@@ -41,36 +61,45 @@ impl Hosts {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Host `session` is connected, through `peer`.
-    pub(crate) fn joined(&self, session: u64, peer: Peer<RoleServer>) {
-        self.lock().sessions.insert(session, peer);
+    /// `key` is told through `target` from now on.
+    pub(crate) fn joined(&self, key: Key, target: Target) {
+        self.lock().targets.insert(key, target);
     }
 
-    /// Records that `session` subscribes to `uri`, which `upstream` serves; whether it is
-    /// the first to (the upstream is to be asked).
-    pub(crate) fn subscribe(
-        &self,
-        uri: &str,
-        upstream: &str,
-        session: u64,
-        peer: Peer<RoleServer>,
-    ) -> bool {
+    /// Forgets `key` and what it subscribed to; the URIs nobody subscribes to any more
+    /// (their upstreams are to be told).
+    pub(crate) fn left(&self, key: Key) -> Vec<String> {
         let mut state = self.lock();
-        state.sessions.insert(session, peer);
-        let (_, sessions) = state
+        state.targets.remove(&key);
+        let mut unwatched = Vec::new();
+        state.subscribed.retain(|uri, (_, keys)| {
+            if keys.remove(&key) && keys.is_empty() {
+                unwatched.push(uri.clone());
+            }
+            !keys.is_empty()
+        });
+        unwatched
+    }
+
+    /// Records that `key` (told through `target`) subscribes to `uri`, which `upstream`
+    /// serves; whether it is the first to (the upstream is to be asked).
+    pub(crate) fn subscribe(&self, uri: &str, upstream: &str, key: Key, target: Target) -> bool {
+        let mut state = self.lock();
+        state.targets.insert(key, target);
+        let (_, keys) = state
             .subscribed
             .entry(uri.to_owned())
             .or_insert_with(|| (upstream.to_owned(), BTreeSet::new()));
-        sessions.insert(session) && sessions.len() == 1
+        keys.insert(key) && keys.len() == 1
     }
 
-    /// Forgets that `session` subscribes to `uri`; whether it was the last to (the
-    /// upstream is to be told).
-    pub(crate) fn unsubscribe(&self, uri: &str, session: u64) -> bool {
+    /// Forgets that `key` subscribes to `uri`; whether it was the last to (the upstream
+    /// is to be told).
+    pub(crate) fn unsubscribe(&self, uri: &str, key: Key) -> bool {
         let mut state = self.lock();
-        let Some((_, sessions)) = state.subscribed.get_mut(uri) else { return false };
-        let last = sessions.remove(&session) && sessions.is_empty();
-        if sessions.is_empty() {
+        let Some((_, keys)) = state.subscribed.get_mut(uri) else { return false };
+        let last = keys.remove(&key) && keys.is_empty();
+        if keys.is_empty() {
             state.subscribed.remove(uri);
         }
         last
@@ -89,52 +118,69 @@ impl Hosts {
         uris
     }
 
-    /// The sessions still connected among `sessions`; the others are forgotten.
-    fn live(&self, sessions: impl Fn(&State) -> Vec<u64>) -> Vec<Peer<RoleServer>> {
+    /// The targets of `keys` still connected; a host session whose connection closed is
+    /// forgotten (a listener is forgotten when its stream ends).
+    fn live(&self, keys: impl Fn(&State) -> Vec<Key>) -> Vec<Target> {
         let mut state = self.lock();
         let (mut live, mut gone) = (Vec::new(), Vec::new());
-        for session in sessions(&state) {
-            match state.sessions.get(&session) {
-                Some(peer) if !peer.is_transport_closed() => live.push(peer.clone()),
-                _ => gone.push(session),
+        for key in keys(&state) {
+            match state.targets.get(&key) {
+                Some(Target::Peer(peer)) if peer.is_transport_closed() => gone.push(key),
+                Some(target) => live.push(target.clone()),
+                None => gone.push(key),
             }
         }
-        for session in gone {
-            state.sessions.remove(&session);
-            state.subscribed.retain(|_, (_, sessions)| {
-                sessions.remove(&session);
-                !sessions.is_empty()
+        for key in gone {
+            state.targets.remove(&key);
+            state.subscribed.retain(|_, (_, keys)| {
+                keys.remove(&key);
+                !keys.is_empty()
             });
         }
         live
     }
 
-    /// A resource's update, to each session subscribed to it.
+    /// A resource's update, to each subscribed to it.
     pub(crate) async fn updated(&self, params: ResourceUpdatedNotificationParam) {
         let subscribers = self.live(|state| {
             state
                 .subscribed
                 .get(&params.uri)
-                .map(|(_, sessions)| sessions.iter().copied().collect())
+                .map(|(_, keys)| keys.iter().copied().collect())
                 .unwrap_or_default()
         });
-        for peer in subscribers {
-            let told = peer.notify_resource_updated(params.clone());
-            let _ = tokio::time::timeout(RELAY_WAIT, told).await;
+        for target in subscribers {
+            match target {
+                Target::Peer(peer) => tell(peer.notify_resource_updated(params.clone())).await,
+                Target::Sink(sink) => tell(sink.notify_resource_updated(params.uri.clone())).await,
+            }
         }
     }
 
-    /// A changed list, to every session.
+    /// A changed list, to every host session and every listener that accepted it (a
+    /// stream that did not ask for that list refuses it, by its filter).
     pub(crate) async fn changed(&self, which: Changed) {
-        for peer in self.live(|state| state.sessions.keys().copied().collect()) {
-            let _ = match which {
-                Changed::Resources => {
-                    tokio::time::timeout(RELAY_WAIT, peer.notify_resource_list_changed()).await
+        for target in self.live(|state| state.targets.keys().copied().collect()) {
+            match (target, which) {
+                (Target::Peer(peer), Changed::Resources) => {
+                    tell(peer.notify_resource_list_changed()).await;
                 }
-                Changed::Prompts => {
-                    tokio::time::timeout(RELAY_WAIT, peer.notify_prompt_list_changed()).await
+                (Target::Peer(peer), Changed::Prompts) => {
+                    tell(peer.notify_prompt_list_changed()).await;
                 }
-            };
+                (Target::Sink(sink), Changed::Resources) => {
+                    tell(sink.notify_resource_list_changed()).await;
+                }
+                (Target::Sink(sink), Changed::Prompts) => {
+                    tell(sink.notify_prompt_list_changed()).await;
+                }
+            }
         }
     }
+}
+
+/// Waits at most [`RELAY_WAIT`] for `told`: a host that went away, or does not read,
+/// misses it.
+async fn tell<E>(told: impl Future<Output = Result<(), E>>) {
+    let _ = tokio::time::timeout(RELAY_WAIT, told).await;
 }

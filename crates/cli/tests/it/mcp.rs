@@ -1343,6 +1343,37 @@ fn a_subscribed_resources_updates_and_changed_lists_reach_the_hosts_even_after_a
 }
 
 #[test]
+fn a_2026_host_listens_for_a_resources_updates_and_changed_lists() {
+    let dir = Dir::new();
+    let summary = "payments://summary";
+    let answers = host_with(
+        &["--protocol", "2026-07-28"],
+        &gateway(&dir, &payments_config(&dir, "")),
+        &json!([
+            {"op": "listen", "uris": [summary, "payments://nothing-here"]},
+            pay("ord-80", 100, "pay-ord-80"),
+            {"op": "sleep", "seconds": 0.3},
+            {"op": "notices"},
+        ]),
+        LIMIT,
+    );
+    // The stream takes the changed lists and the summary; the tool list (fixed at the
+    // gateway's start) is not offered.
+    let honored = &answers[0]["listening"];
+    assert_eq!(honored["resourcesListChanged"], true, "{}", answers[0]);
+    assert!(honored.get("toolsListChanged").is_none(), "{}", answers[0]);
+    assert!(
+        honored["resourceSubscriptions"].as_array().unwrap().contains(&json!(summary)),
+        "{}",
+        answers[0]
+    );
+    assert_eq!(code(&answers[1]), "OK", "{}", answers[1]);
+    let listed = json!({"method": "notifications/resources/list_changed"});
+    let updated = json!({"method": "notifications/resources/updated", "uri": summary});
+    assert_eq!(answers[3]["notices"], json!([listed, updated]), "{}", answers[3]);
+}
+
+#[test]
 fn over_http_a_resources_update_reaches_only_the_sessions_subscribed_to_it() {
     let dir = Dir::new();
     let config = payments_config(&dir, "");

@@ -55,9 +55,13 @@ per step to stdout, one per line, flushed after each:
         -> {"set": level}
     {"op": "subscribe", "uri": str} / {"op": "unsubscribe", "uri": str}
         -> {"subscribed": uri} / {"unsubscribed": uri}
+    {"op": "listen", "uris": [str, ...]}
+        -> {"listening": <the filter the server honored>}   (2026-07-28: opens a
+           ``subscriptions/listen`` stream for changed resource and prompt lists and
+           those resources' updates, kept open to the end; its events become notices)
     {"op": "notices"}
         -> {"notices": [{"method": str, "uri": str?}, ...]}   (the resource and prompt
-           notifications received since the last such step, in order)
+           notifications, or listen events, received since the last such step, in order)
 
 An error the SDK raises during a step (an ``MCPError`` for an error response,
 a timeout or a closed connection; the ``RuntimeError`` of its own output
@@ -82,6 +86,13 @@ import mcp_types as types
 import httpx2
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import Subscription, listen
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 # The connect-time policy mcp.Client(mode="auto") runs; the SDK has no public alias for it.
 from mcp.client._probe import negotiate_auto
 # The loop mcp.Client runs for a 2026-07-28 InputRequiredResult; ClientSession leaves it
@@ -147,6 +158,7 @@ class Host:
         self.sampled: list[str] = []
         self.rooted = 0
         self.notices: list[dict[str, Any]] = []
+        self._listening = False
         self._observe = observe
         self.progress: list[dict[str, Any]] = []
         self.logs: list[dict[str, Any]] = []
@@ -266,13 +278,45 @@ class Host:
         return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in self._roots or []])
 
     async def _noticed(self, message: Any) -> None:
-        """Keep a resource or prompt notification the server sent."""
+        """Keep a resource or prompt notification the server sent (once a listen stream
+        is open its frames reach this handler too, and are kept from the stream instead)."""
+        if self._listening:
+            return
         if isinstance(message, types.ResourceUpdatedNotification):
             self.notices.append({"method": message.method, "uri": str(message.params.uri)})
         elif isinstance(
             message, (types.ResourceListChangedNotification, types.PromptListChangedNotification)
         ):
             self.notices.append({"method": message.method})
+
+    async def open_listen(self, step: dict[str, Any]) -> dict[str, Any]:
+        """Open a ``subscriptions/listen`` stream, read into ``notices`` until the end."""
+        assert self._stack is not None
+        subscription = await self._stack.enter_async_context(
+            listen(
+                self.session,
+                prompts_list_changed=True,
+                resources_list_changed=True,
+                resource_subscriptions=step.get("uris", []),
+            )
+        )
+        group = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.callback(group.cancel_scope.cancel)
+        group.start_soon(self._pump, subscription)
+        self._listening = True
+        return {"listening": plain(subscription.honored)}
+
+    async def _pump(self, subscription: Subscription) -> None:
+        """Keep each event of a listen stream as the notification it stands for."""
+        async for event in subscription:
+            if isinstance(event, ResourceUpdated):
+                self.notices.append({"method": "notifications/resources/updated", "uri": event.uri})
+            elif isinstance(event, ResourcesListChanged):
+                self.notices.append({"method": "notifications/resources/list_changed"})
+            elif isinstance(event, PromptsListChanged):
+                self.notices.append({"method": "notifications/prompts/list_changed"})
+            elif isinstance(event, ToolsListChanged):
+                self.notices.append({"method": "notifications/tools/list_changed"})
 
     async def _logged(self, params: types.LoggingMessageNotificationParams) -> None:
         """Keep a log message the server sent."""
@@ -352,6 +396,11 @@ class Host:
         if op == "sleep":
             await anyio.sleep(float(step["seconds"]))
             return {"slept": step["seconds"]}
+        if op == "listen":
+            try:
+                return await self.open_listen(step)
+            except Exception as exc:
+                return error_object(exc)
         if op == "notices":
             notices, self.notices = self.notices, []
             return {"notices": notices}
