@@ -30,7 +30,7 @@ use crate::{
     downstream::McpDownstream,
     hosts::{Hosts, Key, Target},
     http::Principal,
-    relay::HostCall,
+    relay::{HostCall, Question},
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
     upstream::{Serves, Upstream},
 };
@@ -108,6 +108,9 @@ struct Inner {
     owners: Mutex<HashMap<String, usize>>,
     /// What `initialize` answers.
     info: InitializeResult,
+    /// Calls passed through whose upstream waits on a 2026-07-28 host's answer, by the
+    /// request state the host's retry carries.
+    parked: Mutex<HashMap<String, Parked>>,
     /// The last number handed out to a host session or a listener.
     sessions: std::sync::atomic::AtomicU64,
 }
@@ -168,6 +171,7 @@ impl Gateway {
                 logging,
                 owners: Mutex::new(HashMap::new()),
                 info,
+                parked: Mutex::new(HashMap::new()),
                 sessions: std::sync::atomic::AtomicU64::new(0),
             }),
             session: 0,
@@ -342,26 +346,115 @@ impl Gateway {
         }
     }
 
+    /// A call passed through to its upstream. For a 2026-07-28 host, a question the
+    /// upstream asks meanwhile answers the call `input_required`; the host's retry with
+    /// the answer resumes the same upstream call (`docs/mcp.md`, "Upstreams that ask").
     async fn passthrough(
         &self,
         exposed: &Exposed,
         mut params: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let upstream = self.upstream(exposed.upstream)?;
+    ) -> Result<CallToolResponse, McpError> {
+        if let Some(state) =
+            params.request_state.as_deref().filter(|state| state.starts_with(PARKED))
+        {
+            let Some(parked) = self.unpark(state, &self.principal(context)) else {
+                return Err(McpError::invalid_params(
+                    "this question of the upstream is no longer open (answered, or past the \
+                     upstream's timeout); call the tool again",
+                    None,
+                ));
+            };
+            let answer = params
+                .input_responses
+                .as_mut()
+                .and_then(|responses| responses.remove(QUESTION_INPUT))
+                .ok_or_else(|| McpError::invalid_params("the host gave no answer", None));
+            let _ = parked.answer.send(answer);
+            return self.awaited(parked.at, parked.call, parked.questions, parked.principal).await;
+        }
+        let at = exposed.upstream;
+        let upstream = Arc::clone(
+            self.inner
+                .upstreams
+                .get(at)
+                .ok_or_else(|| McpError::internal_error("no such upstream", None))?,
+        );
         let peer =
             upstream.peer().await.map_err(|reason| McpError::internal_error(reason, None))?;
-        let host = HostCall::of(self.session, &params, context);
+        let mut host = HostCall::of(self.session, &params, context);
+        let (asked, questions) = tokio::sync::mpsc::unbounded_channel();
+        if host.modern {
+            host.questions = Some(asked);
+        }
         params.name = exposed.upstream_tool.clone().into();
-        let answer = match upstream.send(&peer, params, Some(&host)).await {
-            Err(rmcp::ServiceError::Timeout { .. }) => {
-                return Err(McpError::internal_error(upstream.timed_out(), None));
+        let call = tokio::spawn(async move { upstream.send(&peer, params, Some(&host)).await });
+        self.awaited(at, call, questions, self.principal(context)).await
+    }
+
+    /// The answer of an upstream `call` passed through to upstream `at`, or, when the
+    /// upstream asks a question first, the call answered `input_required` with it, kept
+    /// for a retry of `principal` (over HTTP a 2026-07-28 host's retry may come on
+    /// another connection, so the state is a token only that call's answer names).
+    async fn awaited(
+        &self,
+        at: usize,
+        mut call: Answering,
+        mut questions: tokio::sync::mpsc::UnboundedReceiver<Question>,
+        principal: (String, String),
+    ) -> Result<CallToolResponse, McpError> {
+        let question = tokio::select! {
+            answer = &mut call => {
+                let answer = match answer {
+                    Ok(Err(rmcp::ServiceError::Timeout { .. })) => {
+                        return Err(McpError::internal_error(self.upstream(at)?.timed_out(), None));
+                    }
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        return Err(McpError::internal_error("the upstream call ended abruptly", None));
+                    }
+                };
+                let mut result = passed(answer)?;
+                result.result_type = Some(ResultType::COMPLETE);
+                return Ok(result.into());
             }
-            answer => answer,
+            Some(question) = questions.recv() => question,
         };
-        let mut result = passed(answer)?;
-        result.result_type = Some(ResultType::COMPLETE);
-        Ok(result)
+        let state = format!("{PARKED}{}", unguessable(self.inner.number()));
+        let input_required = json!({
+            "resultType": "input_required",
+            "inputRequests": {QUESTION_INPUT: question.request},
+            "requestState": state,
+        });
+        let input_required = serde_json::from_value(input_required).map_err(|err| {
+            McpError::internal_error(format!("the upstream's question: {err}"), None)
+        })?;
+        let timeout = self.upstream(at)?.decl.timeout;
+        let mut parked =
+            self.inner.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A question nobody answered within twice the upstream's timeout: its call has
+        // ended by now; the upstream is told the host did not answer.
+        parked.retain(|_, open| open.since.elapsed() < timeout.saturating_mul(2));
+        let open = Parked {
+            principal,
+            since: std::time::Instant::now(),
+            at,
+            call,
+            questions,
+            answer: question.answer,
+        };
+        parked.insert(state, open);
+        Ok(CallToolResponse::InputRequired(input_required))
+    }
+
+    /// The call parked under `state`, when it is `principal`'s.
+    fn unpark(&self, state: &str, principal: &(String, String)) -> Option<Parked> {
+        let mut parked =
+            self.inner.parked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match parked.get(state) {
+            Some(open) if open.principal == *principal => parked.remove(state),
+            _ => None,
+        }
     }
 
     /// Upstream `at`.
@@ -440,6 +533,40 @@ impl Gateway {
             upstream.shutdown().await;
         }
     }
+}
+
+/// An upstream call passed through, running on a task of its own.
+type Answering = tokio::task::JoinHandle<Result<CallToolResult, rmcp::ServiceError>>;
+
+/// Where the request state of a call parked on an upstream's question starts.
+const PARKED: &str = "toolledger-question-";
+
+/// The key of an upstream's question among a 2026-07-28 call's input requests.
+const QUESTION_INPUT: &str = "toolledger_upstream_question";
+
+/// A call passed through whose upstream asked a 2026-07-28 host a question: the host's
+/// retry with the answer resumes it.
+#[derive(Debug)]
+struct Parked {
+    principal: (String, String),
+    since: std::time::Instant,
+    at: usize,
+    call: Answering,
+    questions: tokio::sync::mpsc::UnboundedReceiver<Question>,
+    answer: tokio::sync::oneshot::Sender<Result<Value, McpError>>,
+}
+
+/// 128 bits nobody outside this process can predict, for number `n`: SipHash under the
+/// secret keys the standard library draws from the operating system.
+fn unguessable(n: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let half = |salt: u64| {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(n);
+        hasher.write_u64(salt);
+        hasher.finish()
+    };
+    format!("{:016x}{:016x}", half(1), half(2))
 }
 
 /// The ledger's answer as a tool result.
@@ -992,7 +1119,7 @@ impl ServerHandler for Gateway {
         if exposed.ledgered.is_some() {
             Ok(self.ledgered(&exposed, &request, &context).await)
         } else {
-            Ok(self.passthrough(&exposed, request, &context).await?.into())
+            self.passthrough(&exposed, request, &context).await
         }
     }
 }

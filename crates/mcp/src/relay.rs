@@ -20,11 +20,11 @@ use std::{
 use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient, RoleServer, ServiceError,
     model::{
-        CallToolRequestParams, ClientCapabilities, ClientInfo, ClientResult,
-        CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-        ErrorCode, Implementation, JsonRpcMessage, JsonRpcNotification, ListRootsResult,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-        Request, RequestNoParam, ServerNotification, ServerRequest,
+        CallToolRequestParams, ClientCapabilities, ClientInfo, CreateMessageRequestParams,
+        CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorCode, Implementation,
+        JsonRpcMessage, JsonRpcNotification, ListRootsResult, LoggingMessageNotificationParam,
+        ProgressNotificationParam, ProgressToken, ProtocolVersion, Request, RequestNoParam,
+        ServerNotification, ServerRequest,
     },
     service::{Peer, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
@@ -50,6 +50,17 @@ pub(crate) struct HostCall {
     pub(crate) capabilities: Option<ClientCapabilities>,
     /// The host speaks 2026-07-28 or later, where a server sends it no requests.
     pub(crate) modern: bool,
+    /// Where an upstream's question for a 2026-07-28 host goes, when the host's call can
+    /// be answered `input_required` meanwhile (a call passed through).
+    pub(crate) questions: Option<tokio::sync::mpsc::UnboundedSender<Question>>,
+}
+
+/// A question an upstream asks during a call of a 2026-07-28 host: the request (as its
+/// wire JSON, an input request), and where the host's answer goes.
+#[derive(Debug)]
+pub(crate) struct Question {
+    pub(crate) request: Value,
+    pub(crate) answer: tokio::sync::oneshot::Sender<Result<Value, McpError>>,
 }
 
 impl HostCall {
@@ -77,6 +88,7 @@ impl HostCall {
             log_level,
             capabilities: context.client_capabilities(),
             modern,
+            questions: None,
         }
     }
 
@@ -282,8 +294,16 @@ pub(crate) struct Asking {
 }
 
 impl Asking {
-    /// The host to ask `what`, when it can be asked and declared it can answer.
-    fn host(&self, what: &str, can: fn(&ClientCapabilities) -> bool) -> Result<HostCall, McpError> {
+    /// Asks the host waiting on this upstream `request` (`what`, which a host that
+    /// `can` answer declared): mid-call in the handshake era, through the host's call
+    /// answered `input_required` on 2026-07-28 (a call passed through). The host's
+    /// answer, or its error as it was.
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        can: fn(&ClientCapabilities) -> bool,
+        request: ServerRequest,
+    ) -> Result<T, McpError> {
         // Code -1, as MCP's own example of a client declining a request: not one of the
         // codes that say a request was not run, so an upstream that passes this error on
         // as its answer leaves the call to be reconciled, not taken as never made.
@@ -297,38 +317,43 @@ impl Asking {
                 None,
             )
         };
-        let host = self.relays.asked().map_err(refuse)?;
-        if host.modern {
-            return Err(refuse(
-                "the host speaks MCP 2026-07-28, where a server sends its client no requests"
-                    .to_owned(),
-            ));
-        }
-        if !host.capabilities.as_ref().is_some_and(can) {
+        let call = self.relays.asked().map_err(refuse)?;
+        if !call.capabilities.as_ref().is_some_and(can) {
             return Err(refuse("the host did not declare that capability".to_owned()));
         }
-        Ok(host)
+        let answer = match (call.modern, &call.questions) {
+            (false, _) => match call.peer.send_request(request).await {
+                Ok(result) => serde_json::to_value(result).map_err(|err| err.to_string()),
+                Err(ServiceError::McpError(error)) => return Err(error),
+                Err(other) => Err(format!("the host did not answer: {other}")),
+            },
+            (true, Some(questions)) => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                let request = serde_json::to_value(&request).unwrap_or_default();
+                if questions.send(Question { request, answer }).is_err() {
+                    return Err(refuse("the host's call has ended".to_owned()));
+                }
+                match answered.await {
+                    Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(error)) => return Err(error),
+                    Err(_) => return Err(refuse("the host did not answer in time".to_owned())),
+                }
+            }
+            (true, None) => {
+                return Err(refuse(
+                    "the host speaks MCP 2026-07-28, where a server sends its client no \
+                     requests, and a ledgered call cannot be answered input_required while \
+                     the ledger works it"
+                        .to_owned(),
+                ));
+            }
+        };
+        answer
+            .and_then(|value| serde_json::from_value(value).map_err(|err| err.to_string()))
+            .map_err(|why| {
+                McpError::internal_error(format!("the host's answer to {what}: {why}"), None)
+            })
     }
-
-    /// Asks the host waiting on this upstream `request` (`what`, which a host that
-    /// `can` answer declared); its answer, or its error as it was.
-    async fn ask(
-        &self,
-        what: &str,
-        can: fn(&ClientCapabilities) -> bool,
-        request: ServerRequest,
-    ) -> Result<ClientResult, McpError> {
-        let call = self.host(what, can)?;
-        call.peer.send_request(request).await.map_err(|err| match err {
-            ServiceError::McpError(error) => error,
-            other => McpError::internal_error(format!("the host did not answer: {other}"), None),
-        })
-    }
-}
-
-/// The answer of the wrong kind to a request relayed to the host.
-fn unexpected() -> McpError {
-    McpError::internal_error("the host answered with a result of another kind", None)
 }
 
 impl ClientHandler for Asking {
@@ -349,10 +374,7 @@ impl ClientHandler for Asking {
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, McpError> {
         let request = ServerRequest::CreateMessageRequest(Request::new(params));
-        match self.ask("sampling/createMessage", |can| can.sampling.is_some(), request).await? {
-            ClientResult::CreateMessageResult(result) => Ok(*result),
-            _ => Err(unexpected()),
-        }
+        self.ask("sampling/createMessage", |can| can.sampling.is_some(), request).await
     }
 
     async fn create_elicitation(
@@ -361,10 +383,7 @@ impl ClientHandler for Asking {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, McpError> {
         let request = ServerRequest::ElicitRequest(Request::new(params));
-        match self.ask("elicitation/create", |can| can.elicitation.is_some(), request).await? {
-            ClientResult::ElicitResult(result) => Ok(result),
-            _ => Err(unexpected()),
-        }
+        self.ask("elicitation/create", |can| can.elicitation.is_some(), request).await
     }
 
     async fn list_roots(
@@ -375,9 +394,6 @@ impl ClientHandler for Asking {
             method: Default::default(),
             extensions: Default::default(),
         });
-        match self.ask("roots/list", |can| can.roots.is_some(), request).await? {
-            ClientResult::ListRootsResult(result) => Ok(result),
-            _ => Err(unexpected()),
-        }
+        self.ask("roots/list", |can| can.roots.is_some(), request).await
     }
 }

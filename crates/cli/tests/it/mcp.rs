@@ -721,15 +721,24 @@ fn an_upstream_that_asks_mid_call_asks_the_host_waiting_on_it_and_its_effect_sta
     assert_eq!(&unable[2]["structuredContent"]["detail"]["status_ref"], status_ref);
     let said = unable[1].to_string();
     assert!(said.contains("not relayed") && said.contains("did not declare"), "{said}");
+    // A 2026-07-28 host: a call passed through is answered input_required with the
+    // upstream's question, and the host's retry with the answer resumes the same
+    // upstream call. A ledgered call cannot wait so: its upstream is told why.
     let modern = host_with(
-        &["--protocol", "2026-07-28", "--sample", "It is sunny"],
+        &["--protocol", "2026-07-28", "--sample", "It is sunny", "--elicit", "approve"],
         &command,
-        &json!([call("test_sampling", json!({"prompt": "hi"}))]),
+        &json!([
+            call("test_sampling", json!({"prompt": "What is the weather?"})),
+            call("test_elicitation", json!({"message": "Who are you?"})),
+            pay("ord-64", 100, "pay-ord-64"),
+        ]),
         LIMIT,
     );
-    let said = modern[0].to_string();
-    assert!(said.contains("not relayed") && said.contains("2026-07-28"), "{said}");
-    assert_eq!(modern[0]["sampled"], Value::Null, "{said}");
+    assert_eq!(modern[0]["content"][0]["text"], "LLM response: It is sunny", "{}", modern[0]);
+    assert_eq!(modern[0]["sampled"], json!(["What is the weather?"]));
+    assert_eq!(modern[1]["elicited"], json!(["Who are you?"]), "{}", modern[1]);
+    assert_eq!(code(&modern[2]), "OUTCOME_UNKNOWN", "{}", modern[2]);
+    assert_eq!(modern[2]["elicited"], json!([]), "{}", modern[2]);
 
     let made = payments(&dir);
     assert!(made.len() == 1 && made[0].0 == "ord-60", "{made:?}");
@@ -763,6 +772,14 @@ fn an_upstream_request_while_two_host_sessions_wait_on_that_upstream_is_refused_
     );
     let paid = paying.join().unwrap();
     assert_eq!(code(&paid[0]), "OK", "{}", paid[0]);
+    // Alone on the upstream, a 2026-07-28 host over HTTP is asked through its retry.
+    let modern = host_with(
+        &["--url", &url, "--protocol", "2026-07-28", "--sample", "It is sunny"],
+        &[],
+        &json!([call("test_sampling", json!({"prompt": "hi"}))]),
+        LIMIT,
+    );
+    assert_eq!(modern[0]["content"][0]["text"], "LLM response: It is sunny", "{}", modern[0]);
     let said = asking[1].to_string();
     assert!(said.contains("several host sessions"), "{said}");
     // The upstream passed the gateway's refusal on, as its own error: the host's

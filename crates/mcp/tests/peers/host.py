@@ -330,6 +330,10 @@ class Host:
         """One embedded request of an InputRequiredResult, through the callbacks."""
         if isinstance(request, types.ElicitRequest) and self._elicit:
             return await self._answer_elicitation(None, request.params)
+        if isinstance(request, types.CreateMessageRequest) and self._sample is not None:
+            return await self._answer_sampling(None, request.params)
+        if isinstance(request, types.ListRootsRequest) and self._roots is not None:
+            return await self._answer_roots(None)
         return types.ErrorData(code=types.INVALID_REQUEST, message=f"cannot answer {key}")
 
     async def call(self, step: dict[str, Any]) -> dict[str, Any]:
