@@ -1148,8 +1148,21 @@ fn the_official_conformance_suite_passes_the_server_scenarios_that_apply_over_st
     stop_cleanly(&dir, gateway);
 }
 
+/// A listening gateway, stopped with SIGTERM when dropped still running (a test that
+/// fails before [`stop_cleanly`] leaves no gateway, and no upstream of it, behind).
+struct Listening(std::process::Child);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts `toolledger mcp --listen 127.0.0.1:0` with `env`; the gateway and its URL.
-fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (std::process::Child, String) {
+fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (Listening, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolledger"));
     command
         .args(["mcp", "--config"])
@@ -1177,13 +1190,13 @@ fn listening(dir: &Dir, config: &Path, env: &[(&str, &str)]) -> (std::process::C
     // full pipe and a failure can show what it said.
     let mut log = std::fs::File::create(dir.join("gateway.log")).unwrap();
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut log));
-    (gateway, url)
+    (Listening(gateway), url)
 }
 
 /// SIGTERM ends a listening gateway, cleanly (exit 0).
-fn stop_cleanly(dir: &Dir, mut gateway: std::process::Child) {
-    let _ = Command::new("kill").arg(gateway.id().to_string()).status();
-    let status = gateway.wait().unwrap();
+fn stop_cleanly(dir: &Dir, mut gateway: Listening) {
+    let _ = Command::new("kill").arg(gateway.0.id().to_string()).status();
+    let status = gateway.0.wait().unwrap();
     let log = std::fs::read_to_string(dir.join("gateway.log")).unwrap_or_default();
     assert!(status.success(), "SIGTERM ends the gateway cleanly: {status}\n{log}");
 }
