@@ -13,9 +13,9 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
         CompleteResult, GetPromptRequestParams, GetPromptResponse, Implementation,
         InitializeResult, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType, ServerCapabilities,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+        ReadResourceResponse, Reference, ResultType, ServerCapabilities, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{RequestContext, SubscriptionContext},
 };
@@ -30,7 +30,7 @@ use crate::{
     downstream::McpDownstream,
     hosts::{Hosts, Key, Target},
     http::Principal,
-    relay::{HostCall, Question},
+    relay::{HostCall, Question, is_modern},
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
     upstream::{Serves, Upstream},
 };
@@ -374,28 +374,41 @@ impl Gateway {
             return self.awaited(parked.at, parked.call, parked.questions, parked.principal).await;
         }
         let at = exposed.upstream;
-        let upstream = Arc::clone(
-            self.inner
-                .upstreams
-                .get(at)
-                .ok_or_else(|| McpError::internal_error("no such upstream", None))?,
-        );
+        let upstream = Arc::clone(self.upstream(at)?);
         let peer =
             upstream.peer().await.map_err(|reason| McpError::internal_error(reason, None))?;
         let mut host = HostCall::of(self.session, &params, context);
-        let (asked, questions) = tokio::sync::mpsc::unbounded_channel();
-        if host.modern {
-            host.questions = Some(asked);
-        }
         params.name = exposed.upstream_tool.clone().into();
+        if !host.modern {
+            // The handshake era asks the host mid-call: nothing to park.
+            return self.completed(at, upstream.send(&peer, params, Some(&host)).await);
+        }
+        let (asked, questions) = tokio::sync::mpsc::unbounded_channel();
+        host.questions = Some(asked);
         let call = tokio::spawn(async move { upstream.send(&peer, params, Some(&host)).await });
         self.awaited(at, call, questions, self.principal(context)).await
     }
 
-    /// The answer of an upstream `call` passed through to upstream `at`, or, when the
-    /// upstream asks a question first, the call answered `input_required` with it, kept
-    /// for a retry of `principal` (over HTTP a 2026-07-28 host's retry may come on
-    /// another connection, so the state is a token only that call's answer names).
+    /// The host's answer to a call passed through to upstream `at`, from the
+    /// upstream's `answer`.
+    fn completed(
+        &self,
+        at: usize,
+        answer: Result<CallToolResult, rmcp::ServiceError>,
+    ) -> Result<CallToolResponse, McpError> {
+        if let Err(rmcp::ServiceError::Timeout { .. }) = answer {
+            return Err(McpError::internal_error(self.upstream(at)?.timed_out(), None));
+        }
+        let mut result = passed(answer)?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result.into())
+    }
+
+    /// The answer of an upstream `call` passed through to upstream `at` for a
+    /// 2026-07-28 host, or, when the upstream asks a question first, the call answered
+    /// `input_required` with it, kept for a retry of `principal` (over HTTP such a
+    /// host's retry may come on another connection, so the state is a token only that
+    /// call's answer names).
     async fn awaited(
         &self,
         at: usize,
@@ -405,18 +418,10 @@ impl Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let question = tokio::select! {
             answer = &mut call => {
-                let answer = match answer {
-                    Ok(Err(rmcp::ServiceError::Timeout { .. })) => {
-                        return Err(McpError::internal_error(self.upstream(at)?.timed_out(), None));
-                    }
-                    Ok(answer) => answer,
-                    Err(_) => {
-                        return Err(McpError::internal_error("the upstream call ended abruptly", None));
-                    }
+                let Ok(answer) = answer else {
+                    return Err(McpError::internal_error("the upstream call ended abruptly", None));
                 };
-                let mut result = passed(answer)?;
-                result.result_type = Some(ResultType::COMPLETE);
-                return Ok(result.into());
+                return self.completed(at, answer);
             }
             Some(question) = questions.recv() => question,
         };
@@ -458,11 +463,10 @@ impl Gateway {
     }
 
     /// Upstream `at`.
-    fn upstream(&self, at: usize) -> Result<&Upstream, McpError> {
+    fn upstream(&self, at: usize) -> Result<&Arc<Upstream>, McpError> {
         self.inner
             .upstreams
             .get(at)
-            .map(AsRef::as_ref)
             .ok_or_else(|| McpError::internal_error("no such upstream", None))
     }
 
@@ -661,9 +665,7 @@ async fn approve(
                     "required": ["approve"]
                 }
             });
-            let modern = context
-                .protocol_version()
-                .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+            let modern = context.protocol_version().is_some_and(|version| is_modern(&version));
             if modern {
                 let input_required = json!({
                     "resultType": "input_required",
@@ -877,29 +879,33 @@ struct Declared {
 
 /// What `initialize` answers: tools, and what `declared` says the upstreams serve.
 fn server_info(declared: &Declared) -> InitializeResult {
-    let mut capabilities = json!({"tools": {}});
-    if let Some(members) = capabilities.as_object_mut() {
-        let flag = |on: bool| if on { Some(Value::Bool(true)) } else { None };
-        if declared.resources {
-            let mut resources = Map::new();
-            resources.extend(flag(declared.subscribe).map(|on| ("subscribe".to_owned(), on)));
-            resources
-                .extend(flag(declared.resources_changed).map(|on| ("listChanged".to_owned(), on)));
-            members.insert("resources".to_owned(), Value::Object(resources));
-        }
-        if declared.prompts {
-            let mut prompts = Map::new();
-            prompts.extend(flag(declared.prompts_changed).map(|on| ("listChanged".to_owned(), on)));
-            members.insert("prompts".to_owned(), Value::Object(prompts));
-        }
-        for (capability, on) in
-            [("completions", declared.completions), ("logging", declared.logging)]
-        {
-            if on {
-                members.insert(capability.to_owned(), json!({}));
-            }
+    // Each capability an upstream serves, with the flags that are on (those off are
+    // left out).
+    let flags = |flags: &[(&str, bool)]| -> Value {
+        let on = flags.iter().filter(|(_, on)| *on);
+        Value::Object(on.map(|(flag, _)| ((*flag).to_owned(), Value::Bool(true))).collect())
+    };
+    let served = [
+        (
+            "resources",
+            declared.resources,
+            flags(&[
+                ("subscribe", declared.subscribe),
+                ("listChanged", declared.resources_changed),
+            ]),
+        ),
+        ("prompts", declared.prompts, flags(&[("listChanged", declared.prompts_changed)])),
+        ("completions", declared.completions, flags(&[])),
+        ("logging", declared.logging, flags(&[])),
+    ];
+    let mut capabilities = Map::new();
+    capabilities.insert("tools".to_owned(), json!({}));
+    for (capability, on, flags) in served {
+        if on {
+            capabilities.insert(capability.to_owned(), flags);
         }
     }
+    let capabilities = Value::Object(capabilities);
     let capabilities: ServerCapabilities = serde_json::from_value(capabilities)
         .unwrap_or_else(|_| ServerCapabilities::builder().enable_tools().build());
     let mut info = InitializeResult::new(capabilities);
@@ -935,9 +941,8 @@ impl ServerHandler for Gateway {
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
         // A 2026-07-28 host hears of changes only on the streams it listens on.
-        let handshake = context.peer.peer_info().is_some_and(|info| {
-            info.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-        });
+        let handshake =
+            context.peer.peer_info().is_some_and(|info| !is_modern(&info.protocol_version));
         if handshake {
             self.inner.hosts.joined(Key::Session(self.session), Target::Peer(context.peer));
         }

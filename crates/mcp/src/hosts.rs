@@ -49,6 +49,21 @@ struct State {
     subscribed: HashMap<String, (String, BTreeSet<Key>)>,
 }
 
+impl State {
+    /// Forgets `key` and what it subscribed to; the URIs nobody subscribes to any more.
+    fn forget(&mut self, key: Key) -> Vec<String> {
+        self.targets.remove(&key);
+        let mut unwatched = Vec::new();
+        self.subscribed.retain(|uri, (_, keys)| {
+            if keys.remove(&key) && keys.is_empty() {
+                unwatched.push(uri.clone());
+            }
+            !keys.is_empty()
+        });
+        unwatched
+    }
+}
+
 /// A list an upstream says changed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Changed {
@@ -69,16 +84,7 @@ impl Hosts {
     /// Forgets `key` and what it subscribed to; the URIs nobody subscribes to any more
     /// (their upstreams are to be told).
     pub(crate) fn left(&self, key: Key) -> Vec<String> {
-        let mut state = self.lock();
-        state.targets.remove(&key);
-        let mut unwatched = Vec::new();
-        state.subscribed.retain(|uri, (_, keys)| {
-            if keys.remove(&key) && keys.is_empty() {
-                unwatched.push(uri.clone());
-            }
-            !keys.is_empty()
-        });
-        unwatched
+        self.lock().forget(key)
     }
 
     /// Records that `key` (told through `target`) subscribes to `uri`, which `upstream`
@@ -131,11 +137,7 @@ impl Hosts {
             }
         }
         for key in gone {
-            state.targets.remove(&key);
-            state.subscribed.retain(|_, (_, keys)| {
-                keys.remove(&key);
-                !keys.is_empty()
-            });
+            state.forget(key);
         }
         live
     }

@@ -36,6 +36,12 @@ use crate::hosts::{Changed, Hosts};
 /// The `_meta` member a 2026-07-28 host sets to receive a call's log messages.
 pub(crate) const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
+/// Whether `version` is 2026-07-28 or later: no handshake, no requests from a server
+/// mid-call, subscriptions on `subscriptions/listen` streams.
+pub(crate) fn is_modern(version: &ProtocolVersion) -> bool {
+    version.as_str() >= ProtocolVersion::V_2026_07_28.as_str()
+}
+
 /// The host's side of one call the gateway makes upstream.
 #[derive(Debug, Clone)]
 pub(crate) struct HostCall {
@@ -78,9 +84,7 @@ impl HostCall {
             .and_then(|meta| meta.0.0.get(LOG_LEVEL_META))
             .or_else(|| context.meta.0.0.get(LOG_LEVEL_META))
             .cloned();
-        let modern = context
-            .protocol_version()
-            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        let modern = context.protocol_version().is_some_and(|version| is_modern(&version));
         HostCall {
             session,
             peer: context.peer.clone(),
@@ -232,7 +236,8 @@ async fn relay_progress(call: &HostCall, mut params: ProgressNotificationParam) 
 
 /// An upstream's transport, read through: its progress and log messages (and its
 /// resource updates and changed lists) reach the hosts as they are read, in order,
-/// before anything the upstream sends after them — above all the call's result (rmcp hands notifications to its handler on tasks of their
+/// before anything the upstream sends after them — above all the call's result (rmcp
+/// hands notifications to its handler on tasks of their
 /// own, which would let a result overtake them).
 #[derive(Debug)]
 pub(crate) struct Relaying<T> {
