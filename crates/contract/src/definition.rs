@@ -323,6 +323,9 @@ impl ToolDefinition {
     /// ```
     pub fn from_document(file: &str, document: &Value) -> Result<ToolDefinition, DefinitionError> {
         let reader = Reader { file };
+        // The definition is the value its canonical form denotes (see `exact_numbers`).
+        let document = &crate::schema::exact_numbers(document, "")
+            .map_err(|refusal| reader.error(&refusal.pointer, refusal.reason))?;
         let top = reader.object(document, "", &MEMBERS)?;
         let name =
             reader.text(top, "", "name")?.ok_or_else(|| reader.error("/name", "is required"))?;

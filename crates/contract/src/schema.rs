@@ -155,6 +155,7 @@ impl JsonSchema {
     /// assert!(remote.unwrap_err().reason.contains("remote"));
     /// ```
     pub fn compile(document: Value) -> Result<JsonSchema, SchemaRefusal> {
+        let document = exact_numbers(&document, "")?;
         let size = toolledger_json::canonicalize(&document).len();
         if size > SCHEMA_BYTES_MAX {
             return Err(refused(
@@ -247,6 +248,68 @@ struct Walk {
 }
 
 /// `segment` escaped for a JSON pointer (RFC 6901).
+/// `value` with every number as its canonical form (RFC 8785) reads back, so that what a
+/// definition enforces is what its digests cover: an integral float is that integer
+/// (`2.0` is `2`, as JSON Schema itself says), and an integer beyond ±2^53 is refused,
+/// because the canonical form writes such a number as a double's shortest digits
+/// (`80143298509481984` becomes `80143298509481980`), which read back as another integer.
+pub(crate) fn exact_numbers(value: &Value, at: &str) -> Result<Value, SchemaRefusal> {
+    Ok(match value {
+        Value::Number(number) => Value::Number(exact_number(number).ok_or_else(|| {
+            refused(
+                at,
+                "an integer beyond ±2^53 (9007199254740992): its canonical form (RFC 8785) \
+                 is not that integer",
+            )
+        })?),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(index, item)| exact_numbers(item, &format!("{at}/{index}")))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(members) => Value::Object(
+            members
+                .iter()
+                .map(|(name, item)| {
+                    exact_numbers(item, &format!("{at}/{}", escape(name)))
+                        .map(|item| (name.clone(), item))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+/// The number its canonical form reads back as, or `None` for one whose canonical form
+/// reads back as another number.
+fn exact_number(number: &serde_json::Number) -> Option<serde_json::Number> {
+    // 2^53, 2^64 and -2^63, exact as doubles. Beyond the last two a canonical integer
+    // does not fit an integer and is read back as the same double.
+    const EXACT: u64 = 1 << 53;
+    const U64_END: f64 = 18_446_744_073_709_551_616.0;
+    const I64_MIN: f64 = -9_223_372_036_854_775_808.0;
+    if let Some(unsigned) = number.as_u64() {
+        return (unsigned <= EXACT).then(|| number.clone());
+    }
+    if let Some(signed) = number.as_i64() {
+        return (signed.unsigned_abs() <= EXACT).then(|| number.clone());
+    }
+    let double = number.as_f64()?;
+    if double.fract() != 0.0 || !(I64_MIN..U64_END).contains(&double) {
+        return Some(number.clone());
+    }
+    // Integral and within ±2^53: `as` converts it exactly.
+    (double.abs() <= EXACT as f64).then(|| {
+        if double >= 0.0 {
+            serde_json::Number::from(double as u64)
+        } else {
+            serde_json::Number::from(double as i64)
+        }
+    })
+}
+
 fn escape(segment: &str) -> String {
     segment.replace('~', "~0").replace('/', "~1")
 }

@@ -310,3 +310,46 @@ proptest! {
         );
     }
 }
+
+/// Found by the fuzz target `tool_definition`: a definition is the value its canonical
+/// form denotes, so reading that form back gives the same definition (and the derived
+/// revisions cover exactly what is enforced).
+#[test]
+fn a_definition_is_the_value_its_canonical_form_denotes() {
+    let with = |schema_extra: &str, downstream: &str| {
+        format!(
+            r#"{{"name":"t","description":"d","input_schema":{{"type":"object"{schema_extra}}},"output_schema":{{"type":"object"}}{downstream}}}"#
+        )
+    };
+    let same = [
+        (with(r#","maxProperties":2.0"#, ""), with(r#","maxProperties":2"#, "")),
+        (with(r#","minimum":-0.0"#, ""), with(r#","minimum":0"#, "")),
+        (with(r#","const":9007199254740992.0"#, ""), with(r#","const":9007199254740992"#, "")),
+        (with(r#","maximum":1e300"#, ""), with(r#","maximum":1E+300"#, "")),
+        (with("", r#","downstream":{"retries":1.0}"#), with("", r#","downstream":{"retries":1}"#)),
+    ];
+    for (float, integer) in same {
+        let (float, integer) =
+            (definition("a.json", &float).unwrap(), definition("b.json", &integer).unwrap());
+        assert_eq!(float, integer);
+        assert_eq!(float.revisions, integer.revisions);
+    }
+    let toml = "name = \"t\"\ndescription = \"d\"\n[input_schema]\ntype = \"object\"\n\
+                maxProperties = 2.0\n[output_schema]\ntype = \"object\"\n";
+    let document = parse_document("a.toml", toml.as_bytes()).unwrap();
+    let read = ToolDefinition::from_document("a.toml", &document).unwrap();
+    let canonical = toolledger_json::canonicalize(&document);
+    assert_eq!(definition("again.json", &canonical).unwrap(), read);
+
+    // Beyond 2^53 the canonical form is a double's shortest digits, another integer:
+    // 2^53 + 1 would be written 9007199254740992, 80143298509481984 as ...980.
+    for beyond in ["9007199254740993", "80143298509481984", "80143298509481986.0"] {
+        let text = with(&format!(r#","const":{beyond}"#), "");
+        let refused = definition("c.json", &text).unwrap_err();
+        assert_eq!(refused.pointer, "/input_schema/const");
+        assert!(refused.reason.contains("beyond ±2^53"), "{}", refused.reason);
+    }
+    let schema =
+        JsonSchema::compile(json!({"type": "object", "maximum": -9_007_199_254_740_993_i64}));
+    assert_eq!(schema.unwrap_err().pointer, "/maximum");
+}
