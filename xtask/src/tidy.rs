@@ -23,9 +23,10 @@ const HTTP: &str = "toolledger-downstream-http";
 const FACADE: &str = "toolledger";
 const CLI: &str = "toolledger-cli";
 const MCP: &str = "toolledger-mcp";
+const PYTHON: &str = "toolledger-python";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 13] = [
+const GRAPH: [(&str, &[&str]); 14] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
@@ -38,6 +39,8 @@ const GRAPH: [(&str, &[&str]); 13] = [
     (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP]),
     // The MCP gateway is a frontend: it reaches the ledger through the facade alone.
     (MCP, &[JSON, FACADE]),
+    // The Python package's binding is a frontend too (unpublished on crates.io).
+    (PYTHON, &[JSON, FACADE]),
     (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, MCP]),
     (
         "toolledger-bench",
@@ -93,6 +96,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "futures-core",
             "sse-stream",
         ],
+        // PyO3, the Rust–Python bridge.
+        "toolledger-python" => &["serde_json", "pyo3"],
         "toolledger-bench" => {
             &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio"]
         }

@@ -21,8 +21,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 use toolledger::{
-    BlockCode, Call, Grant, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome, Reply,
-    StatusQuery, StatusRef,
+    BlockCode, Call, Grant, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome,
+    ProviderProfile, Reply, StatusQuery, StatusRef,
 };
 
 use crate::{
@@ -740,11 +740,8 @@ fn meta_key(
 /// call is named by what stays the same across its retries — the principal, the tool
 /// and the idempotency key.
 pub(crate) fn call_identity(tenant: &str, subject: &str, tool: &str, key: &str) -> ModelCall {
-    let scope = toolledger_json::canonicalize(&json!([tenant, subject, tool, key]));
-    let digest = hex(scope.as_bytes());
-    let response = format!("mcp-r-{}", digest.get(..32).unwrap_or_default());
-    let call = format!("mcp-c-{}", digest.get(32..).unwrap_or_default());
-    ModelCall::new(PROFILE.0, PROFILE.1, PROFILE.2, &response, &call)
+    let profile = ProviderProfile::new(PROFILE.0, PROFILE.1, PROFILE.2);
+    ModelCall::keyed(profile, "mcp", tenant, subject, tool, key)
 }
 
 fn status_tool() -> Value {

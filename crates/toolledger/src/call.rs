@@ -47,6 +47,37 @@ impl ModelCall {
 }
 
 impl ModelCall {
+    /// The model call of a host that is given no id of the model's tool use (an MCP
+    /// `tools/call`, a Python function called without a framework): named by what stays
+    /// the same across the call's retries — the principal, the tool and the idempotency
+    /// key — so one key is one model call. The ids are `{prefix}-r-` and `{prefix}-c-`
+    /// followed by the two halves of the SHA-256 of the canonical
+    /// `[tenant, subject, tool, key]`.
+    ///
+    /// ```
+    /// let profile = toolledger::ProviderProfile::new("python", "function_call", "toolledger-python-1");
+    /// let once = toolledger::ModelCall::keyed(profile.clone(), "py", "acme", "user-7", "open_ticket", "k-1");
+    /// assert_eq!(once, toolledger::ModelCall::keyed(profile, "py", "acme", "user-7", "open_ticket", "k-1"));
+    /// ```
+    pub fn keyed(
+        profile: ProviderProfile,
+        prefix: &str,
+        tenant: &str,
+        subject: &str,
+        tool: &str,
+        key: &str,
+    ) -> ModelCall {
+        let digest = toolledger_contract::digest::sha256_canonical(&serde_json::json!([
+            tenant, subject, tool, key
+        ]));
+        let digest = digest.as_str();
+        ModelCall {
+            profile,
+            response_id: format!("{prefix}-r-{}", digest.get(..32).unwrap_or_default()),
+            call_id: format!("{prefix}-c-{}", digest.get(32..).unwrap_or_default()),
+        }
+    }
+
     /// The model call of a `what` (call or query), checked: present, of a registered
     /// profile, its ids identifiers.
     fn checked(

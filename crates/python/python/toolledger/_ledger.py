@@ -1,0 +1,183 @@
+"""The :class:`Ledger` and the ``@ledger.tool`` decorator."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Mapping
+
+from . import _toolledger
+from ._toolledger import Approval, Call, ModelCall, Reply, Tool
+from .downstream import NotSent, Receipt, Refused, Request, Unknown, _current
+
+_ANSWERS = (Receipt, NotSent, Refused, Unknown)
+
+
+class Ledger(_toolledger.Ledger):
+    """A ledger over a SQLite file or a PostgreSQL database (``postgres://…``).
+
+    Open it with :meth:`Ledger.open`; use it as a context manager to close it.
+
+    >>> import os, tempfile
+    >>> from toolledger import Ledger
+    >>> with Ledger.open(os.path.join(tempfile.mkdtemp(), "ledger.sqlite3")) as ledger:
+    ...     ledger.tools
+    ['refund_order']
+    """
+
+    @classmethod
+    def open(cls, location: Any, **options: Any) -> "Ledger":
+        """Opens (creating when missing) the ledger at ``location``: a path or a
+        ``postgres://`` URL.
+
+        Options: ``config`` (a ``toolledger.toml``: its tools and HTTP services),
+        ``tools`` (:class:`Tool` objects), ``downstream`` (performs every tool no service
+        and no ``downstreams`` entry performs), ``downstreams`` (tool name → downstream),
+        ``roles`` (``(tenant, subject) -> list[str]``, asked at every step), ``tenant`` and
+        ``subject`` (the principal of calls that name none), ``profiles`` (extra provider
+        profiles, ``(provider, api_family, adapter_revision)``), ``worker`` and
+        ``lease_seconds``. With no config, tools or downstream: the built-in
+        ``refund_order`` on the simulation, for trying the contract.
+        """
+        return cls(location, **options)
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        input_schema: Mapping[str, Any],
+        output_schema: Mapping[str, Any],
+        description: str | None = None,
+        identity: str | None = None,
+        lookup: Callable[[Request], Any] | None = None,
+        output_bindings: Mapping[str, str] | None = None,
+        approval: Mapping[str, Any] | None = None,
+        authorization: Mapping[str, Any] | None = None,
+        revisions: Mapping[str, str] | None = None,
+        max_attempts: int | None = None,
+    ) -> Callable[[Callable[..., Any]], "LedgeredTool"]:
+        """Turns a function with side effects into a ledgered tool: the function is the
+        downstream, called with the arguments as keywords, and its return value (a
+        ``dict`` the output schema accepts) is the receipt.
+
+        ``lookup(request)`` tells what became of a request whose outcome is unknown: the
+        output when it happened, ``None`` when there is no record of it. Without one, an
+        unknown outcome stays unknown until an operator settles it (:meth:`resolve`).
+        Inside the function, :func:`toolledger.downstream.current_request` is the request
+        (its ``request_ref`` is the key to hand a service).
+
+        >>> import os, tempfile
+        >>> from toolledger import Ledger
+        >>> ledger = Ledger.open(os.path.join(tempfile.mkdtemp(), "l.sqlite3"), tenant="acme", subject="u-1")
+        >>> sent = []
+        >>> @ledger.tool(input_schema={"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]},
+        ...              output_schema={"type": "object", "properties": {"message_id": {"type": "string"}}, "required": ["message_id"]})
+        ... def send_email(to):
+        ...     "Send the welcome email."
+        ...     sent.append(to)
+        ...     return {"message_id": f"m-{len(sent)}"}
+        >>> send_email({"to": "a@example.com"}, key="welcome-a").output
+        {'message_id': 'm-1'}
+        >>> type(send_email({"to": "a@example.com"}, key="welcome-a").outcome).__name__, len(sent)
+        ('Replayed', 1)
+        """
+
+        def wrap(function: Callable[..., Any]) -> LedgeredTool:
+            tool_name = name or function.__name__
+            text = description or inspect.getdoc(function) or tool_name
+            tool = Tool(
+                tool_name,
+                description=text,
+                input_schema=input_schema,
+                output_schema=output_schema,
+                output_bindings=output_bindings,
+                revisions=revisions,
+                approval=approval,
+                authorization=authorization,
+                max_attempts=max_attempts,
+            )
+            performer = _FunctionDownstream(function, identity or f"python-{tool_name}@1", lookup)
+            self._register(tool, performer)
+            return LedgeredTool(self, tool, function)
+
+        return wrap
+
+
+class LedgeredTool:
+    """A function made a ledgered tool by ``@ledger.tool``: calling it dispatches a call
+    (``tool(arguments, key=...)``) and returns the :class:`Reply`."""
+
+    def __init__(self, ledger: Ledger, tool: Tool, function: Callable[..., Any]) -> None:
+        self.ledger = ledger
+        self.tool = tool
+        self.function = function
+        functools.update_wrapper(self, function)
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.tool.name
+
+    def call(
+        self,
+        arguments: Mapping[str, Any],
+        /,
+        *,
+        key: str,
+        tenant: str | None = None,
+        subject: str | None = None,
+        model_call: ModelCall | None = None,
+        context: Mapping[str, Any] | None = None,
+        approval: Approval | None = None,
+        at: int | None = None,
+    ) -> Reply:
+        """Dispatches one call of the tool under idempotency ``key``."""
+        return self.ledger.dispatch(
+            Call(
+                self.tool.name,
+                arguments,
+                key=key,
+                tenant=tenant,
+                subject=subject,
+                model_call=model_call,
+                context=context,
+                approval=approval,
+                at=at,
+            )
+        )
+
+    __call__ = call
+
+    def __repr__(self) -> str:
+        return f"LedgeredTool({self.tool.name!r})"
+
+
+class _FunctionDownstream:
+    """A function as a downstream: the arguments as keywords, the return value the
+    receipt's output (or an answer of :mod:`toolledger.downstream`)."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        identity: str,
+        lookup: Callable[[Request], Any] | None,
+    ) -> None:
+        self.function = function
+        self.identity = identity
+        self._lookup = lookup
+
+    def execute(self, request: Request) -> Any:
+        token = _current.set(request)
+        try:
+            result = self.function(**request.arguments)
+        finally:
+            _current.reset(token)
+        return result if isinstance(result, _ANSWERS) else Receipt(result)
+
+    def lookup(self, request: Request) -> Any:
+        if self._lookup is None:
+            return Unknown("the tool has no lookup: an operator settles it")
+        result = self._lookup(request)
+        if result is None:
+            return NotSent("no record of the request")
+        return result if isinstance(result, _ANSWERS) else Receipt(result)

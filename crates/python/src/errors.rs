@@ -1,0 +1,76 @@
+//! `toolledger.Error` and its subclasses: every failure a call can have before anything
+//! was accepted, each with the stable `.code` the command line prints.
+
+use pyo3::{create_exception, exceptions::PyException, prelude::*};
+
+create_exception!(
+    toolledger,
+    Error,
+    PyException,
+    "Why a call could not be answered at all: nothing was accepted. `.code` is the stable code (e.g. `USAGE_ERROR`, `STORE_BUSY`), `.message` says why."
+);
+create_exception!(
+    toolledger,
+    InvalidError,
+    Error,
+    "A call, a tool, a setting or a file that is not valid (`USAGE_ERROR`, `FIXTURE_INVALID`, `CLAIMS_INVALID`, ...): nothing was written."
+);
+create_exception!(
+    toolledger,
+    StoreError,
+    Error,
+    "The store failed, was busy past its wait bound, is missing, or is of another schema (`STORE_ERROR`, `STORE_BUSY`, `STORE_NOT_FOUND`, `SCHEMA_UNSUPPORTED`, `STORE_CONTRACT_VIOLATION`)."
+);
+create_exception!(
+    toolledger,
+    RolesError,
+    Error,
+    "The host's role resolver failed or answered something that is not a list of role names (`CLAIMS_IO_ERROR`, `CLAIMS_INVALID`)."
+);
+
+/// The Python exception for a facade error, with `.code` and `.message` set.
+pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
+    use toolledger::ErrorCode as Code;
+    let code = error.code();
+    let message = error.to_string();
+    let err = match code {
+        Code::StoreError
+        | Code::StoreBusy
+        | Code::StoreNotFound
+        | Code::SchemaUnsupported
+        | Code::StoreContractViolation => StoreError::new_err(message.clone()),
+        Code::ClaimsIoError | Code::ClaimsInvalid => RolesError::new_err(message.clone()),
+        Code::UsageError | Code::FixtureInvalid | Code::FixtureIoError => {
+            InvalidError::new_err(message.clone())
+        }
+        _ => Error::new_err(message.clone()),
+    };
+    annotate(err, code.as_str(), &message)
+}
+
+/// An `InvalidError` (`USAGE_ERROR`) saying `message`.
+pub(crate) fn invalid(message: String) -> PyErr {
+    let err = InvalidError::new_err(message.clone());
+    annotate(err, "USAGE_ERROR", &message)
+}
+
+fn annotate(err: PyErr, code: &str, message: &str) -> PyErr {
+    Python::attach(|py| {
+        let value = err.value(py);
+        // Setting an attribute on a fresh exception instance cannot fail; if it ever did,
+        // the exception still says why in its text.
+        let _ = value.setattr("code", code);
+        let _ = value.setattr("message", message);
+    });
+    err
+}
+
+/// Adds the exception classes to the module.
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add("Error", py.get_type::<Error>())?;
+    module.add("InvalidError", py.get_type::<InvalidError>())?;
+    module.add("StoreError", py.get_type::<StoreError>())?;
+    module.add("RolesError", py.get_type::<RolesError>())?;
+    Ok(())
+}
