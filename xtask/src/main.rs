@@ -13,6 +13,8 @@
 //! - `cargo xtask fuzz [--minutes M] [--target NAME]` runs the fuzz targets in `fuzz/`,
 //!   M minutes each (default 1), and fails on a crash (see `fuzz.rs`).
 //!
+//! - `cargo xtask python [--release]` builds the Python package's wheel with maturin,
+//!   installs it into a fresh venv and runs its pytest suite (`python.rs`).
 //! - `cargo xtask man` writes the command's man pages under `target/man/` (`man.rs`).
 //! - `cargo xtask screenshots` runs the dashboard's browser test and copies its overview
 //!   screenshot to `docs/dashboard-overview.png`, the image the README shows.
@@ -24,6 +26,7 @@
 
 mod fuzz;
 mod man;
+mod python;
 mod tidy;
 
 use std::{
@@ -43,6 +46,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
         Some("man") if args.len() == 1 => report(&[step("man pages", || man::write(&root))]),
+        Some("python") if args.len() <= 2 => {
+            let release = args.get(1).is_some_and(|flag| flag == "--release");
+            report(&[step("python (wheel, pytest)", || python::run(&root, release))])
+        }
         Some("screenshots") if args.len() == 1 => {
             report(&[step("dashboard screenshots", || screenshots(&root))])
         }
@@ -67,7 +74,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man | cargo xtask screenshots \
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man | cargo xtask python [--release] | cargo xtask screenshots \
                  | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
                  | cargo xtask simulate [--seed S] [--cases N] | cargo xtask fuzz [--minutes M] [--target NAME]"
             );
@@ -262,6 +269,9 @@ fn ci(root: &Path) -> ExitCode {
             )
         }));
     }
+    // The Python package: its wheel built by maturin in release (the test release mode's
+    // dependencies), installed into a fresh venv, its pytest suite and doctests.
+    outcomes.push(step("python (maturin wheel, pytest)", || python::run(root, true)));
     outcomes.push(step("fuzz smoke (20 s per target)", || fuzz::run(root, 20.0 / 60.0)));
     report(&outcomes)
 }

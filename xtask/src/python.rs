@@ -1,0 +1,102 @@
+//! The Python package's checks: the wheel built with maturin (manylinux, abi3), then
+//! installed into a fresh venv under `target/python/` with the suite's pinned
+//! requirements, and the pytest suite and the doctests run against the installed wheel
+//! (never the source tree), so what is tested is what `pip install` gives a user.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use crate::cargo;
+
+/// Builds the wheel in `profile`'s test target dir (its dependencies are already built
+/// there), installs it into a new venv and runs the suite. The note is pytest's
+/// summary line.
+pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
+    let work = root.join("target/python");
+    std::fs::create_dir_all(&work).map_err(|err| format!("target/python: {err}"))?;
+    let build = venv(root, &work.join("build-venv"), false)?;
+    pip(root, &build, &["-r", "crates/python/requirements-build.txt"])?;
+    let wheels = work.join("wheels");
+    // Only this build's wheel is installed.
+    let _ = std::fs::remove_dir_all(&wheels);
+    let target_dir = if release { "target/ci/test-release" } else { "target/ci/test-debug" };
+    let mut maturin = Command::new(build.join("bin/maturin"));
+    maturin
+        .current_dir(root)
+        .args(["build", "--locked", "-m", "crates/python/Cargo.toml", "--target-dir", target_dir])
+        .arg("-o")
+        .arg(&wheels)
+        .env("RUSTFLAGS", "");
+    if release {
+        maturin.arg("--release");
+    } else {
+        maturin.args(["--profile", "dev"]);
+    }
+    status(&mut maturin, "maturin")?;
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|err| format!("no wheel was built: {err}"))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
+        .ok_or_else(|| "maturin built no wheel".to_owned())?;
+    // The reference service the HTTP-downstream tests start, in its own process.
+    cargo(
+        root,
+        &["build", "--locked", "-q", "-p", "toolledger-refundd", "--target-dir", target_dir],
+        &[("RUSTFLAGS", "")],
+    )?;
+    let refundd = root
+        .join(target_dir)
+        .join(if release { "release" } else { "debug" })
+        .join("toolledger-refundd");
+    let test = venv(root, &work.join("test-venv"), true)?;
+    pip(root, &test, &["-r", "crates/python/tests/requirements.txt"])?;
+    pip(root, &test, &[wheel.to_string_lossy().as_ref()])?;
+    let output = Command::new(test.join("bin/python"))
+        .current_dir(root.join("crates/python/tests"))
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules"])
+        .args(["--pyargs", "toolledger", "."])
+        .arg(root.join("docs/python.md"))
+        .args(["--doctest-glob", "*.md"])
+        .env("TOOLLEDGER_REFUNDD", &refundd)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .map_err(|err| format!("could not start pytest: {err}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    let summary = stdout.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
+    let summary = summary.trim_matches(|c: char| c == '=' || c.is_whitespace()).to_owned();
+    if output.status.success() { Ok(summary) } else { Err(format!("pytest: {summary}")) }
+}
+
+/// A venv at `dir` (made anew when `fresh`), and its directory.
+fn venv(root: &Path, dir: &Path, fresh: bool) -> Result<PathBuf, String> {
+    if fresh {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    if !dir.join("bin/python").exists() {
+        status(
+            Command::new("python3").current_dir(root).arg("-m").arg("venv").arg(dir),
+            "python3 -m venv",
+        )?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+fn pip(root: &Path, venv: &Path, args: &[&str]) -> Result<(), String> {
+    status(
+        Command::new(venv.join("bin/pip"))
+            .current_dir(root)
+            .args(["install", "-q", "--disable-pip-version-check"])
+            .args(args),
+        "pip install",
+    )
+}
+
+fn status(command: &mut Command, what: &str) -> Result<(), String> {
+    let status = command.status().map_err(|err| format!("could not start {what}: {err}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{what} exited with {status}")) }
+}
