@@ -17,6 +17,9 @@ from typing import Iterator
 
 import pytest
 
+# The Agents SDK's tracing would export to the network: no test calls out.
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+
 from toolledger import Tool
 from toolledger.downstream import NotSent, Receipt, Refused, Unknown
 

@@ -1,0 +1,75 @@
+"""Ledgered tools for the OpenAI Agents SDK.
+
+:func:`function_tools` turns ledgered tools (``@ledger.tool`` functions) into the SDK's
+``FunctionTool`` objects. Each invocation is dispatched through the ledger under the
+**tool call's id** (``ToolContext.tool_call_id``) as the idempotency key, so a run that
+is resumed or retried replays what already happened instead of executing it again.
+
+``needs_approval`` is the tool's own policy: a tool whose definition requires approval
+interrupts the run (``result.interruptions``) until the host approves it with
+``RunState.approve``; the SDK invokes it only then, and the adapter turns that decision
+into an approval by ``approver_id`` bound by the ledger to this exact call, valid for
+``approval_seconds``. A rejected call is never invoked, so nothing is accepted.
+
+Needs ``openai-agents`` (``pip install "toolledger[openai-agents]"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Iterable
+
+from agents import FunctionTool
+from agents.tool_context import ToolContext
+
+from ._ledger import LedgeredTool
+from ._toolledger import Approval, Call
+from ._views import model_text
+
+__all__ = ["function_tool", "function_tools"]
+
+
+def function_tool(
+    ledgered: LedgeredTool,
+    *,
+    tenant: str | None = None,
+    subject: str | None = None,
+    approver_id: str | None = None,
+    approval_seconds: int = 600,
+    context: dict | None = None,
+) -> FunctionTool:
+    """One ``FunctionTool`` for a ledgered tool, its parameters the tool's JSON Schema."""
+    tool = ledgered.tool
+    needs_approval = tool.requires_approval
+    if needs_approval and approver_id is None:
+        raise ValueError(f"{tool.name} requires approval: give approver_id=")
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        key = ctx.tool_call_id
+        approval = None
+        if needs_approval:
+            # The SDK invokes a tool that needs approval only once the host approved it.
+            now = int(time.time())
+            approval = Approval(f"{key}-approval", str(approver_id), now,
+                                now + approval_seconds, eligible_approvers=[str(approver_id)])
+        call = Call(tool.name, json.loads(arguments or "{}"), key=key, tenant=tenant,
+                    subject=subject, approval=approval, context=context)
+        # The ledger releases the GIL; its thread leaves the event loop free.
+        reply = await asyncio.to_thread(ledgered.ledger.dispatch, call)
+        return model_text(reply)
+
+    return FunctionTool(
+        name=tool.name,
+        description=tool.description or tool.name,
+        params_json_schema=tool.input_schema,
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+        needs_approval=needs_approval,
+    )
+
+
+def function_tools(ledgered: Iterable[LedgeredTool], **options: Any) -> list[FunctionTool]:
+    """A ``FunctionTool`` per ledgered tool (options as :func:`function_tool`)."""
+    return [function_tool(one, **options) for one in ledgered]
