@@ -542,17 +542,18 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
         .map(|(_, arg)| arg.as_str())
         .collect();
     // Each bench by name: the package and the bench target that run it.
-    const BENCHES: [(&str, &str, &str); 3] = [
+    const BENCHES: [(&str, &str, &str); 4] = [
         ("json", "toolledger-bench", "corpus"),
         ("report", "toolledger-bench", "report"),
         ("mcp", "toolledger-bench", "mcp"),
+        ("python", "toolledger-bench", "python"),
     ];
     let mut selected = Vec::new();
     for name in &names {
         match BENCHES.iter().find(|(known, _, _)| known == name) {
             Some(bench) => selected.push(*bench),
             None => {
-                eprintln!("unknown bench {name:?}; known: json, report, mcp");
+                eprintln!("unknown bench {name:?}; known: json, report, mcp, python");
                 return ExitCode::from(2);
             }
         }
@@ -589,6 +590,11 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
                     "toolledger-refundd",
                 ];
                 cargo(root, &build, &[])?;
+            }
+            if name == "python" {
+                // The wheel in release, installed into a venv whose python the bench runs.
+                let python = python::bench_venv(root)?;
+                return cargo(root, &args, &[("TOOLLEDGER_PYTHON", python.as_str())]);
             }
             cargo(root, &args, &[])
         }));

@@ -14,33 +14,8 @@ use crate::cargo;
 /// there), installs it into a new venv and runs the suite. The note is pytest's
 /// summary line.
 pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
-    let work = root.join("target/python");
-    std::fs::create_dir_all(&work).map_err(|err| format!("target/python: {err}"))?;
-    let build = venv(root, &work.join("build-venv"), false)?;
-    pip(root, &build, &["-r", "crates/python/requirements-build.txt"])?;
-    let wheels = work.join("wheels");
-    // Only this build's wheel is installed.
-    let _ = std::fs::remove_dir_all(&wheels);
     let target_dir = if release { "target/ci/test-release" } else { "target/ci/test-debug" };
-    let mut maturin = Command::new(build.join("bin/maturin"));
-    maturin
-        .current_dir(root)
-        .args(["build", "--locked", "-m", "crates/python/Cargo.toml", "--target-dir", target_dir])
-        .arg("-o")
-        .arg(&wheels)
-        .env("RUSTFLAGS", "");
-    if release {
-        maturin.arg("--release");
-    } else {
-        maturin.args(["--profile", "dev"]);
-    }
-    status(&mut maturin, "maturin")?;
-    let wheel = std::fs::read_dir(&wheels)
-        .map_err(|err| format!("no wheel was built: {err}"))?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
-        .ok_or_else(|| "maturin built no wheel".to_owned())?;
+    let wheel = wheel(root, target_dir, release)?;
     // The reference service the HTTP-downstream tests start, in its own process.
     cargo(
         root,
@@ -51,7 +26,7 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
         .join(target_dir)
         .join(if release { "release" } else { "debug" })
         .join("toolledger-refundd");
-    let test = venv(root, &work.join("test-venv"), true)?;
+    let test = venv(root, &root.join("target/python/test-venv"), true)?;
     pip(root, &test, &["-r", "crates/python/tests/requirements.txt"])?;
     pip(root, &test, &[wheel.to_string_lossy().as_ref()])?;
     let output = Command::new(test.join("bin/python"))
@@ -70,6 +45,45 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
     let summary = stdout.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
     let summary = summary.trim_matches(|c: char| c == '=' || c.is_whitespace()).to_owned();
     if output.status.success() { Ok(summary) } else { Err(format!("pytest: {summary}")) }
+}
+
+/// A venv with the release wheel (built in the default target dir, beside `cargo
+/// bench`'s own build) for the Python bench: its interpreter.
+pub(crate) fn bench_venv(root: &Path) -> Result<String, String> {
+    let wheel = wheel(root, "target", true)?;
+    let bench = venv(root, &root.join("target/python/bench-venv"), true)?;
+    pip(root, &bench, &[wheel.to_string_lossy().as_ref()])?;
+    Ok(bench.join("bin/python").to_string_lossy().into_owned())
+}
+
+/// The wheel, built with maturin in `target_dir` into `target/python/wheels`.
+fn wheel(root: &Path, target_dir: &str, release: bool) -> Result<PathBuf, String> {
+    let work = root.join("target/python");
+    std::fs::create_dir_all(&work).map_err(|err| format!("target/python: {err}"))?;
+    let build = venv(root, &work.join("build-venv"), false)?;
+    pip(root, &build, &["-r", "crates/python/requirements-build.txt"])?;
+    let wheels = work.join("wheels");
+    // Only this build's wheel is installed.
+    let _ = std::fs::remove_dir_all(&wheels);
+    let mut maturin = Command::new(build.join("bin/maturin"));
+    maturin
+        .current_dir(root)
+        .args(["build", "--locked", "-m", "crates/python/Cargo.toml", "--target-dir", target_dir])
+        .arg("-o")
+        .arg(&wheels)
+        .env("RUSTFLAGS", "");
+    if release {
+        maturin.arg("--release");
+    } else {
+        maturin.args(["--profile", "dev"]);
+    }
+    status(&mut maturin, "maturin")?;
+    std::fs::read_dir(&wheels)
+        .map_err(|err| format!("no wheel was built: {err}"))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
+        .ok_or_else(|| "maturin built no wheel".to_owned())
 }
 
 /// A venv at `dir` (made anew when `fresh`), and its directory.
