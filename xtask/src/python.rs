@@ -48,10 +48,11 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
 }
 
 /// A venv with the release wheel (built in the default target dir, beside `cargo
-/// bench`'s own build) for the Python bench: its interpreter.
+/// bench`'s own build) and the pure-Python peers, for the Python bench: its interpreter.
 pub(crate) fn bench_venv(root: &Path) -> Result<String, String> {
     let wheel = wheel(root, "target", true)?;
     let bench = venv(root, &root.join("target/python/bench-venv"), true)?;
+    pip(root, &bench, &["-r", "crates/python/bench/requirements.txt"])?;
     pip(root, &bench, &[wheel.to_string_lossy().as_ref()])?;
     Ok(bench.join("bin/python").to_string_lossy().into_owned())
 }

@@ -14,6 +14,12 @@
 //! The Python side is `crates/python/bench/bench.py`, run by the interpreter
 //! `TOOLLEDGER_PYTHON` names (xtask installs the wheel into a venv and sets it).
 //!
+//! The same run measures the pure-Python peers on the same work
+//! (`crates/python/bench/peers.py`: a payment made once per key, remembered in SQLite,
+//! then the same keys again): agent-runtime-governance, replyonce over a SQLite store,
+//! and DBOS. `python_vs_<peer>_fresh` and `_replay` are the package's rates over each
+//! peer's, per round, medians reported.
+//!
 //! Usage: `python [--quick] [--out PATH]`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -33,10 +39,16 @@ fn main() {
     let python = std::env::var("TOOLLEDGER_PYTHON")
         .expect("TOOLLEDGER_PYTHON names the venv's python (cargo xtask bench python sets it)");
     let (rounds, calls) = if args.quick { (2, 200) } else { (7, 1_000) };
+    // The peers are an order of magnitude slower on fresh calls: fewer, so a run stays
+    // within minutes.
+    let peer_calls = if args.quick { 50 } else { 300 };
     let work = Work::new();
     let (mut rust_fresh, mut rust_replay, mut py_fresh, mut py_replay) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut fresh_ratios, mut replay_ratios) = (Vec::new(), Vec::new());
+    // Per peer: its fresh and replay rates, and the package's rates over them.
+    let mut peers: Vec<(&str, [Vec<f64>; 4])> =
+        PEERS.iter().map(|peer| (*peer, Default::default())).collect();
     for round in 0..rounds {
         let (fresh, replay) = rust(&work, round, calls);
         let output = Command::new(&python)
@@ -58,6 +70,27 @@ fn main() {
         rust_replay.push(replay);
         py_fresh.push(pf);
         py_replay.push(pr);
+        for (peer, [peer_fresh, peer_replay, fresh_ratios, replay_ratios]) in &mut peers {
+            let output = Command::new(&python)
+                .arg(workspace().join("crates/python/bench/peers.py"))
+                .args(["--peer", peer, "--dir", &work.path().to_string_lossy()])
+                .args(["--calls", &peer_calls.to_string(), "--round", &round.to_string()])
+                .output()
+                .expect("the venv's python starts");
+            assert!(output.status.success(), "{peer}: {}", String::from_utf8_lossy(&output.stderr));
+            let line = String::from_utf8_lossy(&output.stdout);
+            let measured: Value =
+                serde_json::from_str(line.lines().last().unwrap_or_default()).unwrap();
+            let (ef, er) = (
+                measured["fresh_per_s"].as_f64().unwrap(),
+                measured["replay_per_s"].as_f64().unwrap(),
+            );
+            println!("round {round}: {peer} fresh {ef:.0}/s replay {er:.0}/s");
+            peer_fresh.push(ef);
+            peer_replay.push(er);
+            fresh_ratios.push(pf / ef);
+            replay_ratios.push(pr / er);
+        }
     }
     let report = vec![
         ("python_vs_rust_fresh".to_owned(), json!(median(fresh_ratios))),
@@ -67,13 +100,25 @@ fn main() {
         ("rust_replay_per_s".to_owned(), json!(median(rust_replay))),
         ("python_replay_per_s".to_owned(), json!(median(py_replay))),
         ("calls_per_round".to_owned(), json!(calls)),
+        ("peer_calls_per_round".to_owned(), json!(peer_calls)),
         ("rounds".to_owned(), json!(rounds)),
     ];
+    let mut report = report;
+    for (peer, [peer_fresh, peer_replay, fresh_ratios, replay_ratios]) in peers {
+        let name = peer.replace('-', "_");
+        report.push((format!("{name}_fresh_per_s"), json!(median(peer_fresh))));
+        report.push((format!("{name}_replay_per_s"), json!(median(peer_replay))));
+        report.push((format!("python_vs_{name}_fresh"), json!(median(fresh_ratios))));
+        report.push((format!("python_vs_{name}_replay"), json!(median(replay_ratios))));
+    }
     for (name, value) in &report {
         println!("{name}: {value}");
     }
     write_report(&args.out, &report, &[]);
 }
+
+/// The peers `peers.py` knows.
+const PEERS: [&str; 3] = ["agent-runtime-governance", "replyonce", "dbos"];
 
 /// A downstream that answers at once.
 struct Instant0 {
