@@ -44,7 +44,35 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let summary = stdout.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
     let summary = summary.trim_matches(|c: char| c == '=' || c.is_whitespace()).to_owned();
-    if output.status.success() { Ok(summary) } else { Err(format!("pytest: {summary}")) }
+    if !output.status.success() {
+        return Err(format!("pytest: {summary}"));
+    }
+    source_install(root, target_dir)?;
+    Ok(format!("{summary}; pip install crates/python ok"))
+}
+
+/// `pip install crates/python`, as the README says: pip builds it from source through
+/// maturin (the target dir shared, so only the binding is compiled again), and the
+/// installed package opens a ledger and answers a call.
+fn source_install(root: &Path, target_dir: &str) -> Result<(), String> {
+    let source = venv(root, &root.join("target/python/source-venv"), true)?;
+    status(
+        Command::new(source.join("bin/pip"))
+            .current_dir(root)
+            .args(["install", "-q", "--disable-pip-version-check", "crates/python"])
+            .env("CARGO_TARGET_DIR", root.join(target_dir))
+            .env("RUSTFLAGS", ""),
+        "pip install crates/python",
+    )?;
+    let smoke = "import os, tempfile, toolledger\n\
+        ledger = toolledger.Ledger.open(os.path.join(tempfile.mkdtemp(), 'l.sqlite3'))\n\
+        assert ledger.tools == ['refund_order'], ledger.tools\n\
+        reply = ledger.dispatch(toolledger.Call('refund_order', {}, key='k', tenant='t', subject='s'))\n\
+        assert reply.code == 'INPUT_INVALID', reply.code\n";
+    status(
+        Command::new(source.join("bin/python")).current_dir(root).args(["-c", smoke]),
+        "the package installed from source",
+    )
 }
 
 /// A venv with the release wheel (built in the default target dir, beside `cargo
