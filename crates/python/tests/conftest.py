@@ -25,27 +25,10 @@ from toolledger.downstream import NotSent, Receipt, Refused, Unknown
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# The same supervisor as the Rust suites' cluster: it starts the server, then blocks on
-# a pipe only this process holds; when the pipe closes (the session ends, or pytest is
-# killed) it stops the server and removes its directory.
-SUPERVISOR = r"""trap '' HUP INT TERM
-dir=$1
-if ! "$2/initdb" -D "$dir/data" -A trust -U postgres --no-sync -E UTF8 --locale=C \
-    >"$dir/initdb.log" 2>&1 </dev/null; then
-  echo initdb-failed
-  tail -c 2048 "$dir/initdb.log"
-  rm -rf "$dir"
-  exit 1
-fi
-"$2/postgres" -D "$dir/data" -c listen_addresses=127.0.0.1 -p "$3" -k "" \
-  -c max_connections=200 -c fsync=on >"$dir/server.log" 2>&1 </dev/null &
-pid=$!
-echo "started $pid"
-while read -r _; do :; done
-kill -INT "$pid" 2>/dev/null
-wait "$pid"
-rm -rf "$dir"
-"""
+# The Rust suites' supervisor (one script for both): it starts the server, then blocks
+# on a pipe only this process holds; when the pipe closes (the session ends, or pytest
+# is killed) it stops the server and removes its directory.
+SUPERVISOR = (ROOT / "crates/store-postgres/src/supervisor.sh").read_text()
 
 
 def _bindir() -> str:
@@ -84,7 +67,7 @@ class Cluster:
             entry = pwd.getpwnam(user)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
         self.supervisor = subprocess.Popen(
-            ["sh", "-c", SUPERVISOR, "sh", self.dir, bindir, str(self.port)],
+            ["sh", "-c", SUPERVISOR, "sh", self.dir, bindir, str(self.port), ""],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

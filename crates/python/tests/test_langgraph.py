@@ -92,40 +92,39 @@ def test_an_interrupt_for_approval_then_a_resume_that_replays(sqlite_location):
         assert ledger.audit().passed
 
 
-def test_a_refused_approval_sends_nothing(sqlite_location):
+def resumed(location, thread_id, answer):
+    """Runs the script until the approval interrupt, resumes it with `answer`, and
+    returns the tool messages by call id, what was performed, and the ledger's tools."""
     performed: list = []
-    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+    with tl.Ledger.open(location, tenant="acme", subject="user-1") as ledger:
         graph = build(ledger, script(), performed)
-        thread = {"configurable": {"thread_id": "t-2"}}
+        thread = {"configurable": {"thread_id": thread_id}}
         graph.invoke({"messages": [HumanMessage("pay bob")]}, thread)
-        done = graph.invoke(Command(resume={"approved": False}), thread)
+        done = graph.invoke(Command(resume=answer), thread)
         results = {m.tool_call_id: m for m in done["messages"] if m.type == "tool"}
-        assert results["call_pay_1"].status == "error"
-        assert ("pay", "bob") not in performed
-        assert [row["tool"] for row in ledger.list()] == ["open_ticket"]
+        return results, performed, [row["tool"] for row in ledger.list()]
+
+
+def test_a_refused_approval_sends_nothing(sqlite_location):
+    results, performed, accepted = resumed(sqlite_location, "t-2", {"approved": False})
+    assert results["call_pay_1"].status == "error"
+    assert ("pay", "bob") not in performed
+    assert accepted == ["open_ticket"]
 
 
 def test_an_approval_for_other_arguments_is_refused(sqlite_location):
-    performed: list = []
-    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        graph = build(ledger, script(), performed)
-        thread = {"configurable": {"thread_id": "t-3"}}
-        graph.invoke({"messages": [HumanMessage("pay bob")]}, thread)
-        done = graph.invoke(Command(resume={
-            "approved": True, "approver_id": "lead-2",
-            "arguments": {"payer": "bob", "amount_minor": 25, "currency": "EUR"}}), thread)
-        results = {m.tool_call_id: m for m in done["messages"] if m.type == "tool"}
-        assert "APPROVAL_INVALID" in results["call_pay_1"].content
-        assert ("pay", "bob") not in performed
+    other = {"payer": "bob", "amount_minor": 25, "currency": "EUR"}
+    results, performed, accepted = resumed(
+        sqlite_location, "t-3", {"approved": True, "approver_id": "lead-2", "arguments": other}
+    )
+    assert "APPROVAL_INVALID" in results["call_pay_1"].content
+    assert ("pay", "bob") not in performed
+    assert accepted == ["open_ticket"]
 
 
 def test_an_approver_the_policy_does_not_name_is_refused(sqlite_location):
-    performed: list = []
-    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        graph = build(ledger, script(), performed)
-        thread = {"configurable": {"thread_id": "t-4"}}
-        graph.invoke({"messages": [HumanMessage("pay bob")]}, thread)
-        done = graph.invoke(Command(resume={"approved": True, "approver_id": "intern-9"}), thread)
-        results = {m.tool_call_id: m for m in done["messages"] if m.type == "tool"}
-        assert results["call_pay_1"].artifact["code"] == "APPROVAL_INVALID"
-        assert ("pay", "bob") not in performed
+    results, performed, _ = resumed(
+        sqlite_location, "t-4", {"approved": True, "approver_id": "intern-9"}
+    )
+    assert results["call_pay_1"].artifact["code"] == "APPROVAL_INVALID"
+    assert ("pay", "bob") not in performed

@@ -38,24 +38,7 @@ const LOG_TAIL: usize = 2048;
 /// empty). Prints `initdb-failed` and the log tail, or `started PID`; then waits for EOF
 /// on stdin, stops the server and removes the temp dir. It ignores HUP, INT and TERM: a
 /// signal sent to everything must not kill it before the pipe's EOF lets it clean up.
-const SUPERVISOR: &str = r#"trap '' HUP INT TERM
-dir=$1
-if ! "$2/initdb" -D "$dir/data" -A trust -U postgres --no-sync -E UTF8 --locale=C \
-    >"$dir/initdb.log" 2>&1 </dev/null; then
-  echo initdb-failed
-  tail -c 2048 "$dir/initdb.log"
-  rm -rf "$dir"
-  exit 1
-fi
-"$2/postgres" -D "$dir/data" -c listen_addresses=127.0.0.1 -p "$3" -k "$4" \
-  -c max_connections=200 -c fsync=on >"$dir/server.log" 2>&1 </dev/null &
-pid=$!
-echo "started $pid"
-while read -r _; do :; done
-kill -INT "$pid" 2>/dev/null
-wait "$pid"
-rm -rf "$dir"
-"#;
+const SUPERVISOR: &str = include_str!("supervisor.sh");
 
 /// Why a cluster could not be started or used.
 #[derive(Debug)]

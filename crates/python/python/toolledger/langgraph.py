@@ -19,16 +19,14 @@ Needs ``langgraph`` and ``langchain-core`` (``pip install "toolledger[langgraph]
 
 from __future__ import annotations
 
-import json
-import time
 from typing import Any, Iterable
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
 from ._ledger import LedgeredTool
-from ._toolledger import Approval, Call
-from ._views import model_text
+from ._adapt import approval_for, model_text
+from ._toolledger import Call
 
 __all__ = ["LedgerTool", "tools"]
 
@@ -67,13 +65,13 @@ class LedgerTool(BaseTool):
                     call_id, None,
                     "APPROVAL_INVALID: the approval is for other arguments: nothing was sent",
                 )
-            now = int(time.time())
-            approver = str(answer["approver_id"])
-            approval = Approval(
-                str(answer.get("approval_id") or f"{call_id}-approval"), approver,
-                int(answer.get("approved_at", now)),
-                int(answer.get("approved_at", now)) + int(answer.get("expires_in", 600)),
-                eligible_approvers=self.approvers or [approver],
+            approval = approval_for(
+                call_id,
+                str(answer["approver_id"]),
+                approval_id=answer.get("approval_id"),
+                approved_at=answer.get("approved_at"),
+                valid_for=int(answer.get("expires_in", 600)),
+                approvers=self.approvers,
             )
         reply = self.ledgered.ledger.dispatch(
             Call(self.ledgered.tool.name, arguments, key=call_id, tenant=self.tenant,

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any, Iterable
 
 from agents import FunctionTool
 from agents.tool_context import ToolContext
 
 from ._ledger import LedgeredTool
-from ._toolledger import Approval, Call
-from ._views import model_text
+from ._adapt import approval_for, model_text
+from ._toolledger import Call
 
 __all__ = ["function_tool", "function_tools"]
 
@@ -51,9 +50,7 @@ def function_tool(
         approval = None
         if needs_approval:
             # The SDK invokes a tool that needs approval only once the host approved it.
-            now = int(time.time())
-            approval = Approval(f"{key}-approval", str(approver_id), now,
-                                now + approval_seconds, eligible_approvers=[str(approver_id)])
+            approval = approval_for(key, str(approver_id), valid_for=approval_seconds)
         call = Call(tool.name, json.loads(arguments or "{}"), key=key, tenant=tenant,
                     subject=subject, approval=approval, context=context)
         # The ledger releases the GIL; its thread leaves the event loop free.
