@@ -1553,10 +1553,13 @@ fn toolledger_relay_learns_the_upstreams_and_settles_what_a_killed_gateway_left(
     faults(&dir, json!({}));
     std::thread::sleep(Duration::from_secs(3));
     // A relay runs pass after pass; on a loaded machine one pass's lookup may outlast
-    // the upstream's timeout and leave it unknown for the next (at most ten here).
+    // the upstream's timeout and leave it unknown for the next, or the upstream (a Python
+    // process) may not start within that timeout, and the relay exits saying so with
+    // nothing claimed (at most ten passes here).
     for _ in 0..10 {
         let relayed = dir.run(&["relay", "--once", "--config", config.to_str().unwrap()]);
-        assert_eq!(relayed.code, 0, "{}\n{}", relayed.stdout, relayed.stderr);
+        let slow_start = relayed.stdout.contains("did not initialize in time");
+        assert!(relayed.code == 0 || slow_start, "{}\n{}", relayed.stdout, relayed.stderr);
         if dir.db_int(succeeded) == 1 {
             break;
         }
