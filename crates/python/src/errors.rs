@@ -54,6 +54,11 @@ pub(crate) fn invalid(message: String) -> PyErr {
     annotate(err, "USAGE_ERROR", &message)
 }
 
+/// An `InvalidError` carrying a BLOCK code: an operator action the ledger refused.
+pub(crate) fn blocked(code: &str, message: &str) -> PyErr {
+    annotate(InvalidError::new_err(message.to_owned()), code, message)
+}
+
 fn annotate(err: PyErr, code: &str, message: &str) -> PyErr {
     Python::attach(|py| {
         let value = err.value(py);

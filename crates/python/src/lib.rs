@@ -36,12 +36,14 @@ use toolledger::{
 use crate::{
     convert::{to_python, to_value},
     downstream::{Roles, Routed, Target, Wired},
-    errors::{invalid, raise},
+    errors::{blocked, invalid, raise},
 };
 
 /// The profile of a call that names no model call: one key is one model call
 /// (`docs/python.md`, "One model call").
-const PYTHON_PROFILE: (&str, &str, &str) = ("python", "function_call", "toolledger-python-1");
+fn python_profile() -> ProviderProfile {
+    ProviderProfile::new("python", "function_call", "toolledger-python-1")
+}
 
 /// A tool: its name, description, JSON Schemas (draft 2020-12) and policies, checked and
 /// compiled when it is made (`docs/tools.md` holds every member).
@@ -318,7 +320,7 @@ impl Call {
         let model_call = match &self.model_call {
             Some(model_call) => model_call.facade(),
             None => toolledger::ModelCall::keyed(
-                ProviderProfile::new(PYTHON_PROFILE.0, PYTHON_PROFILE.1, PYTHON_PROFILE.2),
+                python_profile(),
                 "py",
                 tenant,
                 subject,
@@ -503,8 +505,7 @@ impl Ledger {
                     .to_owned(),
             ));
         }
-        let mut all_profiles =
-            vec![ProviderProfile::new(PYTHON_PROFILE.0, PYTHON_PROFILE.1, PYTHON_PROFILE.2)];
+        let mut all_profiles = vec![python_profile()];
         for (provider, api, revision) in profiles.unwrap_or_default() {
             all_profiles.push(ProviderProfile::new(&provider, &api, &revision));
         }
@@ -605,7 +606,7 @@ impl Ledger {
             let model_call = match model_call {
                 Some(model_call) => model_call.facade(),
                 None => toolledger::ModelCall::keyed(
-                    ProviderProfile::new(PYTHON_PROFILE.0, PYTHON_PROFILE.1, PYTHON_PROFILE.2),
+                    python_profile(),
                     "pys",
                     tenant,
                     subject,
@@ -975,17 +976,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for PathOrUrl {
 
 fn parse_ref(text: &str) -> PyResult<StatusRef> {
     StatusRef::new(text).map_err(|_| invalid("not a status ref (sr_ and 32 hex digits)".to_owned()))
-}
-
-/// An `InvalidError` carrying a BLOCK code (an operator action the ledger refused).
-fn blocked(code: &str, message: &str) -> PyErr {
-    let err = errors::InvalidError::new_err(message.to_owned());
-    Python::attach(|py| {
-        let value = err.value(py);
-        let _ = value.setattr("code", code);
-        let _ = value.setattr("message", message);
-    });
-    err
 }
 
 #[pymodule]
