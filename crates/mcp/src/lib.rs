@@ -170,10 +170,12 @@ async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
     let mut listings = Vec::new();
     let mut serves = Vec::new();
     for upstream in &upstreams {
-        let listed = match upstream.list_tools().await {
-            Ok(tools) => upstream.serves().await.map(|serves| (tools, serves)),
-            Err(reason) => Err(reason),
-        };
+        let listed = async {
+            upstream.start().await?;
+            let tools = upstream.list_tools().await?;
+            Ok::<_, String>((tools, upstream.serves().await?))
+        }
+        .await;
         match listed {
             Ok((tools, served)) => {
                 listings.push(tools);

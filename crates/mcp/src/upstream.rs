@@ -13,7 +13,7 @@ use rmcp::{
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
@@ -23,6 +23,12 @@ use crate::{
     hosts::Hosts,
     relay::{Asking, HostCall, Relaying, Relays},
 };
+
+/// How long an upstream may take to start when the gateway or a relay starts, before
+/// any call is waiting on it (its own timeout when that is longer): a server started
+/// through `npx` or by a cold interpreter can take seconds before it answers anything,
+/// and the start sends nothing a call could duplicate (`docs/mcp.md`, "Timeouts").
+pub(crate) const START_BOUND: Duration = Duration::from_secs(60);
 
 /// What an upstream serves besides tools, as it declared at initialization.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,7 +74,9 @@ impl Upstream {
         Upstream { decl, client: Mutex::new(None), relays }
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, Asking>, String> {
+    /// A new connection, its start (the child spawned, `initialize` answered) bounded
+    /// by `bound`.
+    async fn connect(&self, bound: Duration) -> Result<RunningService<RoleClient, Asking>, String> {
         let relays = Arc::clone(&self.relays);
         let name = &self.decl.name;
         let asking = Asking { relays: Arc::clone(&relays) };
@@ -79,26 +87,40 @@ impl Upstream {
                 let inner = TokioChildProcess::new(command)
                     .map_err(|err| format!("could not start upstream {name}: {}", err.kind()))?;
                 let transport = Relaying { inner, relays };
-                tokio::time::timeout(self.decl.timeout, asking.serve(transport)).await
+                tokio::time::timeout(bound, asking.serve(transport)).await
             }
             Transport::Http { url, client, bearer } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 config.auth_header.clone_from(bearer);
                 let inner = StreamableHttpClientTransport::with_client(client.clone(), config);
                 let transport = Relaying { inner, relays };
-                tokio::time::timeout(self.decl.timeout, asking.serve(transport)).await
+                tokio::time::timeout(bound, asking.serve(transport)).await
             }
         };
         match serving {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(err)) => Err(format!("upstream {name} did not initialize: {err}")),
-            Err(_) => Err(format!("upstream {name} did not initialize in time")),
+            Err(_) => {
+                Err(format!("upstream {name} did not initialize within {} ms", bound.as_millis()))
+            }
         }
     }
 
+    /// Starts the upstream when the gateway or a relay starts, before any call: bounded
+    /// by [`START_BOUND`] or the upstream's timeout, whichever is longer.
+    pub(crate) async fn start(&self) -> Result<(), String> {
+        self.live(self.decl.timeout.max(START_BOUND)).await.map(drop)
+    }
+
     /// A live connection: the current one, or a new one when it dropped (also how a
-    /// request the gateway does not own is passed to the upstream unchanged).
+    /// request the gateway does not own is passed to the upstream unchanged). A new
+    /// one's start counts toward the upstream's timeout: a call may be waiting on it,
+    /// under a lease measured against that timeout.
     pub(crate) async fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        self.live(self.decl.timeout).await
+    }
+
+    async fn live(&self, bound: Duration) -> Result<Peer<RoleClient>, String> {
         let mut client = self.client.lock().await;
         if let Some(running) = client.as_ref() {
             if !running.is_transport_closed() {
@@ -109,7 +131,7 @@ impl Upstream {
             let _ = old.close().await;
         }
         self.relays.reconnected();
-        let running = self.connect().await?;
+        let running = self.connect(bound).await?;
         let peer = running.peer().clone();
         *client = Some(running);
         // A new connection knows no subscriptions: the hosts' are made again.
@@ -228,7 +250,7 @@ impl Upstream {
     /// Closes the connection, so the child exits (stdin closed, then signalled).
     pub(crate) async fn shutdown(&self) {
         if let Some(mut running) = self.client.lock().await.take() {
-            let _ = running.close_with_timeout(std::time::Duration::from_millis(1500)).await;
+            let _ = running.close_with_timeout(Duration::from_millis(1500)).await;
         }
     }
 }

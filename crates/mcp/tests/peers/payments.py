@@ -19,7 +19,9 @@ key lists the ``order_id`` values it applies to::
      "off_schema": [...], "refuse": [...]}
 
 and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
-after it: a window in which a crash campaign kills the caller.
+after it: a window in which a crash campaign kills the caller. ``"start_delay_ms": N``,
+read once at start, makes the server sleep N ms before it serves anything, as a
+server started through ``npx`` or by a cold interpreter does.
 
 It also serves resources, ``payments://summary`` (the payment count as text, which
 a client may subscribe to) and ``payments://payment/ID`` for each payment (its JSON),
@@ -627,6 +629,7 @@ async def serve_http(server: Server, port_file: str) -> None:
 
 
 async def main() -> None:
+    await anyio.sleep(float(read_fault_file().get("start_delay_ms", 0)) / 1000.0)
     conn = open_state()
     server = build_server(conn)
     port_file = os.environ.get("PAYMENTS_HTTP_PORT_FILE")
