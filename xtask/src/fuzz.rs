@@ -1,10 +1,11 @@
 //! `cargo xtask fuzz`: builds the cargo-fuzz targets in `fuzz/` and runs each one for a
 //! fixed time, two at a time.
 //!
-//! cargo-fuzz is installed at a pinned version under `target/tools/` (never the global
-//! cargo bin) when it is missing there. The targets are built without a sanitizer: the
-//! workspace forbids `unsafe` code, so AddressSanitizer would only slow the runs; the
-//! coverage instrumentation and libFuzzer are what find the bugs. Without a sanitizer
+//! cargo-fuzz is installed at a pinned version in the tools directory
+//! (`~/.cache/toolledger/tools`, never the global cargo bin) when it is missing there.
+//! The targets are built without a sanitizer: the workspace forbids `unsafe` code, so
+//! AddressSanitizer would only slow the runs; the coverage instrumentation and
+//! libFuzzer are what find the bugs. Without a sanitizer
 //! cargo-fuzz passes no `-Z` flag, so the stable toolchain builds the targets as it is
 //! (no nightly, no `RUSTC_BOOTSTRAP`).
 //!
@@ -74,12 +75,12 @@ pub(crate) fn run_targets(root: &Path, minutes: f64, targets: &[&str]) -> Result
     }
 }
 
-/// `target/tools/bin/cargo-fuzz` at [`CARGO_FUZZ_VERSION`], installed when it is not.
+/// `bin/cargo-fuzz` of the tools directory at [`CARGO_FUZZ_VERSION`], installed when it is not.
 fn install(root: &Path) -> Result<PathBuf, String> {
     crate::tool(root, "cargo-fuzz", CARGO_FUZZ_VERSION, &["fuzz", "--version"])
 }
 
-/// `cargo fuzz` from `target/tools`, in the workspace root.
+/// `cargo fuzz` from the tools directory, in the workspace root.
 fn fuzz_command(root: &Path, cargo_fuzz: &Path) -> Command {
     let mut command = Command::new(cargo_fuzz);
     // Called directly, cargo-fuzz expects the `fuzz` cargo would pass it.
