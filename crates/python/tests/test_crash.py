@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,14 +19,41 @@ from file_payments import PAY_ARGS, FilePayments, pay_tool
 HERE = Path(__file__).parent
 T = 1_767_225_600
 # Commit 1 is commit A (the intent, accepted and claimed); commit 2 is commit C (the
-# receipt), before the answer left; by commit 3 the call has been answered.
+# receipt), before the answer left; by commit 3 the call has been answered. At a commit
+# point the child holds right after the commit (TOOLLEDGER_CRASH_HOLD) and this test
+# kills it there with SIGKILL.
 CASES = [
-    ("commit", 1, -signal.SIGABRT),
-    ("commit", 2, -signal.SIGABRT),
+    ("commit", 1, -signal.SIGKILL),
+    ("commit", 2, -signal.SIGKILL),
     ("commit", 3, 0),
     ("before-effect", 0, -signal.SIGKILL),
     ("after-effect", 0, -signal.SIGKILL),
 ]
+HOLDING = "toolledger: holding after commit"
+
+
+def run_child(location: str, effects: str, die: str, commit: int) -> tuple[int, str, str]:
+    """Runs the host; killed with SIGKILL once it holds after commit `commit`."""
+    env = dict(os.environ)
+    if commit:
+        env["TOOLLEDGER_CRASH_AFTER_COMMIT"] = str(commit)
+        env["TOOLLEDGER_CRASH_HOLD"] = "1"
+    args = [sys.executable, str(HERE / "crash_child.py"), location, effects, "k-1", die, str(T)]
+    with subprocess.Popen(args, env=env, cwd=HERE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as child:
+        # Bounded: a child that neither holds nor ends is killed after 120 s.
+        watchdog = threading.Timer(120, child.kill)
+        watchdog.start()
+        told = []
+        assert child.stderr is not None and child.stdout is not None
+        for line in child.stderr:
+            told.append(line)
+            if line.startswith(HOLDING):
+                child.send_signal(signal.SIGKILL)
+                break
+        returncode = child.wait()
+        watchdog.cancel()
+        return returncode, child.stdout.read(), "".join(told) + child.stderr.read()
 
 
 @pytest.mark.parametrize("die, commit, returncode", CASES)
@@ -33,15 +61,10 @@ def test_a_host_killed_at_each_commit_point_ends_with_one_effect(
     location, tmp_path, die, commit, returncode
 ):
     effects = str(tmp_path / "effects.log")
-    env = dict(os.environ)
-    if commit:
-        env["TOOLLEDGER_CRASH_AFTER_COMMIT"] = str(commit)
-    child = subprocess.run(
-        [sys.executable, str(HERE / "crash_child.py"), location, effects, "k-1", die, str(T)],
-        env=env, cwd=HERE, capture_output=True, text=True, timeout=120,
-    )
-    assert child.returncode == returncode, child.stderr
-    acknowledged = child.stdout.split()
+    code, stdout, stderr = run_child(location, effects, die, commit)
+    assert code == returncode, stderr
+    assert (HOLDING in stderr) == (code == -signal.SIGKILL and die == "commit"), stderr
+    acknowledged = stdout.split()
     payments = FilePayments(effects)
     # Restarted after the dead worker's lease ran out (on SQLite by the calls' clock, on
     # PostgreSQL by the database's).

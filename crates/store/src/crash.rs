@@ -8,6 +8,11 @@
 //! is not counted. The switch is read once per process; unset, empty, `0` or not a
 //! number, it does nothing, and the cost of a commit is one atomic add.
 //!
+//! With `TOOLLEDGER_CRASH_HOLD=1` as well, the thread that made that commit does not
+//! abort: it writes `toolledger: holding after commit N` on stderr and waits there,
+//! answering nothing, for its supervisor to send `SIGKILL` (the Python package's crash
+//! tests do). Other threads go on meanwhile, so a drill that holds runs one thread.
+//!
 //! `cargo xtask crash` sets it on the processes it supervises to stop each of them at
 //! every commit point in turn (`docs/reliability.md`). It is a drill, like `dispatch
 //! --failure`: nothing in a deployment sets it.
@@ -20,8 +25,12 @@ use std::sync::{
 /// The environment variable that arms the switch.
 pub const CRASH_AFTER_COMMIT_ENV: &str = "TOOLLEDGER_CRASH_AFTER_COMMIT";
 
-/// Counts one ledger commit of this process and aborts it when that is the commit
-/// [`CRASH_AFTER_COMMIT_ENV`] names.
+/// The environment variable that makes the switch hold for a `SIGKILL` instead of
+/// aborting.
+pub const CRASH_HOLD_ENV: &str = "TOOLLEDGER_CRASH_HOLD";
+
+/// Counts one ledger commit of this process and aborts it (or holds it, under
+/// [`CRASH_HOLD_ENV`]) when that is the commit [`CRASH_AFTER_COMMIT_ENV`] names.
 pub fn committed() {
     static AT: OnceLock<Option<u64>> = OnceLock::new();
     static COMMITS: AtomicU64 = AtomicU64::new(0);
@@ -31,7 +40,15 @@ pub fn committed() {
             .and_then(|text| text.parse::<u64>().ok())
             .filter(|at| *at > 0)
     });
-    if at.is_some_and(|at| COMMITS.fetch_add(1, Ordering::Relaxed) + 1 == at) {
-        std::process::abort();
+    let Some(at) = *at else { return };
+    if COMMITS.fetch_add(1, Ordering::Relaxed) + 1 != at {
+        return;
     }
+    if std::env::var_os(CRASH_HOLD_ENV).is_some_and(|hold| hold == "1") {
+        eprintln!("toolledger: holding after commit {at}");
+        loop {
+            std::thread::park();
+        }
+    }
+    std::process::abort();
 }
