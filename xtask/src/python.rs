@@ -107,12 +107,19 @@ fn wheel(root: &Path, target_dir: &str, release: bool) -> Result<PathBuf, String
         maturin.args(["--profile", "dev"]);
     }
     status(&mut maturin, "maturin")?;
-    std::fs::read_dir(&wheels)
+    let wheel = std::fs::read_dir(&wheels)
         .map_err(|err| format!("no wheel was built: {err}"))?
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
-        .ok_or_else(|| "maturin built no wheel".to_owned())
+        .ok_or_else(|| "maturin built no wheel".to_owned())?;
+    // One wheel for every CPython from 3.10 on, installable on any manylinux system:
+    // maturin tags it from the glibc symbols it links (its own auditwheel check).
+    let name = wheel.file_name().map(|name| name.to_string_lossy().into_owned());
+    match name {
+        Some(name) if name.contains("-cp310-abi3-manylinux") => Ok(wheel),
+        _ => Err(format!("the wheel is not an abi3 manylinux wheel: {}", wheel.display())),
+    }
 }
 
 /// A venv at `dir` (made anew when `fresh`), and its directory.

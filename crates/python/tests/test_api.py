@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.resources
+from pathlib import Path
 
 import toolledger
 from toolledger import _toolledger
@@ -48,3 +49,18 @@ def test_every_exported_name_exists():
     assert issubclass(toolledger.InvalidError, toolledger.Error)
     assert issubclass(toolledger.StoreError, toolledger.Error)
     assert issubclass(toolledger.RolesError, toolledger.Error)
+
+
+def test_the_readmes_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## From Python\n", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```python\n", 1)[1].split("```\n", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    scope["ledger"].close()
+    assert capsys.readouterr().out.splitlines() == [
+        "Fresh {'message_id': 'm-1'}",
+        "Replayed {'message_id': 'm-1'}",
+    ]
+    assert scope["sent"] == ["ana@example.com"]
