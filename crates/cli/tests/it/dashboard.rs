@@ -62,7 +62,14 @@ pub(crate) struct Dashboard {
 
 impl Dashboard {
     pub(crate) fn start(dir: &Dir, extra: &[&str]) -> Dashboard {
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--now", NOW];
+        let mut args = vec!["--now", NOW];
+        args.extend_from_slice(extra);
+        Dashboard::with(dir, &args)
+    }
+
+    /// `toolledger serve` with `extra`, on the machine's clock unless they give `--now`.
+    pub(crate) fn with(dir: &Dir, extra: &[&str]) -> Dashboard {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let mut child =
             dir.command(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();

@@ -314,10 +314,106 @@ fn a_retry_replays_the_stored_result_without_calling_the_upstream_and_another_in
     let made = payments(&dir);
     assert_eq!(made.len(), 1);
     assert!(made[0].1.starts_with("dr_"), "{made:?}");
-    // The operation is the ledger's like any other: listed, shown, audited.
+    // The operation is the ledger's like any other: listed, shown, counted, on the
+    // dashboard, audited.
     let listed = dir.run(&["list", "--state", "succeeded"]);
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     assert!(listed.stdout.contains("payments-create_payment"), "{}", listed.stdout);
+    let status_ref = fresh["meta"]["io.toolledger/status_ref"].as_str().unwrap();
+    let shown = dir.run(&["show", "--status-ref", status_ref]).answer();
+    assert_eq!(shown["tool"], "payments-create_payment", "{shown}");
+    assert_eq!(shown["status"], "succeeded", "{shown}");
+    let metrics = dir.run(&["metrics"]).stdout;
+    assert_eq!(crate::operators::samples(&metrics, "toolledger_operations")["succeeded"], 1);
+    let dashboard = crate::dashboard::Dashboard::with(&dir, &[]);
+    let (status, page) = dashboard.get(&format!("/operations/{status_ref}"));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("payments-create_payment") && page.contains("succeeded"), "{page}");
+    audit_passes(&dir);
+}
+
+#[test]
+fn the_configuration_decides_policies_schemas_and_keys_and_colliding_names_are_prefixed() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let (declared, tools) = text.split_once("[mcp.upstreams.payments.tools").unwrap();
+    // A second payments server, `backup`, lists the same tools: each is then named
+    // UPSTREAM.TOOL. Its create_payment is passed through by the configuration, and
+    // the first's read-only list_payments is ledgered; the first's create_payment takes
+    // its key from the arguments and a stricter input schema.
+    let backup = declared.split_once("[mcp.upstreams.payments]").unwrap().1;
+    let text = format!(
+        r#"{declared}[mcp.upstreams.payments.tools.create_payment]
+key_from_arguments = true
+input_schema = {{ type = "object", required = ["order_id", "amount_minor", "currency"], additionalProperties = false, properties = {{ order_id = {{ type = "string" }}, amount_minor = {{ type = "integer", minimum = 1, maximum = 500 }}, currency = {{ type = "string", pattern = "^[A-Z]{{3}}$" }} }} }}
+
+[mcp.upstreams.payments.tools.list_payments]
+policy = "ledgered"
+
+[mcp.upstreams.backup]{backup}
+[mcp.upstreams.backup.tools.create_payment]
+policy = "passthrough"
+"#
+    );
+    assert!(tools.contains("lookup"), "{tools}");
+    dir.write("toolledger.toml", text.as_bytes());
+    let order = |order: &str, amount: i64| json!({"order_id": order, "amount_minor": amount, "currency": "USD"});
+    let steps = json!([
+        {"op": "list_tools"},
+        call("payments.create_payment", order("ord-90", 100)),
+        call("payments.create_payment", order("ord-90", 100)),
+        call("payments.create_payment", order("ord-91", 100)),
+        call("payments.create_payment", order("ord-92", 900)),
+        call("backup.create_payment", order("ord-93", 100)),
+        call("backup.create_payment", order("ord-93", 100)),
+        call("payments.list_payments", json!({})),
+        call("payments.list_payments", json!({"idempotency_key": "count-1"})),
+    ]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    let tools = answers[0]["tools"].as_array().unwrap();
+    let listed = |name: &str| {
+        tools
+            .iter()
+            .find(|tool| tool["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed"))
+    };
+    for tool in ["create_payment", "get_payment_by_key", "list_payments"] {
+        listed(&format!("payments.{tool}"));
+        listed(&format!("backup.{tool}"));
+    }
+    let required = |name: &str| listed(name)["inputSchema"]["required"].clone();
+    // Keyed by its arguments: the key is offered, not required; the override is listed.
+    let keyed = listed("payments.create_payment");
+    assert!(keyed["inputSchema"]["properties"].get("idempotency_key").is_some(), "{keyed}");
+    assert!(!required("payments.create_payment").to_string().contains("idempotency_key"));
+    assert_eq!(keyed["inputSchema"]["properties"]["amount_minor"]["maximum"], 500, "{keyed}");
+    // Passed through: the upstream's own schema, untouched; ledgered: a key required.
+    let passed = listed("backup.create_payment");
+    assert!(passed["inputSchema"]["properties"]["amount_minor"].get("maximum").is_none());
+    assert!(required("payments.list_payments").to_string().contains("idempotency_key"));
+
+    // The same arguments are one action, replayed; other arguments another action.
+    assert_eq!(code(&answers[1]), "OK", "{}", answers[1]);
+    assert_eq!(answers[2]["meta"]["io.toolledger/replayed"], true, "{}", answers[2]);
+    assert_eq!(code(&answers[3]), "OK", "{}", answers[3]);
+    assert_eq!(answers[3]["meta"]["io.toolledger/replayed"], false, "{}", answers[3]);
+    // The configured schema is enforced before anything is sent.
+    assert_eq!(code(&answers[4]), "INPUT_INVALID", "{}", answers[4]);
+    // Passed through twice: two payments, as the upstream alone would make.
+    assert_eq!(code(&answers[5]), "OK", "{}", answers[5]);
+    assert!(answers[5]["meta"].get("io.toolledger/replayed").is_none(), "{}", answers[5]);
+    // The read-only tool the configuration ledgers needs its key.
+    assert_eq!(code(&answers[7]), "INPUT_INVALID", "{}", answers[7]);
+    assert_eq!(code(&answers[8]), "OK", "{}", answers[8]);
+    let made: Vec<String> = payments(&dir).into_iter().map(|(order, _)| order).collect();
+    assert_eq!(made, ["ord-90", "ord-91", "ord-93", "ord-93"]);
+    let ledgered = dir.db_rows("SELECT tool_name FROM operations ORDER BY tool_name");
+    let names: Vec<&str> = ledgered.iter().filter_map(|row| row[0].as_deref()).collect();
+    assert_eq!(
+        names,
+        ["payments-create_payment", "payments-create_payment", "payments-list_payments"]
+    );
     audit_passes(&dir);
 }
 
@@ -1517,6 +1613,14 @@ fn a_tool_a_person_approves_asks_through_elicitation_in_both_protocol_eras_and_b
     // Each approval is the ledger's, bound to its call like a case file's.
     let approvers = dir.db_rows("SELECT approver_id FROM operations ORDER BY approver_id");
     assert_eq!(approvers, vec![vec![Some("ops-lead".to_owned())]; 3]);
+    // With its expiry: the configured 300 s for the two the gateway asked for, the
+    // presented one's own 65 s.
+    let lasting = |seconds: i64| {
+        dir.db_int(&format!(
+            "SELECT count(*) FROM operations WHERE approval_expires_at - approved_at = {seconds}"
+        ))
+    };
+    assert_eq!((lasting(300), lasting(65)), (2, 1));
     audit_passes(&dir);
 }
 
