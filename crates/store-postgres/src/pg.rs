@@ -18,7 +18,7 @@ use toolledger_contract::{
     DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef, UnixSeconds,
 };
 use toolledger_json::canonicalize;
-use toolledger_store::{OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH};
+use toolledger_store::{FailureKind, OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH};
 
 use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
@@ -358,7 +358,7 @@ enum Opening {
 pub fn migrate(url: &str, waits: Waits) -> Result<Option<(i64, i64)>, StoreError> {
     let config = session::config(url)?;
     let mut conn = session::open(&config, &waits).map_err(|err| match err {
-        StoreError::Backend { what, .. } if what == error::NO_DATABASE => StoreError::Missing,
+        StoreError::Backend { kind: FailureKind::NoDatabase, .. } => StoreError::Missing,
         err => err,
     })?;
     schema::migrate(&mut conn)
@@ -411,7 +411,7 @@ impl PgStore {
         let config = session::config(url)?;
         let mut conn = session::open(&config, &waits).map_err(|err| match err {
             // No such database is no store there, to a reader (as a missing file is).
-            StoreError::Backend { what, .. } if !create && what == error::NO_DATABASE => {
+            StoreError::Backend { kind: FailureKind::NoDatabase, .. } if !create => {
                 StoreError::Missing
             }
             err => err,
@@ -983,7 +983,8 @@ fn record_downstream_in(
     }
     // Nothing stored under this ref, yet something refused the row: another ref holds
     // its receipt ref (SQLite answers this as its unique constraint's refusal).
-    downstream_receipt(db, &receipt.downstream_request_ref)?.ok_or(failed(error::REFUSED))
+    downstream_receipt(db, &receipt.downstream_request_ref)?
+        .ok_or(error::fail(FailureKind::Refused, error::REFUSED))
 }
 
 /// Adds one to the counter `name`, inside the caller's transaction.
@@ -1093,7 +1094,7 @@ fn reserve_in(
         )
         .map_err(|err| match err {
             // As SQLite: a row the table's constraints refuse is a contract violation.
-            StoreError::Backend { what, .. } if what == error::REFUSED => {
+            StoreError::Backend { kind: FailureKind::Refused, .. } => {
                 StoreError::ContractViolation(
                     "a stored row holds this intent's refs under another scope",
                 )
@@ -1626,7 +1627,7 @@ impl StandInReceipts for PgStore {
                         Ok(receipt.clone())
                     } else {
                         downstream_receipt(db, &receipt.downstream_request_ref)?
-                            .ok_or(failed(error::REFUSED))
+                            .ok_or(error::fail(FailureKind::Refused, error::REFUSED))
                     }
                 })
                 .collect()

@@ -106,7 +106,12 @@ impl Client {
             runtime.block_on(async { tokio::time::timeout(bound, config.connect(NoTls)).await });
         let (inner, wire) = match connected {
             Ok(connected) => connected.map_err(error::connect)?,
-            Err(_) => return Err(error::failed(error::UNANSWERED)),
+            Err(_) => {
+                return Err(error::fail(
+                    toolledger_store::FailureKind::Unreachable,
+                    error::UNANSWERED,
+                ));
+            }
         };
         Ok(Client { inner, wire: Some(wire), runtime, bound, abandoned: Cell::new(false) })
     }
@@ -324,7 +329,12 @@ pub(crate) fn open(config: &Config, waits: &Waits) -> Result<Conn, StoreError> {
 /// Parses a connection string (a `postgres://` URL or `key=value` pairs).
 pub(crate) fn config(url: &str) -> Result<Config, StoreError> {
     let config = url.parse::<Config>().map_err(|err| {
-        StoreError::caused(error::BACKEND, "the connection string is not valid", err)
+        StoreError::caused(
+            error::BACKEND,
+            toolledger_store::FailureKind::Other,
+            "the connection string is not valid",
+            err,
+        )
     })?;
     // No TLS stack is compiled in: a connection string that requires TLS is refused
     // here, in words that say so, not answered "could not connect" after a handshake.

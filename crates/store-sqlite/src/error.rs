@@ -1,7 +1,7 @@
 //! Maps the driver's errors to [`StoreError`]s that carry no SQL, path or OS text.
 
 use rusqlite::{Error, ErrorCode};
-use toolledger_store::StoreError;
+use toolledger_store::{FailureKind, StoreError};
 
 /// The backend's name in messages.
 pub(crate) const BACKEND: &str = "sqlite";
@@ -11,9 +11,15 @@ pub(crate) fn failed(what: &'static str) -> StoreError {
     StoreError::failed(BACKEND, what)
 }
 
-/// Maps any rusqlite error to a fixed description: SQLite's own message can quote SQL or
-/// a path, so it is never passed on.
+/// Maps any rusqlite error to a kind and a fixed description, from SQLite's result
+/// code: SQLite's own message can quote SQL or a path, so it is never passed on.
 pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
+    let kind = match &err {
+        Error::SqliteFailure(failure, _) if failure.code == ErrorCode::ConstraintViolation => {
+            FailureKind::Refused
+        }
+        _ => FailureKind::Other,
+    };
     let what = match &err {
         Error::SqliteFailure(failure, _) => match failure.code {
             ErrorCode::NotADatabase => "the file is not a SQLite database",
@@ -38,5 +44,5 @@ pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
         }
         _ => "a SQLite error",
     };
-    StoreError::caused(BACKEND, what, err)
+    StoreError::caused(BACKEND, kind, what, err)
 }

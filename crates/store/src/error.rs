@@ -17,6 +17,9 @@ pub enum StoreError {
     Backend {
         /// `sqlite` or `postgres`.
         backend: &'static str,
+        /// What kind of failure, chosen from the driver's error code: what a store
+        /// decides by (retry, reconnect), never the words.
+        kind: FailureKind,
         /// What failed, in fixed words.
         what: &'static str,
         /// The driver's own error, for logs.
@@ -72,19 +75,56 @@ pub enum StoreError {
     Internal(&'static str),
 }
 
+/// The kind of a [`StoreError::Backend`] failure: what the store's own code decides by.
+/// A backend chooses it from its driver's error codes (SQLSTATE, SQLite's result
+/// codes), never from message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// Two transactions met in a way only a fresh start resolves (a serialization
+    /// failure, a deadlock): the whole transaction runs again.
+    Conflict,
+    /// The connection is gone: the store makes a new one before its next call. A write
+    /// in flight is not known to have committed or not.
+    LostConnection,
+    /// No connection could be made (refused, unreachable, not answered in time).
+    Unreachable,
+    /// A constraint or a trigger refused a write.
+    Refused,
+    /// The database named does not exist.
+    NoDatabase,
+    /// Any other failure (a full disk, a read-only database, an I/O error, …).
+    Other,
+}
+
 impl StoreError {
     /// A failure of `backend` described by `what`, with no underlying error.
     pub fn failed(backend: &'static str, what: &'static str) -> StoreError {
-        StoreError::Backend { backend, what, cause: None }
+        StoreError::of_kind(backend, FailureKind::Other, what)
     }
 
-    /// A failure of `backend` described by `what`, keeping the driver's `cause` for logs.
+    /// A failure of `backend` of `kind`, described by `what`, with no underlying error.
+    pub fn of_kind(backend: &'static str, kind: FailureKind, what: &'static str) -> StoreError {
+        StoreError::Backend { backend, kind, what, cause: None }
+    }
+
+    /// A failure of `backend` of `kind`, described by `what`, keeping the driver's
+    /// `cause` for logs.
     pub fn caused(
         backend: &'static str,
+        kind: FailureKind,
         what: &'static str,
         cause: impl std::error::Error + Send + Sync + 'static,
     ) -> StoreError {
-        StoreError::Backend { backend, what, cause: Some(Cause(Arc::new(cause))) }
+        StoreError::Backend { backend, kind, what, cause: Some(Cause(Arc::new(cause))) }
+    }
+
+    /// The kind of a backend's failure; `None` for every other error.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        match self {
+            StoreError::Backend { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
 
     /// `err`, met while `backend` was committing: [`StoreError::CommitUnknown`].

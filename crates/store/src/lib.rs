@@ -38,15 +38,16 @@ use serde_json::Value;
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 
 pub use crate::{
-    error::{Cause, StoreError},
+    error::{Cause, FailureKind, StoreError},
     model::{
         AuditFinding, AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup,
         DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
         OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
     },
     operator::{
-        Figures, ListFilter, ListPosition, Listed, OperatorStore, Requeued, Resolved, STATES,
-        Settlement, Shown, bounded_reason, not_happened_reason, requeue_reason, resolvable,
+        Figures, ListFilter, ListPosition, Listed, OperatorStore, REASON_BYTES_MAX, Requeued,
+        Resolved, STATES, Settlement, Shown, bounded_reason, not_happened_reason, requeue_reason,
+        resolvable,
     },
     verify::approval_binding,
     waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},

@@ -389,14 +389,18 @@ pub fn requeue_reason(operation: &Operation) -> Result<String, OperationStatus> 
     }
 }
 
-/// A reason as stored: 1–512 bytes, trimmed, cut at a character boundary; an empty one
-/// says so.
+/// The longest reason the ledger keeps, in bytes: an outbox event's last reason, a
+/// failure's, an operator's (the tables' CHECKs say the same number).
+pub const REASON_BYTES_MAX: usize = 512;
+
+/// A reason as stored: 1 to [`REASON_BYTES_MAX`] bytes, trimmed, cut at a character
+/// boundary; an empty one says so.
 pub fn bounded_reason(reason: &str) -> String {
     let reason = reason.trim();
     if reason.is_empty() {
         return "no reason given".to_owned();
     }
-    let mut end = reason.len().min(512);
+    let mut end = reason.len().min(REASON_BYTES_MAX);
     while !reason.is_char_boundary(end) {
         end -= 1;
     }

@@ -18,7 +18,7 @@ use toolledger_json::{Limits, canonicalize_into, check_v2_domain, parse_strict};
 
 use crate::{
     DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
-    RecordedCall, StoreError, TerminalOutcome,
+    REASON_BYTES_MAX, RecordedCall, StoreError, TerminalOutcome,
 };
 
 /// What is wrong with a stored row. The audit reports the two kinds under different
@@ -353,7 +353,10 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     if !in_range(raw.created_at)
         || !in_range(next_attempt_at)
         || raw.lease_until.is_some_and(|until| !in_range(until))
-        || raw.last_reason.as_ref().is_some_and(|reason| !(1..=512).contains(&reason.len()))
+        || raw
+            .last_reason
+            .as_ref()
+            .is_some_and(|reason| !(1..=REASON_BYTES_MAX).contains(&reason.len()))
     {
         return Err(Flaw::OutOfStep("stored instant is out of range"));
     }
@@ -468,7 +471,7 @@ const RECEIPT_MEMBERS: [&str; 6] = [
 /// Checks a stored terminal outcome: its kind, finalizer, reason and kept receipt.
 fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
     if !matches!(raw.finalized_by.as_str(), "worker" | "status_query" | "operator")
-        || !(1..=512).contains(&raw.reason.len())
+        || !(1..=REASON_BYTES_MAX).contains(&raw.reason.len())
     {
         return Err(Flaw::OutOfStep("terminal outcome's finalizer or reason is out of domain"));
     }

@@ -10,8 +10,8 @@ use std::{
 
 use serde_json::{Map, Value};
 use toolledger_contract::{
-    DownstreamIdentity, ErrorCode, Precondition, REFUND_ORDER_DEFINITION, RefundOrder,
-    ToolDefinition, ToolSpec, parse_document, placeholders,
+    DownstreamIdentity, Precondition, REFUND_ORDER_DEFINITION, RefundOrder, ToolDefinition,
+    ToolSpec, parse_document, placeholders,
 };
 use toolledger_downstream_http::{Endpoint, HttpDownstream, HttpPrecondition, Timeouts};
 
@@ -135,7 +135,7 @@ pub struct Config {
 
 fn refused(file: &str, pointer: &str, reason: impl Into<String>) -> Error {
     let at = if pointer.is_empty() { "the top" } else { pointer };
-    Error { code: ErrorCode::UsageError, message: format!("{file}: at {at}: {}", reason.into()) }
+    Error::invalid(format!("{file}: at {at}: {}", reason.into()))
 }
 
 fn only(

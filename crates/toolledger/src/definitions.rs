@@ -48,7 +48,7 @@ pub fn load_tool(path: &Path) -> Result<ToolDefinition, Error> {
 }
 
 pub(crate) fn definition_error(err: toolledger_contract::DefinitionError) -> Error {
-    Error { code: ErrorCode::UsageError, message: err.to_string() }
+    Error::caused(ErrorCode::UsageError, err)
 }
 
 /// The file's bytes, at most one more than the bound (so an over-long file is refused by

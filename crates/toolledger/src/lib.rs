@@ -63,7 +63,7 @@ mod relay;
 mod reply;
 mod store;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, sync::Arc};
 
 use toolledger_engine::Engine;
 
@@ -140,12 +140,26 @@ pub type Simulated = drill::Interrupt<StandIn<Store>>;
 /// assert_eq!(ledger.dispatch(&nameless).unwrap_err().code(), toolledger::ErrorCode::UsageError);
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// The error beneath it (the engine's, the store's, and the driver's under those) is
+/// kept as its [`source`](std::error::Error::source), for logs; two errors are equal
+/// when their codes and messages are.
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
     code: ErrorCode,
     message: String,
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        self.code == other.code && self.message == other.message
+    }
+}
+
+impl Eq for Error {}
 
 impl Error {
     /// The stable code, e.g. `STORE_BUSY`.
@@ -162,19 +176,27 @@ impl Error {
     }
 
     pub(crate) fn invalid(message: String) -> Error {
-        Error { code: ErrorCode::UsageError, message }
+        Error { code: ErrorCode::UsageError, message, source: None }
+    }
+
+    /// An error of `code` saying what `source` says, and keeping it.
+    pub(crate) fn caused(
+        code: ErrorCode,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error { code, message: source.to_string(), source: Some(Arc::new(source)) }
     }
 }
 
 impl From<EngineError> for Error {
     fn from(err: EngineError) -> Error {
-        Error { code: err.code(), message: err.to_string() }
+        Error::caused(err.code(), err)
     }
 }
 
 impl From<toolledger_store::StoreError> for Error {
     fn from(err: toolledger_store::StoreError) -> Error {
-        Error { code: err.code(), message: err.to_string() }
+        Error::caused(err.code(), err)
     }
 }
 

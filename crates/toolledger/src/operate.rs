@@ -176,7 +176,7 @@ fn history(operation: &Operation) -> Value {
 /// let longest = "x".repeat(toolledger::REASON_BYTES_MAX);
 /// assert!(toolledger::operator_reason(&longest).is_some());
 /// ```
-pub const REASON_BYTES_MAX: usize = 512;
+pub const REASON_BYTES_MAX: usize = toolledger_store::REASON_BYTES_MAX;
 
 /// An operator's reason as it is kept: trimmed, 1 to [`REASON_BYTES_MAX`] bytes, and no
 /// control character (a NUL, a newline, an escape). Anything else is refused, never

@@ -25,6 +25,7 @@ fn is_clean_loss(err: &StoreError) -> bool {
     matches!(err, StoreError::Backend { backend: "postgres", what, .. }
         if *what == "the connection to the server was lost")
         && err.to_string() == "postgres failed: the connection to the server was lost"
+        && err.failure_kind() == Some(toolledger_store::FailureKind::LostConnection)
 }
 
 #[test]

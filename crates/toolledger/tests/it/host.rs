@@ -245,3 +245,22 @@ fn a_ledger_moves_across_threads() {
     send::<Ledger<toolledger::Simulated, NoRoles>>();
     send::<toolledger::Reply>();
 }
+
+#[test]
+fn an_error_keeps_what_caused_it_as_its_source_and_out_of_its_message() {
+    let dir = TempDir::new("error-source");
+    let path = dir.join("not-a-ledger.sqlite3");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    let err = toolledger::audit(&path).unwrap_err();
+    assert_eq!(err.code(), toolledger::ErrorCode::StoreError);
+    assert_eq!(err.to_string(), "sqlite failed: the file is not a SQLite database");
+    // Beneath it: the store's error, then SQLite's own, which names what SQLite saw.
+    let mut chain = Vec::new();
+    let mut next = std::error::Error::source(&err);
+    while let Some(cause) = next {
+        chain.push(cause.to_string());
+        next = cause.source();
+    }
+    assert_eq!(chain.first().map(String::as_str), Some(err.to_string().as_str()), "{chain:?}");
+    assert!(chain.iter().skip(1).any(|text| text.contains("not a database")), "{chain:?}");
+}
