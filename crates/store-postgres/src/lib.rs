@@ -36,9 +36,9 @@ mod session;
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
     Finalize, Finalizer, LedgerStore, ListFilter, ListPosition, Listed, LocalReceipt, NewOperation,
-    Now, Operation, OperationStatus, OperatorStore, OutboxEvent, RecordedCall, Release, Requeued,
-    Reservation, Resolved, STAND_IN_NAME, STAND_IN_REVISION, STATES, Settlement, Shown,
-    StandInReceipts, StoreError, Waits, verify,
+    Now, Operation, OperationStatus, OperatorStore, OutboxEvent, OutboxState, RecordedCall,
+    Release, Requeued, Reservation, Resolved, STAND_IN_NAME, STAND_IN_REVISION, STATES, Settlement,
+    Shown, StandInReceipts, StoreError, Waits, not_claimed, verify,
 };
 
 pub use crate::{

@@ -23,8 +23,10 @@ use toolledger_store::{FailureKind, OPERATION_COLUMNS, OPERATION_FROM, OPERATION
 use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-    OutboxEvent, RecordedCall, Release, Reservation, StandInReceipts, StoreError, Waits,
+    OutboxEvent, OutboxState, RecordedCall, Release, Reservation, StandInReceipts, StoreError,
+    Waits,
     error::{self, failed, is_conflict, is_lost},
+    not_claimed,
     pool::Shared,
     schema,
     session::{self, Conn, Db, GenericClient, Transaction, get},
@@ -906,11 +908,12 @@ pub(crate) fn end_in(
         Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
         Finalizer::StatusQuery | Finalizer::Operator => (None, None),
     };
-    let (state, status) = match ending {
-        Ending::Succeeded(..) => ("delivered", OperationStatus::Succeeded),
-        Ending::Failed(_) => ("failed", OperationStatus::Failed),
-        Ending::Quarantined(..) => ("quarantined", OperationStatus::Quarantined),
+    let status = match ending {
+        Ending::Succeeded(..) => OperationStatus::Succeeded,
+        Ending::Failed(_) => OperationStatus::Failed,
+        Ending::Quarantined(..) => OperationStatus::Quarantined,
     };
+    let state = status.outbox_state().as_str();
     let id: Option<i64> =
         db.value(FINALIZE, &[&status_ref.as_str(), &owner, &attempt, &now.get(), &state])?;
     let Some(id) = id else {
@@ -1089,7 +1092,8 @@ fn reserve_in(
                 &now.get(),
                 &intent.downstream.name(),
                 &intent.downstream.revision(),
-                &if claim.is_some() { "processing" } else { "pending" },
+                &if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending }
+                    .as_str(),
             ],
         )
         .map_err(|err| match err {
@@ -1140,7 +1144,7 @@ fn reserve_in(
             OperationStatus::Pending
         },
         outbox: OutboxEvent {
-            state: if claim.is_some() { "processing" } else { "pending" }.to_owned(),
+            state: if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending },
             lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
             lease_until: claim.map(|(_, until)| until.get()),
             attempt_count: i64::from(claim.is_some()),
@@ -1174,16 +1178,12 @@ fn claim_in(
         db.opt(CLAIM, &[&status_ref.as_str(), &owner.as_str(), &lease_until.get(), &now.get()])?;
     let Some(row) = claimed else {
         // Nothing claimed (and nothing written): say why.
-        return match was.as_str() {
-            "delivered" | "failed" | "quarantined" | "dead" => Ok(Claim::Final),
-            "processing" => Ok(Claim::LeaseHeld),
-            _ => Err(StoreError::ContractViolation("stored outbox state is unknown")),
-        };
+        return not_claimed(&was);
     };
     let (id, attempt): (i64, i64) = (get(&row, 0)?, get(&row, 1)?);
     db.exec(MARK_PROCESSING, &[&id, &now.get()])?;
     bump(db, "claims")?;
-    let reclaimed = was == "processing";
+    let reclaimed = was == OutboxState::Processing.as_str();
     if reclaimed {
         bump(db, "lease_reclaims")?;
     }
@@ -1463,20 +1463,24 @@ impl LedgerStore for PgStore {
             let (sql, state, at, reason) = match release {
                 Release::Later { at, reason } => (
                     SET_ASIDE,
-                    "processing",
+                    OutboxState::Processing,
                     shifted(*at, caller_now, now).get(),
                     toolledger_store::bounded_reason(reason),
                 ),
                 Release::Retry { at, reason } => (
                     RELEASE,
-                    "pending",
+                    OutboxState::Pending,
                     shifted(*at, caller_now, now).get(),
                     toolledger_store::bounded_reason(reason),
                 ),
-                Release::Dead { reason } => {
-                    (RELEASE, "dead", now.get(), toolledger_store::bounded_reason(reason))
-                }
+                Release::Dead { reason } => (
+                    RELEASE,
+                    OutboxState::Dead,
+                    now.get(),
+                    toolledger_store::bounded_reason(reason),
+                ),
             };
+            let state = state.as_str();
             let id: Option<i64> = db.value(
                 sql,
                 &[
@@ -1537,10 +1541,10 @@ impl LedgerStore for PgStore {
                     continue;
                 };
                 // The claimed operation as a read would now return it.
-                let reclaim = state == "processing";
+                let reclaim = state == OutboxState::Processing.as_str();
                 reclaims += i64::from(reclaim);
                 operation.status = OperationStatus::Processing;
-                operation.outbox.state = "processing".to_owned();
+                operation.outbox.state = OutboxState::Processing;
                 operation.outbox.lease_owner = Some(owner.as_str().to_owned());
                 operation.outbox.lease_until = Some(lease_until.get());
                 operation.outbox.next_attempt_at = lease_until.get();

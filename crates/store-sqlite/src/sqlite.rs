@@ -17,10 +17,11 @@ use toolledger_store::{OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH};
 use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
     Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-    OutboxEvent, RecordedCall, Release, Reservation, StandInReceipts, StoreError, Waits,
+    OutboxEvent, OutboxState, RecordedCall, Release, Reservation, StandInReceipts, StoreError,
+    Waits,
     error::{self, sqlite},
     gate::{Answer, Combining, Entered, Gate, Job},
-    schema,
+    not_claimed, schema,
     verify::{self, RawOperation},
 };
 
@@ -711,11 +712,12 @@ pub(crate) fn end_in(
             Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
             Finalizer::StatusQuery | Finalizer::Operator => (None, None),
         };
-        let (state, status) = match ending {
-            Ending::Succeeded(..) => ("delivered", OperationStatus::Succeeded),
-            Ending::Failed(_) => ("failed", OperationStatus::Failed),
-            Ending::Quarantined(..) => ("quarantined", OperationStatus::Quarantined),
+        let status = match ending {
+            Ending::Succeeded(..) => OperationStatus::Succeeded,
+            Ending::Failed(_) => OperationStatus::Failed,
+            Ending::Quarantined(..) => OperationStatus::Quarantined,
         };
+        let state = status.outbox_state().as_str();
         let id: Option<i64> = tx
             .prepare_cached(FINALIZE)
             .map_err(sqlite)?
@@ -904,7 +906,7 @@ fn reserve_in(
             now.get(),
             intent.downstream.name(),
             intent.downstream.revision(),
-            if claim.is_some() { "processing" } else { "pending" },
+            if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending }.as_str(),
         ])
         .map_err(|err| match err.sqlite_error_code() {
             // Not the scope (that conflict does nothing): another row already holds
@@ -946,7 +948,7 @@ fn reserve_in(
             OperationStatus::Pending
         },
         outbox: OutboxEvent {
-            state: if claim.is_some() { "processing" } else { "pending" }.to_owned(),
+            state: if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending },
             lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
             lease_until: claim.map(|(_, until)| until.get()),
             attempt_count: i64::from(claim.is_some()),
@@ -984,25 +986,21 @@ fn claim_in(
     let Some((id, attempt)) = claimed else {
         // Nothing claimed (and nothing written): say why.
         let state = text_by_ref(tx, SELECT_OUTBOX_STATE, status_ref)?;
-        return match state.as_deref() {
-            None => Ok(Claim::Missing),
-            Some("delivered" | "failed" | "quarantined" | "dead") => Ok(Claim::Final),
-            Some("processing") => Ok(Claim::LeaseHeld),
-            Some(_) => Err(StoreError::ContractViolation("stored outbox state is unknown")),
-        };
+        let Some(state) = state else { return Ok(Claim::Missing) };
+        return not_claimed(&state);
     };
     tx.prepare_cached(MARK_PROCESSING)
         .map_err(sqlite)?
         .execute(params![id, now.get()])
         .map_err(sqlite)?;
     bump(tx, "claims")?;
-    if was.as_deref() == Some("processing") {
+    let reclaimed = was.as_deref() == Some(OutboxState::Processing.as_str());
+    if reclaimed {
         bump(tx, "lease_reclaims")?;
     }
     // Read back inside the claim: a row that no longer verifies rolls the claim back.
     let operation =
         by_status_ref(tx, status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
-    let reclaimed = was.as_deref() == Some("processing");
     Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
 }
 
@@ -1182,14 +1180,17 @@ impl LedgerStore for SqliteStore {
         now: Now,
     ) -> Result<Finalize, StoreError> {
         let (sql, state, at, reason) = match release {
-            Release::Later { at, reason } => {
-                (SET_ASIDE, "processing", at.get(), toolledger_store::bounded_reason(reason))
-            }
+            Release::Later { at, reason } => (
+                SET_ASIDE,
+                OutboxState::Processing,
+                at.get(),
+                toolledger_store::bounded_reason(reason),
+            ),
             Release::Retry { at, reason } => {
-                (RELEASE, "pending", at.get(), toolledger_store::bounded_reason(reason))
+                (RELEASE, OutboxState::Pending, at.get(), toolledger_store::bounded_reason(reason))
             }
             Release::Dead { reason } => {
-                (RELEASE, "dead", now.get(), toolledger_store::bounded_reason(reason))
+                (RELEASE, OutboxState::Dead, now.get(), toolledger_store::bounded_reason(reason))
             }
         };
         let (status_ref, owner) = (status_ref.clone(), owner.clone());
@@ -1204,7 +1205,7 @@ impl LedgerStore for SqliteStore {
                         owner.as_str(),
                         attempt,
                         now.get(),
-                        state,
+                        state.as_str(),
                         at,
                         reason
                     ],
@@ -1217,7 +1218,7 @@ impl LedgerStore for SqliteStore {
             };
             tx.prepare_cached(MARK_RELEASED)
                 .map_err(sqlite)?
-                .execute(params![id, now.get(), state])
+                .execute(params![id, now.get(), state.as_str()])
                 .map_err(sqlite)?;
             Ok(Finalize::Finalized)
         })
@@ -1254,7 +1255,7 @@ impl LedgerStore for SqliteStore {
             let mut batch = ClaimedBatch::default();
             let (mut claims, mut reclaims) = (0, 0);
             for (id, state) in due {
-                let reclaim = state == "processing";
+                let reclaim = state == OutboxState::Processing.as_str();
                 // Each claim in its own savepoint: a row that no longer verifies once
                 // claimed is rolled back to as it was (nothing written) and counted, for
                 // the audit to name.

@@ -42,7 +42,8 @@ pub use crate::{
     model::{
         AuditFinding, AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup,
         DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
-        OperationStatus, OutboxEvent, RecordedCall, Release, Reservation, TerminalOutcome,
+        OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
+        TerminalOutcome, not_claimed,
     },
     operator::{
         Figures, ListFilter, ListPosition, Listed, OperatorStore, REASON_BYTES_MAX, Requeued,

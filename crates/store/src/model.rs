@@ -6,6 +6,8 @@ use toolledger_contract::{
     Sha256Hex, StatusRef, UnixSeconds,
 };
 
+use crate::StoreError;
+
 /// An operation's place in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OperationStatus {
@@ -51,6 +53,18 @@ impl OperationStatus {
         }
     }
 
+    /// The outbox state in step with this status (`docs/schema.md`, invariant 2).
+    pub fn outbox_state(self) -> OutboxState {
+        match self {
+            OperationStatus::Pending => OutboxState::Pending,
+            OperationStatus::Processing => OutboxState::Processing,
+            OperationStatus::Succeeded => OutboxState::Delivered,
+            OperationStatus::Failed => OutboxState::Failed,
+            OperationStatus::Quarantined => OutboxState::Quarantined,
+            OperationStatus::Dead => OutboxState::Dead,
+        }
+    }
+
     /// Whether nothing more will happen to it (without an operator): succeeded,
     /// failed, quarantined or dead.
     pub fn is_final(self) -> bool {
@@ -81,11 +95,85 @@ pub enum TerminalOutcome {
     },
 }
 
+/// Where an operation's outbox event stands, in step with the operation's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxState {
+    /// Due for a worker to claim (from `next_attempt_at`).
+    Pending,
+    /// Claimed under a lease.
+    Processing,
+    /// The effect is recorded (the operation succeeded).
+    Delivered,
+    /// The downstream refused it.
+    Failed,
+    /// Its receipt broke the output contract.
+    Quarantined,
+    /// Out of attempts, nothing sent.
+    Dead,
+}
+
+impl OutboxState {
+    /// `pending`, `processing`, `delivered`, `failed`, `quarantined` or `dead`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Processing => "processing",
+            OutboxState::Delivered => "delivered",
+            OutboxState::Failed => "failed",
+            OutboxState::Quarantined => "quarantined",
+            OutboxState::Dead => "dead",
+        }
+    }
+
+    /// The state stored as `text`, if it is one.
+    pub fn parse(text: &str) -> Option<OutboxState> {
+        [
+            OutboxState::Pending,
+            OutboxState::Processing,
+            OutboxState::Delivered,
+            OutboxState::Failed,
+            OutboxState::Quarantined,
+            OutboxState::Dead,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == text)
+    }
+
+    /// Whether no worker will claim it again (without an operator): delivered, failed,
+    /// quarantined or dead.
+    pub fn is_final(self) -> bool {
+        !matches!(self, OutboxState::Pending | OutboxState::Processing)
+    }
+}
+
+/// A state equals its stored name.
+impl PartialEq<&str> for OutboxState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// What a claim that updated nothing answers, from the event's state read in the same
+/// transaction: a final event, or a lease still held. A pending event is always
+/// claimable, so one that was not (or a state the ledger does not know) contradicts
+/// the claim's own update.
+///
+/// # Errors
+///
+/// [`StoreError::ContractViolation`] for any state but a final one or `processing`.
+pub fn not_claimed(state: &str) -> Result<Claim, StoreError> {
+    match OutboxState::parse(state) {
+        Some(state) if state.is_final() => Ok(Claim::Final),
+        Some(OutboxState::Processing) => Ok(Claim::LeaseHeld),
+        _ => Err(StoreError::ContractViolation("stored outbox state is unknown")),
+    }
+}
+
 /// The outbox event of an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {
-    /// `pending`, `processing`, `delivered`, `failed` or `quarantined`.
-    pub state: String,
+    /// Where it stands.
+    pub state: OutboxState,
     /// The worker holding (or last holding) the lease.
     pub lease_owner: Option<String>,
     /// When the lease ends (a lease is live while `now < lease_until`).
@@ -361,3 +449,44 @@ impl AuditReport {
 
 /// A clock reading handed in by the caller: the store reads no clock.
 pub type Now = UnixSeconds;
+
+#[cfg(test)]
+mod tests {
+    use super::{Claim, OperationStatus, OutboxState, not_claimed};
+    use crate::StoreError;
+
+    const STATUSES: [OperationStatus; 6] = [
+        OperationStatus::Pending,
+        OperationStatus::Processing,
+        OperationStatus::Succeeded,
+        OperationStatus::Failed,
+        OperationStatus::Quarantined,
+        OperationStatus::Dead,
+    ];
+
+    #[test]
+    fn every_outbox_state_reads_back_as_stored_and_pairs_with_one_status() {
+        for status in STATUSES {
+            let state = status.outbox_state();
+            assert_eq!(OutboxState::parse(state.as_str()), Some(state));
+            assert_eq!(state, state.as_str());
+            assert_eq!(state.is_final(), status.is_final(), "{status:?}");
+        }
+        let states: std::collections::BTreeSet<&str> =
+            STATUSES.iter().map(|status| status.outbox_state().as_str()).collect();
+        assert_eq!(states.len(), STATUSES.len());
+        assert_eq!(OutboxState::parse("Processing"), None);
+    }
+
+    #[test]
+    fn a_claim_that_claimed_nothing_says_why_from_the_state() {
+        assert_eq!(not_claimed("processing"), Ok(Claim::LeaseHeld));
+        for state in ["delivered", "failed", "quarantined", "dead"] {
+            assert_eq!(not_claimed(state), Ok(Claim::Final), "{state}");
+        }
+        for state in ["pending", "bogus"] {
+            let refused = not_claimed(state);
+            assert!(matches!(refused, Err(StoreError::ContractViolation(_))), "{state}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ use toolledger_json::{Limits, canonicalize_into, check_v2_domain, parse_strict};
 
 use crate::{
     DownstreamReceipt, LocalReceipt, NewOperation, Operation, OperationStatus, OutboxEvent,
-    REASON_BYTES_MAX, RecordedCall, StoreError, TerminalOutcome,
+    OutboxState, REASON_BYTES_MAX, RecordedCall, StoreError, TerminalOutcome,
 };
 
 /// What is wrong with a stored row. The audit reports the two kinds under different
@@ -348,6 +348,8 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     else {
         return Err(Flaw::OutOfStep("operation has no outbox event"));
     };
+    let state =
+        OutboxState::parse(&state).ok_or(Flaw::OutOfStep("stored outbox state is unknown"))?;
     // The same range `UnixSeconds` checks, without building a civil date per read.
     let in_range = |seconds: i64| (0..=UnixSeconds::MAX).contains(&seconds);
     if !in_range(raw.created_at)
@@ -363,7 +365,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     let outcome_kind = raw.outcome.as_ref().map(|outcome| outcome.kind.as_str());
     in_step(
         status,
-        &state,
+        state,
         &raw.lease_owner,
         raw.lease_until,
         attempt_count,
@@ -412,7 +414,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
 #[allow(clippy::ref_option, reason = "the row's own field, borrowed")]
 fn in_step(
     status: OperationStatus,
-    state: &str,
+    state: OutboxState,
     owner: &Option<String>,
     until: Option<i64>,
     attempts: i64,
@@ -422,16 +424,20 @@ fn in_step(
     let leased = owner.is_some() && until.is_some() && attempts > 0;
     let unleased = owner.is_none() && until.is_none() && attempts >= 0;
     let fine = match (status, state) {
-        (OperationStatus::Pending, "pending") => unleased && !has_receipt && outcome.is_none(),
-        (OperationStatus::Processing, "processing") => leased && !has_receipt && outcome.is_none(),
-        (OperationStatus::Dead, "dead") => unleased && !has_receipt && outcome.is_none(),
-        (OperationStatus::Succeeded, "delivered") => {
+        (OperationStatus::Pending, OutboxState::Pending) => {
+            unleased && !has_receipt && outcome.is_none()
+        }
+        (OperationStatus::Processing, OutboxState::Processing) => {
+            leased && !has_receipt && outcome.is_none()
+        }
+        (OperationStatus::Dead, OutboxState::Dead) => unleased && !has_receipt && outcome.is_none(),
+        (OperationStatus::Succeeded, OutboxState::Delivered) => {
             has_receipt && attempts >= 0 && outcome.is_none()
         }
-        (OperationStatus::Failed, "failed") => {
+        (OperationStatus::Failed, OutboxState::Failed) => {
             !has_receipt && attempts >= 0 && outcome == Some("failed")
         }
-        (OperationStatus::Quarantined, "quarantined") => {
+        (OperationStatus::Quarantined, OutboxState::Quarantined) => {
             !has_receipt && attempts >= 0 && outcome == Some("quarantined")
         }
         _ => false,

@@ -154,7 +154,7 @@ fn history(operation: &Operation) -> Value {
         "revisions": intent.revisions.to_json(),
         "approval_id": intent.approval.as_ref().map(|approval| approval.approval_id.as_str()),
         "outbox": {
-            "state": operation.outbox.state,
+            "state": operation.outbox.state.as_str(),
             "attempts": operation.outbox.attempt_count,
             "attempts_before_requeue": operation.outbox.attempts_before,
             "lease_owner": operation.outbox.lease_owner,
