@@ -1057,6 +1057,9 @@ fn reserve_in(
     if retired(db, &intent.status_ref)? {
         return Ok((Reservation::Retired, false));
     }
+    // Pending and unclaimed, or processing under the claim's lease at attempt 1.
+    let status =
+        if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending };
     let scope = &intent.scope;
     let revisions = &intent.revisions;
     let approval = intent.approval.as_ref();
@@ -1092,8 +1095,7 @@ fn reserve_in(
                 &now.get(),
                 &intent.downstream.name(),
                 &intent.downstream.revision(),
-                &if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending }
-                    .as_str(),
+                &status.as_str(),
             ],
         )
         .map_err(|err| match err {
@@ -1138,13 +1140,9 @@ fn reserve_in(
     let reserved = Operation {
         intent: intent.clone(),
         downstream_request_ref,
-        status: if claim.is_some() {
-            OperationStatus::Processing
-        } else {
-            OperationStatus::Pending
-        },
+        status,
         outbox: OutboxEvent {
-            state: if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending },
+            state: status.outbox_state(),
             lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
             lease_until: claim.map(|(_, until)| until.get()),
             attempt_count: i64::from(claim.is_some()),

@@ -19,6 +19,7 @@ use tokio_postgres::{
     types::{FromSql, ToSql},
 };
 use toolledger_contract::UnixSeconds;
+use toolledger_store::FailureKind;
 
 use crate::{
     Now, StoreError, Waits,
@@ -107,10 +108,7 @@ impl Client {
         let (inner, wire) = match connected {
             Ok(connected) => connected.map_err(error::connect)?,
             Err(_) => {
-                return Err(error::fail(
-                    toolledger_store::FailureKind::Unreachable,
-                    error::UNANSWERED,
-                ));
+                return Err(error::fail(FailureKind::Unreachable, error::UNANSWERED));
             }
         };
         Ok(Client { inner, wire: Some(wire), runtime, bound, abandoned: Cell::new(false) })
@@ -331,7 +329,7 @@ pub(crate) fn config(url: &str) -> Result<Config, StoreError> {
     let config = url.parse::<Config>().map_err(|err| {
         StoreError::caused(
             error::BACKEND,
-            toolledger_store::FailureKind::Other,
+            FailureKind::Other,
             "the connection string is not valid",
             err,
         )

@@ -14,23 +14,20 @@ pub(crate) fn failed(what: &'static str) -> StoreError {
 /// Maps any rusqlite error to a kind and a fixed description, from SQLite's result
 /// code: SQLite's own message can quote SQL or a path, so it is never passed on.
 pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
-    let kind = match &err {
-        Error::SqliteFailure(failure, _) if failure.code == ErrorCode::ConstraintViolation => {
-            FailureKind::Refused
-        }
-        _ => FailureKind::Other,
-    };
-    let what = match &err {
+    let other = |what| (FailureKind::Other, what);
+    let (kind, what) = match &err {
         Error::SqliteFailure(failure, _) => match failure.code {
-            ErrorCode::NotADatabase => "the file is not a SQLite database",
+            ErrorCode::NotADatabase => other("the file is not a SQLite database"),
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => return StoreError::Busy,
-            ErrorCode::ConstraintViolation => "a constraint or trigger refused the write",
-            ErrorCode::DiskFull => "the disk is full",
-            ErrorCode::ReadOnly => "the database is read-only",
-            ErrorCode::CannotOpen => "the database file could not be opened",
-            ErrorCode::SystemIoFailure => "an I/O error",
+            ErrorCode::ConstraintViolation => {
+                (FailureKind::Refused, "a constraint or trigger refused the write")
+            }
+            ErrorCode::DiskFull => other("the disk is full"),
+            ErrorCode::ReadOnly => other("the database is read-only"),
+            ErrorCode::CannotOpen => other("the database file could not be opened"),
+            ErrorCode::SystemIoFailure => other("an I/O error"),
             ErrorCode::DatabaseCorrupt => return StoreError::Corrupt,
-            _ => "a SQLite error",
+            _ => other("a SQLite error"),
         },
         // A stored value SQLite cannot hand over as its column's type: text that is not
         // UTF-8, a value of another type (a STRICT table edited by hand). The row
@@ -42,7 +39,7 @@ pub(crate) fn sqlite(err: rusqlite::Error) -> StoreError {
                 "a stored value is not of its column's type or not UTF-8",
             );
         }
-        _ => "a SQLite error",
+        _ => other("a SQLite error"),
     };
     StoreError::caused(BACKEND, kind, what, err)
 }

@@ -871,6 +871,9 @@ fn reserve_in(
     if retired(tx, &intent.status_ref)? {
         return Ok(Reservation::Retired);
     }
+    // Pending and unclaimed, or processing under the claim's lease at attempt 1.
+    let status =
+        if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending };
     let scope = &intent.scope;
     let revisions = &intent.revisions;
     let approval = &intent.approval;
@@ -906,7 +909,7 @@ fn reserve_in(
             now.get(),
             intent.downstream.name(),
             intent.downstream.revision(),
-            if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending }.as_str(),
+            status.as_str(),
         ])
         .map_err(|err| match err.sqlite_error_code() {
             // Not the scope (that conflict does nothing): another row already holds
@@ -942,13 +945,9 @@ fn reserve_in(
     let reserved = Operation {
         intent,
         downstream_request_ref,
-        status: if claim.is_some() {
-            OperationStatus::Processing
-        } else {
-            OperationStatus::Pending
-        },
+        status,
         outbox: OutboxEvent {
-            state: if claim.is_some() { OutboxState::Processing } else { OutboxState::Pending },
+            state: status.outbox_state(),
             lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
             lease_until: claim.map(|(_, until)| until.get()),
             attempt_count: i64::from(claim.is_some()),
@@ -984,9 +983,9 @@ fn claim_in(
         .optional()
         .map_err(sqlite)?;
     let Some((id, attempt)) = claimed else {
-        // Nothing claimed (and nothing written): say why.
-        let state = text_by_ref(tx, SELECT_OUTBOX_STATE, status_ref)?;
-        let Some(state) = state else { return Ok(Claim::Missing) };
+        // Nothing claimed (and nothing written, so the state read above still holds:
+        // the writer's transaction is the only one): say why.
+        let Some(state) = was else { return Ok(Claim::Missing) };
         return not_claimed(&state);
     };
     tx.prepare_cached(MARK_PROCESSING)
