@@ -51,12 +51,6 @@ pub(crate) fn is_conflict(err: &StoreError) -> bool {
     err.failure_kind() == Some(FailureKind::Conflict)
 }
 
-/// A transaction to run again (see [`CONFLICT`]), with no underlying error: two
-/// transactions met in a way only a fresh start resolves.
-pub(crate) fn conflict() -> StoreError {
-    fail(FailureKind::Conflict, CONFLICT)
-}
-
 /// Maps any driver error to a kind and fixed words, from its SQLSTATE (or, without
 /// one, from whether the socket failed), never from the server's message.
 pub(crate) fn pg(err: postgres::Error) -> StoreError {

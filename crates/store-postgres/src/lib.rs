@@ -26,7 +26,6 @@
 mod audit;
 pub mod cluster;
 mod error;
-mod operator;
 mod pg;
 mod pool;
 mod schema;
@@ -34,11 +33,9 @@ mod session;
 
 // The boundary's names, in scope under `crate::` for this crate's modules.
 use toolledger_store::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
-    Finalize, Finalizer, LedgerStore, ListFilter, ListPosition, Listed, LocalReceipt, NewOperation,
-    Now, Operation, OperationStatus, OperatorStore, OutboxEvent, OutboxState, RecordedCall,
-    Release, Requeued, Reservation, Resolved, STAND_IN_NAME, STAND_IN_REVISION, STATES, Settlement,
-    Shown, StandInReceipts, StoreError, Waits, not_claimed, verify,
+    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, LocalReceipt,
+    NewOperation, Now, Operation, OutboxState, STAND_IN_NAME, STAND_IN_REVISION, StoreError, Waits,
+    verify,
 };
 
 pub use crate::{

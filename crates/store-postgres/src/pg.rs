@@ -1,4 +1,4 @@
-//! The PostgreSQL implementation of [`LedgerStore`] and [`StandInReceipts`]: one
+//! The PostgreSQL backend: the ledger of `toolledger_store::ledger` over one
 //! connection, one thread.
 //!
 //! Every write is one `READ COMMITTED` transaction whose correctness rests on row locks
@@ -6,27 +6,32 @@
 //! NOTHING` that waits for a racer's commit and then inserts nothing, a conditional
 //! `UPDATE` that PostgreSQL re-checks on the newest row version after waiting for its
 //! lock, `SELECT … FOR UPDATE` before a decision that a read made, `FOR UPDATE SKIP
-//! LOCKED` for the relay's batch. A serialization failure or a deadlock runs the whole
-//! transaction again (at most [`ATTEMPTS`] times, then `Busy`). A transaction dropped
-//! without commit rolls back: `?` inside one is always safe.
+//! LOCKED` for the relay's batch. What is PostgreSQL's own here is driver glue: a
+//! serialization failure or a deadlock runs the whole transaction again (at most
+//! [`ATTEMPTS`] times, then `Busy`), a lost connection is made again, the database's
+//! clock, and the batch statements over arrays (`unnest`, `ANY`) that replace the
+//! ledger's one-row-at-a-time defaults. A transaction dropped without commit rolls back:
+//! `?` inside one is always safe.
 
-use std::{sync::Arc, time::Duration};
+use std::{error::Error, sync::Arc, time::Duration};
 
-use serde_json::Value;
-use tokio_postgres::{Config, IsolationLevel, Row, types::ToSql};
-use toolledger_contract::{
-    DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef, UnixSeconds,
+use bytes::BytesMut;
+use tokio_postgres::{
+    Config, IsolationLevel, Row,
+    types::{IsNull, ToSql, Type},
 };
+use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, StatusRef};
 use toolledger_json::canonicalize;
-use toolledger_store::{FailureKind, OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH};
+use toolledger_store::{
+    FailureKind, OPERATION_COLUMNS, OPERATION_FROM, OPERATION_WIDTH,
+    driver::{Arg, Backend, Commit, Db as LedgerDb, Dialect, Row as LedgerRow, Sql},
+    ledger::{self, DUE, lease_end},
+};
 
 use crate::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
-    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, OperationStatus,
-    OutboxEvent, OutboxState, RecordedCall, Release, Reservation, StandInReceipts, StoreError,
-    Waits,
-    error::{self, failed, is_conflict, is_lost},
-    not_claimed,
+    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, LocalReceipt,
+    NewOperation, Now, Operation, OutboxState, StoreError, Waits,
+    error::{self, is_conflict, is_lost},
     pool::Shared,
     schema,
     session::{self, Conn, Db, GenericClient, Transaction, get},
@@ -83,82 +88,7 @@ impl Drop for PgStore {
     }
 }
 
-// The hot statements. `$n` are the same parameters, in the same order, as SQLite's `?n`.
-const SELECT_CALL: &str = "SELECT c.purpose, o.status_ref, o.tenant_id, o.subject_id, o.status \
-     FROM call_identities c JOIN operations o ON o.id = c.op_id \
-     WHERE c.provider = $1 AND c.api_family = $2 AND c.provider_response_id = $3 AND c.provider_call_id = $4";
-/// No conflict target: a racer holding the scope, or any row holding this intent's refs,
-/// makes it insert nothing (a targeted `ON CONFLICT` still raises on another unique
-/// index when two inserts race). Which one it was is read afterwards.
-const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
-     downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
-     effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
-     adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
-     approval_sha256, approved_at, approval_expires_at, downstream_name, downstream_revision, status, \
-     created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-     $21, $22, $23, $24, $25, $27, $28, $29, $26, $26) \
-     ON CONFLICT DO NOTHING RETURNING id";
-const INSERT_OUTBOX_CLAIMED: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, \
-     next_attempt_at, last_reason, attempts_before, created_at, updated_at) \
-     VALUES ($1, 'processing', $3, $4, 1, $4, NULL, 0, $2, $2)";
-const INSERT_OUTBOX: &str = "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at, \
-     last_reason, attempts_before, created_at, updated_at) VALUES ($1, 'pending', NULL, NULL, 0, $2, NULL, 0, $2, $2)";
-/// A counter is sixteen rows, one per shard, and a session adds to its own
-/// (`pg_backend_pid() % 16`): one row would be a lock every claim holds until its commit
-/// is flushed, serializing the commits of every host. Readers sum the shards.
-const BUMP: &str = "INSERT INTO counters (name, shard, value) VALUES ($1, pg_backend_pid() % 16, 1) \
-     ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + 1";
-const BUMP_BY: &str = "INSERT INTO counters (name, shard, value) VALUES ($1, pg_backend_pid() % 16, $2) \
-     ON CONFLICT (name, shard) DO UPDATE SET value = counters.value + EXCLUDED.value";
-const RETIRED: &str = "SELECT final_status FROM tombstones WHERE status_ref = $1";
-const INSERT_CALL: &str = "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
-     provider_call_id, purpose, op_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-     ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING";
-/// The claim's first step: the event's row locked, so the state it was in is the one
-/// the claim changes (a racer waits here, then finds it claimed).
-const LOCK_OUTBOX: &str = "SELECT b.state FROM operations o JOIN outbox b ON b.op_id = o.id \
-     WHERE o.status_ref = $1 FOR UPDATE OF b";
-const CLAIM: &str = "UPDATE outbox SET state = 'processing', lease_owner = $2, lease_until = $3, \
-     next_attempt_at = $3, attempt_count = attempt_count + 1, last_reason = NULL, updated_at = $4 \
-     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
-     AND (state = 'pending' OR (state = 'processing' AND lease_until <= $4)) \
-     RETURNING op_id, attempt_count";
-const MARK_PROCESSING: &str =
-    "UPDATE operations SET status = 'processing', updated_at = $2 WHERE id = $1";
-/// No conflict target, as [`INSERT_OPERATION`]: the receipt's ref is unique too.
-const INSERT_DOWNSTREAM: &str = "INSERT INTO downstream_receipts (downstream_request_ref, request_sha256, receipt_ref, \
-     receipt_json, created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
-const SELECT_DOWNSTREAM: &str = "SELECT request_sha256, receipt_ref, receipt_json FROM downstream_receipts \
-     WHERE downstream_request_ref = $1";
-/// SQLite's condition, plus the event's own state: PostgreSQL re-checks the updated
-/// row's conditions after waiting for a racer's lock, not the subquery's, and an event
-/// still pending or processing is exactly an operation that has not ended.
-const FINALIZE: &str = "UPDATE outbox SET state = $5, updated_at = $4 \
-     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1 \
-     AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
-     AND state IN ('pending', 'processing') \
-     AND ($2::text IS NULL OR (state = 'processing' AND lease_owner = $2 AND attempt_count = $3)) \
-     RETURNING op_id";
-const INSERT_OUTCOME: &str = "INSERT INTO terminal_outcomes (op_id, kind, reason, receipt_json, finalized_by, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6)";
-const MARK_ENDED: &str = "UPDATE operations SET status = $3, updated_at = $2 WHERE id = $1 \
-     AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')";
-const RELEASE: &str = "UPDATE outbox SET state = $5, lease_owner = NULL, lease_until = NULL, next_attempt_at = $6, \
-     last_reason = $7, updated_at = $4 \
-     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
-     AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
-const MARK_RELEASED: &str = "UPDATE operations SET status = $3, updated_at = $2 WHERE id = $1";
-/// An attempt set aside (`Release::Later`): SQLite's statement.
-const SET_ASIDE: &str = "UPDATE outbox SET state = $5, lease_until = $6, next_attempt_at = $6, last_reason = $7, \
-     updated_at = $4 WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1) \
-     AND state = 'processing' AND lease_owner = $2 AND attempt_count = $3 RETURNING op_id";
-/// The relay's due events, locked; events another relay has locked are skipped, so two
-/// relays never wait on each other or take the same event.
-const DUE: &str = "SELECT b.op_id, b.state FROM outbox b JOIN operations o ON o.id = b.op_id \
-     WHERE b.state IN ('pending', 'processing') AND b.next_attempt_at <= $1 \
-     AND o.downstream_name = $3 AND o.downstream_revision = $4 \
-     ORDER BY b.next_attempt_at, b.op_id LIMIT $2 FOR UPDATE OF b SKIP LOCKED";
+// The batch statements PostgreSQL runs in place of the ledger's one-row defaults.
 /// Commit C of a batch, each item fenced as [`FINALIZE`] fences one (an item with no
 /// owner is a status query's); the refs and ids of those finalized.
 const FINALIZE_MANY: &str = "UPDATE outbox b SET state = 'delivered', updated_at = $4 \
@@ -186,21 +116,6 @@ const CLAIM_MANY: &str = "UPDATE outbox SET state = 'processing', lease_owner = 
      RETURNING op_id, attempt_count";
 const MARK_PROCESSING_MANY: &str =
     "UPDATE operations SET status = 'processing', updated_at = $2 WHERE id = ANY($1)";
-/// SQLite's statement, with the owner and the lease end re-checked on the row itself
-/// (see [`FINALIZE`]): a lease taken over meanwhile is not extended.
-const HEARTBEAT: &str = "UPDATE outbox SET lease_until = $3, next_attempt_at = $3, updated_at = $2 \
-     WHERE op_id IN (SELECT op_id FROM outbox WHERE state IN ('pending', 'processing') \
-     AND next_attempt_at > $2 AND lease_owner = $1) \
-     AND state = 'processing' AND lease_owner = $1 AND next_attempt_at > $2 AND last_reason IS NULL";
-const SELECT_STATUS: &str = "SELECT status FROM operations WHERE status_ref = $1";
-const INSERT_LOCAL_RECEIPT: &str = "INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, receipt_json, \
-     output_json, result_sha256, finalized_by, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-const SELECT_OPERATION_ID: &str = "SELECT id FROM operations WHERE status_ref = $1";
-
-const BY_SCOPE: &str =
-    "o.tenant_id = $1 AND o.subject_id = $2 AND o.tool_name = $3 AND o.idempotency_key = $4";
-pub(crate) const BY_STATUS_REF: &str = "o.status_ref = $1";
-
 /// How many of `load_finished`'s status refs retention has tombstoned.
 const LOAD_RETIRED: &str = "SELECT count(*) FROM tombstones WHERE status_ref = ANY($1::text[])";
 /// `load_finished`'s operations: one row per element of the arrays, succeeded.
@@ -311,26 +226,6 @@ impl Loaded {
         params
     }
 }
-
-/// An operation with its outbox event and local receipt, chosen by `filter`.
-fn operation_sql(filter: &str) -> String {
-    format!("SELECT {OPERATION_COLUMNS} {OPERATION_FROM} WHERE {filter}")
-}
-
-/// Dispatch's one read: the scope's operation and the call's identity. `(SELECT 1)`
-/// makes it one row whether or not either exists.
-fn dispatch_lookup_sql() -> String {
-    format!(
-        "SELECT {OPERATION_COLUMNS}, o.id, c.purpose, co.status_ref, co.tenant_id, co.subject_id, co.status \
-         FROM (SELECT 1) AS one \
-         LEFT JOIN operations o ON {BY_SCOPE} \
-         LEFT JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
-         LEFT JOIN terminal_outcomes t ON t.op_id = o.id \
-         LEFT JOIN call_identities c ON c.provider = $5 AND c.api_family = $6 AND c.provider_response_id = $7 \
-         AND c.provider_call_id = $8 LEFT JOIN operations co ON co.id = c.op_id"
-    )
-}
-
 /// A transaction's runner.
 type Tx<'d, 't> = Db<'d, Transaction<'t>>;
 
@@ -469,9 +364,11 @@ impl PgStore {
         let lease = LeaseSeconds::new(1).map_err(|_| StoreError::Internal("one second"))?;
         let count = i64::try_from(finished.len())
             .map_err(|_| StoreError::Internal("the batch is too large"))?;
-        self.write(now, |db, now| {
-            let until = lease_end(now, lease)?;
-            let loaded = Loaded::of(finished);
+        let loaded = Loaded::of(finished);
+        self.write(|pg| {
+            let now = pg.now(now)?;
+            let until = lease_end(pg, now, lease)?;
+            let db = &mut pg.db;
             let retired: Option<i64> =
                 db.value(LOAD_RETIRED, &[&loaded.text.get(4).cloned().unwrap_or_default()])?;
             if retired.unwrap_or(0) > 0 {
@@ -533,7 +430,7 @@ impl PgStore {
                 return Err(StoreError::ContractViolation("a loaded receipt is not new"));
             }
             local.insert(db, now)?;
-            bump_by(db, "claims", count)?;
+            ledger::bump_by(pg, "claims", count)?;
             Ok(finished.len())
         })
     }
@@ -545,8 +442,9 @@ impl PgStore {
     ///
     /// [`StoreError`].
     pub fn backend_pid(&mut self) -> Result<i32, StoreError> {
-        self.read(|db| {
-            db.value("SELECT pg_backend_pid()", &[])?
+        self.with_conn(|conn| {
+            conn.db()
+                .value("SELECT pg_backend_pid()", &[])?
                 .ok_or(StoreError::Internal("a function answered no row"))
         })
     }
@@ -606,55 +504,26 @@ impl PgStore {
         }
     }
 
-    /// A read on the connection (see [`PgStore::with_conn`]).
-    pub(crate) fn read<T>(
+    /// Runs `work` as one write transaction and commits it.
+    fn write<T>(
         &mut self,
-        mut work: impl FnMut(&mut Db<'_, session::Client>) -> Result<T, StoreError>,
+        mut work: impl FnMut(&mut Pg<'_, Transaction<'_>>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.with_conn(|conn| work(&mut conn.db()))
-    }
-
-    /// [`PgStore::read`] judged at an instant: the database's clock (read first, on the
-    /// same connection) or `now`, as the store's writes judge (see [`Clock`]). A reader
-    /// whose host clock lags the server's thus sees what the writers stamped.
-    pub(crate) fn read_at<T>(
-        &mut self,
-        now: Now,
-        mut work: impl FnMut(&mut Db<'_, session::Client>, Now) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let clock = self.clock;
-        self.read(|db| {
-            let now = match clock {
-                Clock::Database => session::database_now(db)?,
-                Clock::Caller => now,
-            };
-            work(db, now)
-        })
-    }
-
-    /// Runs `work` as one write transaction and commits it. `work` gets the instant to
-    /// judge and stamp by: the database's clock, or `now` (see [`Clock`]).
-    pub(crate) fn write<T>(
-        &mut self,
-        now: Now,
-        mut work: impl FnMut(&mut Tx<'_, '_>, Now) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.transact(now, |db, now| work(db, now).map(|value| (value, true)))
+        self.transact(|pg| work(pg).map(|value| (value, true)))
     }
 
     /// Runs `work` as one write transaction, committed when it answers `(_, true)` and
     /// rolled back when it answers `(_, false)`. A serialization failure or a deadlock
     /// runs it again, up to [`ATTEMPTS`] times, then answers `Busy`; a connection found
     /// lost before the transaction began is made again once.
-    pub(crate) fn transact<T>(
+    fn transact<T>(
         &mut self,
-        now: Now,
-        mut work: impl FnMut(&mut Tx<'_, '_>, Now) -> Result<(T, bool), StoreError>,
+        mut work: impl FnMut(&mut Pg<'_, Transaction<'_>>) -> Result<(T, bool), StoreError>,
     ) -> Result<T, StoreError> {
         let mut attempts = 0;
         let mut reconnect = true;
         loop {
-            match self.attempt(now, &mut work) {
+            match self.attempt(&mut work) {
                 Ok(value) => return Ok(value),
                 Err((err, began)) => {
                     self.settle(&err);
@@ -678,15 +547,14 @@ impl PgStore {
     /// One run of a write transaction; an error says whether the transaction had begun.
     fn attempt<T>(
         &mut self,
-        now: Now,
-        work: &mut impl FnMut(&mut Tx<'_, '_>, Now) -> Result<(T, bool), StoreError>,
+        work: &mut impl FnMut(&mut Pg<'_, Transaction<'_>>) -> Result<(T, bool), StoreError>,
     ) -> Result<T, (StoreError, bool)> {
         let clock = self.clock;
         let Conn { client, cache } = self.ready().map_err(|err| (err, false))?;
         let mut tx =
             client.begin(IsolationLevel::ReadCommitted, false).map_err(|err| (err, false))?;
         let (value, keep) =
-            run(&mut Db::new(&mut tx, cache), clock, now, work).map_err(|err| (err, true))?;
+            work(&mut Pg { db: Db::new(&mut tx, cache), clock }).map_err(|err| (err, true))?;
         if keep {
             // The server may have committed before the answer was lost, or went unsaid.
             tx.commit().map_err(|err| (StoreError::commit_unknown("postgres", err), true))?;
@@ -698,497 +566,117 @@ impl PgStore {
     }
 }
 
-/// `work` inside the transaction, with the instant it judges by.
-fn run<T>(
-    db: &mut Tx<'_, '_>,
+/// PostgreSQL's side of the seam: a connection or a transaction, and the clock the
+/// store's writes judge by.
+pub(crate) struct Pg<'a, C: GenericClient> {
+    db: Db<'a, C>,
     clock: Clock,
-    now: Now,
-    work: &mut impl FnMut(&mut Tx<'_, '_>, Now) -> Result<(T, bool), StoreError>,
-) -> Result<(T, bool), StoreError> {
-    let now = match clock {
-        Clock::Database => session::database_now(db)?,
-        Clock::Caller => now,
-    };
-    work(db, now)
 }
 
-/// `at`, an instant the caller derived from its own clock reading `from`, moved to the
-/// clock reading `to`: the same distance from it (within the instants' range).
-pub(crate) fn shifted(at: Now, from: Now, to: Now) -> Now {
-    let moved = to.get().saturating_add(at.get().saturating_sub(from.get()));
-    UnixSeconds::new(moved.clamp(0, UnixSeconds::MAX)).unwrap_or(to)
+impl<C: GenericClient> LedgerDb for Pg<'_, C> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn backend(&self) -> &'static str {
+        error::BACKEND
+    }
+
+    fn now(&mut self, caller: Now) -> Result<Now, StoreError> {
+        match self.clock {
+            Clock::Database => session::database_now(&mut self.db),
+            Clock::Caller => Ok(caller),
+        }
+    }
+
+    fn execute(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        let binds: Vec<Bind<'_>> = args.iter().map(Bind).collect();
+        let params: Vec<&(dyn ToSql + Sync)> =
+            binds.iter().map(|bind| bind as &(dyn ToSql + Sync)).collect();
+        self.db.exec(sql.text(Dialect::Postgres), &params)
+    }
+
+    fn query(
+        &mut self,
+        sql: &Sql,
+        args: &[Arg<'_>],
+        each: &mut dyn FnMut(&LedgerRow<'_>) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let binds: Vec<Bind<'_>> = args.iter().map(Bind).collect();
+        let params: Vec<&(dyn ToSql + Sync)> =
+            binds.iter().map(|bind| bind as &(dyn ToSql + Sync)).collect();
+        for row in self.db.query(sql.text(Dialect::Postgres), &params)? {
+            if !each(&Columns(&row))? {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// `now + lease`, or an error past year 9999.
-fn lease_end(now: Now, lease: LeaseSeconds) -> Result<Now, StoreError> {
-    now.checked_add(lease).ok_or(failed("the lease would end after year 9999"))
+/// A parameter, bound as the type the server inferred for it.
+#[derive(Debug)]
+struct Bind<'a>(&'a Arg<'a>);
+
+impl ToSql for Bind<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match *self.0 {
+            Arg::Text(text) => text.to_sql(ty, out),
+            Arg::Int(int) => int.to_sql(ty, out),
+            Arg::Bool(value) => value.to_sql(ty, out),
+            Arg::Null => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn to_sql_checked(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match *self.0 {
+            Arg::Text(text) => text.to_sql_checked(ty, out),
+            Arg::Int(int) => int.to_sql_checked(ty, out),
+            Arg::Bool(value) => value.to_sql_checked(ty, out),
+            Arg::Null => Ok(IsNull::Yes),
+        }
+    }
 }
 
 /// The columns of an operation joined with its outbox event, in
 /// [`OPERATION_COLUMNS`] order.
-pub(crate) fn raw_operation(row: &Row) -> Result<RawOperation, postgres::Error> {
+pub(crate) fn raw_operation(row: &Row) -> Result<RawOperation, StoreError> {
     RawOperation::decode(&Columns(row))
 }
 
-/// A driver row, read by position for [`RawOperation::decode`].
+/// A driver row, read by position.
 struct Columns<'r>(&'r Row);
 
 impl verify::Columns for Columns<'_> {
-    type Error = postgres::Error;
+    type Error = StoreError;
 
-    fn text(&self, index: usize) -> Result<String, postgres::Error> {
-        self.0.try_get(index)
+    fn text(&self, index: usize) -> Result<String, StoreError> {
+        get(self.0, index)
     }
 
-    fn optional_text(&self, index: usize) -> Result<Option<String>, postgres::Error> {
-        self.0.try_get(index)
+    fn optional_text(&self, index: usize) -> Result<Option<String>, StoreError> {
+        get(self.0, index)
     }
 
-    fn optional_int(&self, index: usize) -> Result<Option<i64>, postgres::Error> {
-        self.0.try_get(index)
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, StoreError> {
+        get(self.0, index)
     }
 
-    fn int(&self, index: usize) -> Result<i64, postgres::Error> {
-        self.0.try_get(index)
+    fn int(&self, index: usize) -> Result<i64, StoreError> {
+        get(self.0, index)
     }
-}
-
-/// The operation `filter` chooses, verified.
-pub(crate) fn select_operation_in<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    filter: &str,
-    key: &session::Params<'_>,
-) -> Result<Option<Operation>, StoreError> {
-    let Some(row) = db.opt(&operation_sql(filter), key)? else {
-        return Ok(None);
-    };
-    let raw = raw_operation(&row).map_err(error::decode)?;
-    Ok(Some(verify::operation(raw)?))
-}
-
-fn by_scope<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    scope: &Scope,
-) -> Result<Option<Operation>, StoreError> {
-    select_operation_in(
-        db,
-        BY_SCOPE,
-        &[
-            &scope.tenant_id.as_str(),
-            &scope.subject_id.as_str(),
-            &scope.tool_name,
-            &scope.idempotency_key.as_str(),
-        ],
-    )
-}
-
-fn by_status_ref<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    status_ref: &StatusRef,
-) -> Result<Option<Operation>, StoreError> {
-    select_operation_in(db, BY_STATUS_REF, &[&status_ref.as_str()])
-}
-
-fn recorded_call<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    call: &CallIdentity,
-) -> Result<Option<RecordedCall>, StoreError> {
-    let row = db.opt(
-        SELECT_CALL,
-        &[
-            &call.profile.provider,
-            &call.profile.api_family,
-            &call.provider_response_id.as_str(),
-            &call.provider_call_id.as_str(),
-        ],
-    )?;
-    row.map(|row| raw_recorded(&row, 0)).transpose()?.map(recorded_from).transpose()
-}
-
-/// A recorded call's purpose and its operation's status ref, tenant, subject and
-/// status, from five columns starting at `at`.
-type RawRecorded = (String, String, String, String, String);
-
-fn raw_recorded(row: &Row, at: usize) -> Result<RawRecorded, StoreError> {
-    Ok((get(row, at)?, get(row, at + 1)?, get(row, at + 2)?, get(row, at + 3)?, get(row, at + 4)?))
-}
-
-fn recorded_from(
-    (purpose, status_ref, tenant, subject, status): RawRecorded,
-) -> Result<RecordedCall, StoreError> {
-    verify::recorded_call(&purpose, &status_ref, &tenant, &subject, &status)
-}
-
-/// Records `call` for the operation `op_id`. A racer that recorded the same identity
-/// first (its transaction committed while this one waited) makes this insert nothing:
-/// then the whole transaction runs again, and finds the identity recorded.
-fn insert_call(
-    db: &mut Tx<'_, '_>,
-    call: &CallIdentity,
-    purpose: Purpose,
-    op_id: i64,
-    now: Now,
-) -> Result<(), StoreError> {
-    let inserted = db.exec(
-        INSERT_CALL,
-        &[
-            &call.profile.provider,
-            &call.profile.api_family,
-            &call.profile.adapter_revision,
-            &call.provider_response_id.as_str(),
-            &call.provider_call_id.as_str(),
-            &purpose.as_str(),
-            &op_id,
-            &now.get(),
-        ],
-    )?;
-    if inserted == 1 { Ok(()) } else { Err(error::conflict()) }
-}
-
-fn downstream_receipt<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    downstream_request_ref: &str,
-) -> Result<Option<DownstreamReceipt>, StoreError> {
-    let Some(row) = db.opt(SELECT_DOWNSTREAM, &[&downstream_request_ref])? else {
-        return Ok(None);
-    };
-    let (request, receipt_ref, receipt_json): (String, String, String) =
-        (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
-    Ok(Some(verify::downstream(
-        downstream_request_ref.to_owned(),
-        &request,
-        receipt_ref,
-        &receipt_json,
-    )?))
-}
-
-/// How an operation ends, in commit C, with its JSON canonicalized by the caller.
-pub(crate) enum Ending {
-    /// The local receipt, its receipt's canonical JSON and its output's.
-    Succeeded(LocalReceipt, String, String),
-    Failed(String),
-    /// The kept receipt's canonical JSON and the reason.
-    Quarantined(String, String),
-}
-
-impl Ending {
-    pub(crate) fn succeeded(receipt: &LocalReceipt) -> Ending {
-        Ending::Succeeded(
-            receipt.clone(),
-            canonicalize(&receipt.downstream.receipt),
-            canonicalize(&receipt.output),
-        )
-    }
-}
-
-/// An operation's status, read inside a transaction.
-fn status_of(
-    db: &mut Tx<'_, '_>,
-    status_ref: &StatusRef,
-) -> Result<Option<OperationStatus>, StoreError> {
-    db.value::<String>(SELECT_STATUS, &[&status_ref.as_str()])?
-        .map(|text| {
-            OperationStatus::parse(&text)
-                .ok_or(StoreError::ContractViolation("stored status is unknown"))
-        })
-        .transpose()
-}
-
-/// Commit C inside the caller's transaction: conditional on the operation not having
-/// ended and, for a worker, on it still holding the lease (owner and attempt); then the
-/// outcome's row and the operation's status. A refused write is counted there too.
-pub(crate) fn end_in(
-    db: &mut Tx<'_, '_>,
-    status_ref: &StatusRef,
-    by: &Finalizer,
-    now: Now,
-    ending: &Ending,
-) -> Result<Finalize, StoreError> {
-    let (owner, attempt) = match by {
-        Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
-        Finalizer::StatusQuery | Finalizer::Operator => (None, None),
-    };
-    let status = match ending {
-        Ending::Succeeded(..) => OperationStatus::Succeeded,
-        Ending::Failed(_) => OperationStatus::Failed,
-        Ending::Quarantined(..) => OperationStatus::Quarantined,
-    };
-    let state = status.outbox_state().as_str();
-    let id: Option<i64> =
-        db.value(FINALIZE, &[&status_ref.as_str(), &owner, &attempt, &now.get(), &state])?;
-    let Some(id) = id else {
-        // Nothing of the ending written: say why (a refused write is counted).
-        return not_written(db, status_ref, owner.is_some());
-    };
-    if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(..))) {
-        bump(db, "reconciliations")?;
-    }
-    match ending {
-        Ending::Succeeded(receipt, receipt_json, output_json) => {
-            let downstream = &receipt.downstream;
-            db.exec(
-                INSERT_LOCAL_RECEIPT,
-                &[
-                    &id,
-                    &downstream.downstream_request_ref,
-                    &downstream.receipt_ref,
-                    receipt_json,
-                    output_json,
-                    &receipt.result_sha256.as_str(),
-                    &by.as_str(),
-                    &now.get(),
-                ],
-            )?;
-        }
-        Ending::Failed(reason) | Ending::Quarantined(_, reason) => {
-            let receipt = match ending {
-                Ending::Quarantined(receipt, _) => Some(receipt.as_str()),
-                _ => None,
-            };
-            db.exec(
-                INSERT_OUTCOME,
-                &[
-                    &id,
-                    &status.as_str(),
-                    &toolledger_store::bounded_reason(reason),
-                    &receipt,
-                    &by.as_str(),
-                    &now.get(),
-                ],
-            )?;
-        }
-    }
-    db.exec(MARK_ENDED, &[&id, &now.get(), &status.as_str()])?;
-    Ok(Finalize::Finalized)
-}
-
-/// Commit B inside the caller's transaction: the receipt unless one exists for its ref;
-/// the stored one either way.
-fn record_downstream_in(
-    db: &mut Tx<'_, '_>,
-    receipt: &DownstreamReceipt,
-    receipt_json: &str,
-    now: Now,
-) -> Result<DownstreamReceipt, StoreError> {
-    let inserted = db.exec(
-        INSERT_DOWNSTREAM,
-        &[
-            &receipt.downstream_request_ref,
-            &receipt.request_sha256.as_str(),
-            &receipt.receipt_ref,
-            &receipt_json,
-            &now.get(),
-        ],
-    )?;
-    if inserted == 1 {
-        // This call wrote it: what is stored is exactly `receipt`.
-        return Ok(receipt.clone());
-    }
-    // Nothing stored under this ref, yet something refused the row: another ref holds
-    // its receipt ref (SQLite answers this as its unique constraint's refusal).
-    downstream_receipt(db, &receipt.downstream_request_ref)?
-        .ok_or(error::fail(FailureKind::Refused, error::REFUSED))
-}
-
-/// Adds one to the counter `name`, inside the caller's transaction.
-pub(crate) fn bump(db: &mut Tx<'_, '_>, name: &str) -> Result<(), StoreError> {
-    db.exec(BUMP, &[&name])?;
-    Ok(())
-}
-
-/// Adds `count` to the counter `name` (nothing when zero): a batch counts once.
-fn bump_by(db: &mut Tx<'_, '_>, name: &str, count: i64) -> Result<(), StoreError> {
-    if count > 0 {
-        db.exec(BUMP_BY, &[&name, &count])?;
-    }
-    Ok(())
-}
-
-/// Why a conditional end or release matched nothing: the operation is gone, has already
-/// ended, or — for a lease holder — its lease was taken over (a fenced write, counted).
-fn not_written(
-    db: &mut Tx<'_, '_>,
-    status_ref: &StatusRef,
-    by_lease: bool,
-) -> Result<Finalize, StoreError> {
-    match status_of(db, status_ref)? {
-        None => Err(StoreError::Internal("the operation vanished")),
-        Some(status) if status.is_final() => Ok(Finalize::AlreadyFinal),
-        Some(_) if by_lease => {
-            bump(db, "fenced_writes")?;
-            Ok(Finalize::LeaseLost)
-        }
-        Some(_) => Err(StoreError::Internal("the operation has no outbox event")),
-    }
-}
-
-/// Whether the scope of `status_ref` was retired by retention.
-fn retired<C: GenericClient>(
-    db: &mut Db<'_, C>,
-    status_ref: &StatusRef,
-) -> Result<bool, StoreError> {
-    Ok(db.value::<String>(RETIRED, &[&status_ref.as_str()])?.is_some())
-}
-
-/// Commit A inside the caller's transaction (see [`LedgerStore::reserve`]); with
-/// `claim`, the new event is leased to its owner for the lease in the same transaction.
-/// Answers whether to commit: only a reservation wrote anything.
-fn reserve_in(
-    db: &mut Tx<'_, '_>,
-    (intent, arguments_json): (&NewOperation, &str),
-    call: &CallIdentity,
-    now: Now,
-    claim: Option<(&Identifier, LeaseSeconds)>,
-) -> Result<(Reservation, bool), StoreError> {
-    let claim = claim.map(|(owner, lease)| lease_end(now, lease).map(|until| (owner, until)));
-    let claim = claim.transpose()?;
-    let downstream_request_ref =
-        toolledger_contract::digest::downstream_request_ref(&intent.scope, &intent.request_sha256);
-    match recorded_call(db, call)? {
-        Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
-            return Ok((Reservation::CallPurposeConflict, false));
-        }
-        // One model call is one intent: its identity already names another operation.
-        Some(recorded) if recorded.status_ref != intent.status_ref => {
-            return Ok((Reservation::CallReused(Box::new(recorded)), false));
-        }
-        _ => {}
-    }
-    if retired(db, &intent.status_ref)? {
-        return Ok((Reservation::Retired, false));
-    }
-    // Pending and unclaimed, or processing under the claim's lease at attempt 1.
-    let status =
-        if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending };
-    let scope = &intent.scope;
-    let revisions = &intent.revisions;
-    let approval = intent.approval.as_ref();
-    let inserted: Option<i64> = db
-        .value(
-            INSERT_OPERATION,
-            &[
-                &scope.tenant_id.as_str(),
-                &scope.subject_id.as_str(),
-                &scope.tool_name,
-                &scope.idempotency_key.as_str(),
-                &intent.status_ref.as_str(),
-                &downstream_request_ref,
-                &intent.request_sha256.as_str(),
-                &arguments_json,
-                &revisions.input,
-                &revisions.output,
-                &revisions.effect,
-                &revisions.handler,
-                &revisions.producer,
-                &revisions.policy,
-                &intent.profile.provider,
-                &intent.profile.api_family,
-                &intent.profile.adapter_revision,
-                &intent.provider_response_id.as_str(),
-                &intent.provider_call_id.as_str(),
-                &intent.operation_id.as_str(),
-                &approval.map(|approval| approval.approval_id.as_str()),
-                &approval.map(|approval| approval.approver_id.as_str()),
-                &approval.map(|approval| approval.approval_sha256.as_str()),
-                &approval.map(|approval| approval.approved_at.get()),
-                &approval.map(|approval| approval.expires_at.get()),
-                &now.get(),
-                &intent.downstream.name(),
-                &intent.downstream.revision(),
-                &status.as_str(),
-            ],
-        )
-        .map_err(|err| match err {
-            // As SQLite: a row the table's constraints refuse is a contract violation.
-            StoreError::Backend { kind: FailureKind::Refused, .. } => {
-                StoreError::ContractViolation(
-                    "a stored row holds this intent's refs under another scope",
-                )
-            }
-            err => err,
-        })?;
-    let Some(id) = inserted else {
-        // Nothing inserted: the scope exists (a racer's commit was waited for), or
-        // another row holds this intent's refs. Read the authoritative row; nothing
-        // was written.
-        return match by_scope(db, scope)? {
-            Some(existing) => Ok((Reservation::Exists(Box::new(existing)), false)),
-            // Retired between the check above and the insert: the scope's row is gone.
-            None if retired(db, &intent.status_ref)? => Ok((Reservation::Retired, false)),
-            None => Err(StoreError::ContractViolation(
-                "a stored row holds this intent's refs under another scope",
-            )),
-        };
-    };
-    // Retention may have removed the scope's old row while this insert waited for it:
-    // its tombstone committed with the removal, so it is visible now.
-    if retired(db, &intent.status_ref)? {
-        return Ok((Reservation::Retired, false));
-    }
-    match claim {
-        None => db.exec(INSERT_OUTBOX, &[&id, &now.get()])?,
-        Some((owner, until)) => {
-            db.exec(INSERT_OUTBOX_CLAIMED, &[&id, &now.get(), &owner.as_str(), &until.get()])?
-        }
-    };
-    if claim.is_some() {
-        bump(db, "claims")?;
-    }
-    insert_call(db, call, Purpose::Dispatch, id, now)?;
-    // What was just written, as a read would return it: pending and unclaimed, or
-    // processing under the claim's lease at attempt 1.
-    let reserved = Operation {
-        intent: intent.clone(),
-        downstream_request_ref,
-        status,
-        outbox: OutboxEvent {
-            state: status.outbox_state(),
-            lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
-            lease_until: claim.map(|(_, until)| until.get()),
-            attempt_count: i64::from(claim.is_some()),
-            next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
-            last_reason: None,
-            attempts_before: 0,
-        },
-        receipt: None,
-        outcome: None,
-        created_at: now.get(),
-    };
-    Ok((Reservation::Reserved(Box::new(reserved)), true))
-}
-
-/// The claim inside the caller's transaction (see [`LedgerStore::claim`]).
-fn claim_in(
-    db: &mut Tx<'_, '_>,
-    status_ref: &StatusRef,
-    owner: &Identifier,
-    now: Now,
-    lease: LeaseSeconds,
-) -> Result<Claim, StoreError> {
-    let lease_until = lease_end(now, lease)?;
-    // The event's row locked first: the state read is the one the update changes.
-    let Some(was) = db.value::<String>(LOCK_OUTBOX, &[&status_ref.as_str()])? else {
-        return Ok(Claim::Missing);
-    };
-    // One conditional update claims a pending event or an expired lease (live while
-    // now < lease_until) and answers the new attempt.
-    let claimed =
-        db.opt(CLAIM, &[&status_ref.as_str(), &owner.as_str(), &lease_until.get(), &now.get()])?;
-    let Some(row) = claimed else {
-        // Nothing claimed (and nothing written): say why.
-        return not_claimed(&was);
-    };
-    let (id, attempt): (i64, i64) = (get(&row, 0)?, get(&row, 1)?);
-    db.exec(MARK_PROCESSING, &[&id, &now.get()])?;
-    bump(db, "claims")?;
-    let reclaimed = was == OutboxState::Processing.as_str();
-    if reclaimed {
-        bump(db, "lease_reclaims")?;
-    }
-    // Read back inside the claim: a row that no longer verifies rolls the claim back.
-    let operation =
-        by_status_ref(db, status_ref)?.ok_or(StoreError::Internal("the operation vanished"))?;
-    Ok(Claim::Claimed { attempt, operation: Box::new(operation), reclaimed })
 }
 
 /// The local receipts of a finalized batch, as the arrays [`INSERT_LOCAL_MANY`] binds.
@@ -1254,145 +742,24 @@ fn verified_due(
     Ok(verified)
 }
 
-impl LedgerStore for PgStore {
-    fn dispatch_lookup(
+impl Backend for PgStore {
+    fn read<T>(
         &mut self,
-        scope: &Scope,
-        call: &CallIdentity,
-    ) -> Result<DispatchLookup, StoreError> {
-        let sql = dispatch_lookup_sql();
-        self.read(|db| {
-            // One statement, so both facts come from one snapshot: the single row always
-            // exists; the operation's columns are NULL when the scope is free.
-            let row = db.one(
-                &sql,
-                &[
-                    &scope.tenant_id.as_str(),
-                    &scope.subject_id.as_str(),
-                    &scope.tool_name,
-                    &scope.idempotency_key.as_str(),
-                    &call.profile.provider,
-                    &call.profile.api_family,
-                    &call.provider_response_id.as_str(),
-                    &call.provider_call_id.as_str(),
-                ],
-            )?;
-            let raw = match get::<Option<i64>>(&row, OPERATION_WIDTH)? {
-                Some(_) => Some(raw_operation(&row).map_err(error::decode)?),
-                None => None,
-            };
-            let recorded = match get::<Option<String>>(&row, OPERATION_WIDTH + 1)? {
-                Some(_) => Some(raw_recorded(&row, OPERATION_WIDTH + 1)?),
-                None => None,
-            };
-            let call = recorded.map(recorded_from).transpose()?;
-            let operation = raw.map(verify::operation).transpose()?;
-            Ok(DispatchLookup { call, operation })
-        })
+        mut read: impl FnMut(&mut dyn LedgerDb) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let clock = self.clock;
+        self.with_conn(|conn| read(&mut Pg { db: conn.db(), clock }))
     }
 
-    fn operation_by_scope(&mut self, scope: &Scope) -> Result<Option<Operation>, StoreError> {
-        self.read(|db| by_scope(db, scope))
+    fn commit<C: Commit>(&mut self, command: C) -> Result<C::Output, StoreError> {
+        self.transact(|pg| command.run(pg))
     }
 
-    fn operation_by_status_ref(
-        &mut self,
-        status_ref: &StatusRef,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.read(|db| by_status_ref(db, status_ref))
+    fn audit_snapshot(&mut self) -> Result<AuditReport, StoreError> {
+        self.with_conn(crate::audit::run)
     }
 
-    fn recorded_call(&mut self, call: &CallIdentity) -> Result<Option<RecordedCall>, StoreError> {
-        self.read(|db| recorded_call(db, call))
-    }
-
-    fn reserve(
-        &mut self,
-        intent: &NewOperation,
-        call: &CallIdentity,
-        now: Now,
-    ) -> Result<Reservation, StoreError> {
-        let arguments = canonicalize(&intent.arguments);
-        self.transact(now, |db, now| reserve_in(db, (intent, &arguments), call, now, None))
-    }
-
-    fn reserve_claimed(
-        &mut self,
-        intent: &NewOperation,
-        call: &CallIdentity,
-        now: Now,
-        owner: &Identifier,
-        lease: LeaseSeconds,
-    ) -> Result<Reservation, StoreError> {
-        let arguments = canonicalize(&intent.arguments);
-        self.transact(now, |db, now| {
-            reserve_in(db, (intent, &arguments), call, now, Some((owner, lease)))
-        })
-    }
-
-    fn claim(
-        &mut self,
-        status_ref: &StatusRef,
-        owner: &Identifier,
-        now: Now,
-        lease: LeaseSeconds,
-    ) -> Result<Claim, StoreError> {
-        self.write(now, |db, now| claim_in(db, status_ref, owner, now, lease))
-    }
-
-    fn record_status_query(
-        &mut self,
-        call: &CallIdentity,
-        status_ref: &StatusRef,
-        now: Now,
-    ) -> Result<Option<RecordedCall>, StoreError> {
-        self.write(now, |db, now| {
-            if let Some(recorded) = recorded_call(db, call)? {
-                return Ok(Some(recorded));
-            }
-            let id: i64 = db
-                .value(SELECT_OPERATION_ID, &[&status_ref.as_str()])?
-                .ok_or(StoreError::Internal("the operation vanished"))?;
-            insert_call(db, call, Purpose::QueryStatus, id, now)?;
-            Ok(None)
-        })
-    }
-
-    fn finalize(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &LocalReceipt,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        let ending = Ending::succeeded(receipt);
-        self.write(now, |db, now| end_in(db, status_ref, by, now, &ending))
-    }
-
-    fn fail(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        let ending = Ending::Failed(reason.to_owned());
-        self.write(now, |db, now| end_in(db, status_ref, by, now, &ending))
-    }
-
-    fn quarantine(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &Value,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        let ending = Ending::Quarantined(canonicalize(receipt), reason.to_owned());
-        self.write(now, |db, now| end_in(db, status_ref, by, now, &ending))
-    }
-
-    fn finalize_many(
+    fn batch_finalize(
         &mut self,
         items: &[(StatusRef, Finalizer, LocalReceipt)],
         now: Now,
@@ -1401,24 +768,19 @@ impl LedgerStore for PgStore {
             return Ok(Vec::new());
         }
         let refs: Vec<&str> = items.iter().map(|(status_ref, _, _)| status_ref.as_str()).collect();
-        let owners: Vec<Option<&str>> = items
+        let (owners, attempts): (Vec<Option<&str>>, Vec<Option<i64>>) = items
             .iter()
             .map(|(_, by, _)| match by {
-                Finalizer::Lease { owner, .. } => Some(owner.as_str()),
-                Finalizer::StatusQuery | Finalizer::Operator => None,
+                Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
+                Finalizer::StatusQuery | Finalizer::Operator => (None, None),
             })
-            .collect();
-        let attempts: Vec<Option<i64>> = items
-            .iter()
-            .map(|(_, by, _)| match by {
-                Finalizer::Lease { attempt, .. } => Some(*attempt),
-                Finalizer::StatusQuery | Finalizer::Operator => None,
-            })
-            .collect();
-        self.write(now, |db, now| {
+            .unzip();
+        self.write(|pg| {
+            let now = pg.now(now)?;
             // Every fenced commit C of the batch in one statement, then the receipts and
             // the statuses of those it finalized in one statement each.
-            let finalized: std::collections::HashMap<String, i64> = db
+            let finalized: std::collections::HashMap<String, i64> = pg
+                .db
                 .query(FINALIZE_MANY, &[&refs, &owners, &attempts, &now.get()])?
                 .iter()
                 .map(|row| Ok((get::<String>(row, 0)?, get::<i64>(row, 1)?)))
@@ -1430,76 +792,23 @@ impl LedgerStore for PgStore {
                 reconciled += i64::from(matches!(by, Finalizer::StatusQuery));
                 local.push(*id, by, receipt);
             }
-            local.insert(db, now)?;
-            db.exec(MARK_SUCCEEDED_MANY, &[&local.ids, &now.get()])?;
-            if reconciled > 0 {
-                bump_by(db, "reconciliations", reconciled)?;
-            }
+            local.insert(&mut pg.db, now)?;
+            pg.db.exec(MARK_SUCCEEDED_MANY, &[&local.ids, &now.get()])?;
+            ledger::bump_by(pg, "reconciliations", reconciled)?;
             items
                 .iter()
                 .map(|(status_ref, by, _)| {
                     if finalized.contains_key(status_ref.as_str()) {
                         Ok(Finalize::Finalized)
                     } else {
-                        not_written(db, status_ref, matches!(by, Finalizer::Lease { .. }))
+                        ledger::not_written(pg, status_ref, matches!(by, Finalizer::Lease { .. }))
                     }
                 })
                 .collect()
         })
     }
 
-    fn release(
-        &mut self,
-        status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
-        release: &Release<'_>,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        let caller_now = now;
-        self.write(now, |db, now| {
-            let (sql, state, at, reason) = match release {
-                Release::Later { at, reason } => (
-                    SET_ASIDE,
-                    OutboxState::Processing,
-                    shifted(*at, caller_now, now).get(),
-                    toolledger_store::bounded_reason(reason),
-                ),
-                Release::Retry { at, reason } => (
-                    RELEASE,
-                    OutboxState::Pending,
-                    shifted(*at, caller_now, now).get(),
-                    toolledger_store::bounded_reason(reason),
-                ),
-                Release::Dead { reason } => (
-                    RELEASE,
-                    OutboxState::Dead,
-                    now.get(),
-                    toolledger_store::bounded_reason(reason),
-                ),
-            };
-            let state = state.as_str();
-            let id: Option<i64> = db.value(
-                sql,
-                &[
-                    &status_ref.as_str(),
-                    &owner.as_str(),
-                    &attempt,
-                    &now.get(),
-                    &state,
-                    &at,
-                    &reason,
-                ],
-            )?;
-            let Some(id) = id else {
-                return not_written(db, status_ref, true);
-            };
-            db.exec(MARK_RELEASED, &[&id, &now.get(), &state])?;
-            Ok(Finalize::Finalized)
-        })
-    }
-
-    fn claim_due(
+    fn batch_claim_due(
         &mut self,
         owner: &Identifier,
         downstream: &DownstreamIdentity,
@@ -1508,94 +817,55 @@ impl LedgerStore for PgStore {
         limit: usize,
     ) -> Result<ClaimedBatch, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.write(now, |db, now| {
-            let lease_until = lease_end(now, lease)?;
+        self.write(|pg| {
+            let now = pg.now(now)?;
+            let lease_until = lease_end(pg, now, lease)?;
             // The due events, locked (a relay on another host skips them): then their
             // operations verified before any is claimed, one statement each, so a batch
             // costs the same few round trips whatever its size.
-            let due = db
-                .query(DUE, &[&now.get(), &limit, &downstream.name(), &downstream.revision()])?
+            let due_args: [&(dyn ToSql + Sync); 4] =
+                [&now.get(), &limit, &downstream.name(), &downstream.revision()];
+            let due = pg
+                .db
+                .query(DUE.text(Dialect::Postgres), &due_args)?
                 .iter()
                 .map(|row| Ok((get::<i64>(row, 0)?, get::<String>(row, 1)?)))
                 .collect::<Result<Vec<_>, StoreError>>()?;
             let ids: Vec<i64> = due.iter().map(|(id, _)| *id).collect();
-            let mut verified = verified_due(db, &ids)?;
+            let mut verified = verified_due(&mut pg.db, &ids)?;
             let mut batch =
                 ClaimedBatch { skipped: due.len() - verified.len(), ..Default::default() };
             let claimable: Vec<i64> =
                 ids.iter().copied().filter(|id| verified.contains_key(id)).collect();
-            let attempts: std::collections::HashMap<i64, i64> = db
-                .query(CLAIM_MANY, &[&claimable, &owner.as_str(), &lease_until.get(), &now.get()])?
+            let claim_args: [&(dyn ToSql + Sync); 4] =
+                [&claimable, &owner.as_str(), &lease_until.get(), &now.get()];
+            let attempts: std::collections::HashMap<i64, i64> = pg
+                .db
+                .query(CLAIM_MANY, &claim_args)?
                 .iter()
                 .map(|row| Ok((get::<i64>(row, 0)?, get::<i64>(row, 1)?)))
                 .collect::<Result<_, StoreError>>()?;
             let claimed: Vec<i64> =
                 claimable.iter().copied().filter(|id| attempts.contains_key(id)).collect();
-            db.exec(MARK_PROCESSING_MANY, &[&claimed, &now.get()])?;
+            pg.db.exec(MARK_PROCESSING_MANY, &[&claimed, &now.get()])?;
             let mut reclaims = 0;
             for (id, state) in &due {
-                let (Some(attempt), Some(mut operation)) = (attempts.get(id), verified.remove(id))
+                let (Some(attempt), Some(operation)) = (attempts.get(id), verified.remove(id))
                 else {
                     continue;
                 };
-                // The claimed operation as a read would now return it.
                 let reclaim = state == OutboxState::Processing.as_str();
                 reclaims += i64::from(reclaim);
-                operation.status = OperationStatus::Processing;
-                operation.outbox.state = OutboxState::Processing;
-                operation.outbox.lease_owner = Some(owner.as_str().to_owned());
-                operation.outbox.lease_until = Some(lease_until.get());
-                operation.outbox.next_attempt_at = lease_until.get();
-                operation.outbox.attempt_count = *attempt;
+                let operation = ledger::claimed(operation, owner, lease_until, *attempt);
                 batch.claimed.push((*attempt, reclaim, operation));
             }
-            bump_by(db, "claims", i64::try_from(claimed.len()).unwrap_or(i64::MAX))?;
-            bump_by(db, "lease_reclaims", reclaims)?;
+            ledger::bump_by(pg, "claims", i64::try_from(claimed.len()).unwrap_or(i64::MAX))?;
+            ledger::bump_by(pg, "lease_reclaims", reclaims)?;
             Ok(batch)
         })
     }
 
-    fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
-        self.read(|db| retired(db, status_ref))
-    }
-
-    fn heartbeat(
-        &mut self,
-        owner: &Identifier,
-        now: Now,
-        lease: LeaseSeconds,
-    ) -> Result<usize, StoreError> {
-        self.write(now, |db, now| {
-            let lease_until = lease_end(now, lease)?;
-            let extended =
-                db.exec(HEARTBEAT, &[&owner.as_str(), &now.get(), &lease_until.get()])?;
-            Ok(usize::try_from(extended).unwrap_or(usize::MAX))
-        })
-    }
-
-    fn audit(&mut self) -> Result<AuditReport, StoreError> {
-        self.with_conn(crate::audit::run)
-    }
-}
-
-impl StandInReceipts for PgStore {
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
-        let receipt_json = canonicalize(&receipt.receipt);
-        self.write(now, |db, now| record_downstream_in(db, receipt, &receipt_json, now))
-    }
-
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.read(|db| downstream_receipt(db, downstream_request_ref))
-    }
-
-    fn record_downstream_receipts(
+    fn batch_record_receipts(
         &mut self,
         receipts: &[DownstreamReceipt],
         now: Now,
@@ -1611,10 +881,12 @@ impl StandInReceipts for PgStore {
             receipts.iter().map(|receipt| receipt.receipt_ref.as_str()).collect();
         let texts: Vec<String> =
             receipts.iter().map(|receipt| canonicalize(&receipt.receipt)).collect();
-        self.write(now, |db, now| {
+        self.write(|pg| {
+            let now = pg.now(now)?;
             // The batch's commit B in one statement; a receipt already stored under its
             // ref is read back and answered instead, as one at a time would.
-            let stored: std::collections::HashSet<String> = db
+            let stored: std::collections::HashSet<String> = pg
+                .db
                 .query(
                     INSERT_DOWNSTREAM_MANY,
                     &[&refs, &digests, &receipt_refs, &texts, &now.get()],
@@ -1628,7 +900,7 @@ impl StandInReceipts for PgStore {
                     if stored.contains(&receipt.downstream_request_ref) {
                         Ok(receipt.clone())
                     } else {
-                        downstream_receipt(db, &receipt.downstream_request_ref)?
+                        ledger::downstream_receipt(pg, &receipt.downstream_request_ref)?
                             .ok_or(error::fail(FailureKind::Refused, error::REFUSED))
                     }
                 })

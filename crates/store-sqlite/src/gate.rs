@@ -39,8 +39,11 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// What a job answers: its value (downcast by the caller who queued it) or its error.
 pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
 
+/// What a job's run answers: its value and whether what it wrote is kept, or its error.
+pub(crate) type Ran = Result<(Box<dyn Any + Send>, bool), StoreError>;
+
 /// One commit point's work, run inside the combiner's transaction.
-pub(crate) type Job = Box<dyn FnOnce(&Connection) -> Answer + Send>;
+pub(crate) type Job = Box<dyn FnOnce(&Connection) -> Ran + Send>;
 
 /// What a queued writer is told.
 enum Reply {

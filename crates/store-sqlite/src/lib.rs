@@ -13,17 +13,13 @@ mod audit;
 mod error;
 mod gate;
 mod migrate;
-mod operator;
 mod schema;
 mod sqlite;
 
 // The boundary's names, in scope under `crate::` for this crate's modules.
 use toolledger_store::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
-    Finalize, Finalizer, LedgerStore, ListFilter, ListPosition, Listed, LocalReceipt, NewOperation,
-    Now, Operation, OperationStatus, OperatorStore, OutboxEvent, OutboxState, RecordedCall,
-    Release, Requeued, Reservation, Resolved, STAND_IN_NAME, STAND_IN_REVISION, STATES, Settlement,
-    Shown, StandInReceipts, StoreError, Waits, not_claimed, verify,
+    AuditReport, CallIdentity, LocalReceipt, NewOperation, Now, STAND_IN_NAME, STAND_IN_REVISION,
+    StoreError, Waits, verify,
 };
 
 pub use crate::{

@@ -26,9 +26,35 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
+/// [`OPERATION_COLUMNS`] as a literal, for statements built with `concat!`.
+macro_rules! operation_columns {
+    () => {
+        "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
+         o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
+         o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
+         o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
+         o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
+         b.state, b.lease_owner, b.lease_until, b.attempt_count, \
+         l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
+         o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
+         b.next_attempt_at, b.last_reason, b.attempts_before"
+    };
+}
+
+/// [`OPERATION_FROM`] as a literal, for statements built with `concat!`.
+macro_rules! operation_from {
+    () => {
+        "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id \
+         LEFT JOIN local_receipts l ON l.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id"
+    };
+}
+
+pub mod actions;
 pub mod audit;
 pub mod crash;
+pub mod driver;
 mod error;
+pub mod ledger;
 mod model;
 mod operator;
 pub mod verify;
@@ -63,23 +89,14 @@ pub const STAND_IN_REVISION: &str = "1";
 /// The columns every backend reads an operation with, in the order of
 /// [`verify::RawOperation`]'s fields: the operation, its outbox event, its local
 /// receipt, its terminal outcome. Standard SQL, over [`OPERATION_FROM`].
-pub const OPERATION_COLUMNS: &str = "o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
-    o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
-    o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
-    o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
-    o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
-    b.state, b.lease_owner, b.lease_until, b.attempt_count, \
-    l.receipt_ref, l.receipt_json, l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, \
-    o.downstream_name, o.downstream_revision, t.kind, t.reason, t.receipt_json, t.finalized_by, \
-    b.next_attempt_at, b.last_reason, b.attempts_before";
+pub const OPERATION_COLUMNS: &str = operation_columns!();
 
 /// How many columns [`OPERATION_COLUMNS`] has.
 pub const OPERATION_WIDTH: usize = 46;
 
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt, its terminal outcome. One statement, one snapshot.
-pub const OPERATION_FROM: &str = "FROM operations o LEFT JOIN outbox b ON b.op_id = o.id \
-    LEFT JOIN local_receipts l ON l.op_id = o.id LEFT JOIN terminal_outcomes t ON t.op_id = o.id";
+pub const OPERATION_FROM: &str = operation_from!();
 
 /// The engine↔store boundary. Every method is one transaction (or one read); none holds
 /// a transaction open across calls.

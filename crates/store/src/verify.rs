@@ -165,7 +165,7 @@ impl RawOperation {
     /// # Errors
     ///
     /// The driver's, when a column cannot be read as its type.
-    pub fn decode<C: Columns>(row: &C) -> Result<RawOperation, C::Error> {
+    pub fn decode<C: Columns + ?Sized>(row: &C) -> Result<RawOperation, C::Error> {
         Ok(RawOperation {
             tenant_id: row.text(0)?,
             subject_id: row.text(1)?,
