@@ -24,9 +24,10 @@ const FACADE: &str = "toolledger";
 const CLI: &str = "toolledger-cli";
 const MCP: &str = "toolledger-mcp";
 const PYTHON: &str = "toolledger-python";
+const TESTKIT: &str = "toolledger-testkit";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 14] = [
+const GRAPH: [(&str, &[&str]); 15] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
@@ -34,7 +35,7 @@ const GRAPH: [(&str, &[&str]); 14] = [
     (POSTGRES, &[JSON, CONTRACT, STORE]),
     (ENGINE, &[JSON, CONTRACT, STORE]),
     // The engine and every store, tested together (unpublished).
-    ("toolledger-conformance", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE]),
+    ("toolledger-conformance", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, TESTKIT]),
     (HTTP, &[JSON, CONTRACT, STORE, ENGINE]),
     (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP]),
     // The MCP gateway is a frontend: it reaches the ledger through the facade alone.
@@ -44,17 +45,26 @@ const GRAPH: [(&str, &[&str]); 14] = [
     (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, MCP]),
     (
         "toolledger-bench",
-        &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI, MCP],
+        &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI, MCP, TESTKIT],
     ),
     // The reference service is somebody else's code.
     ("toolledger-refundd", &[]),
+    // What tests and benches share (a throwaway PostgreSQL cluster, a temporary
+    // directory, a spawned server's address, a case's intent), kept out of the
+    // published crates.
+    (TESTKIT, &[JSON, CONTRACT, STORE]),
 ];
 
 /// Workspace crates a crate may add for tests only: the command line's end-to-end tests
 /// make their PostgreSQL ledgers with the conformance suite's backends; the facade's
-/// tests run tools from definitions against the reference service, served in a thread.
-const DEV_GRAPH: [(&str, &[&str]); 2] =
-    [(CLI, &["toolledger-conformance"]), (FACADE, &["toolledger-refundd"])];
+/// tests run tools from definitions against the reference service, served in a thread;
+/// the test kit anywhere a test needs it.
+const DEV_GRAPH: [(&str, &[&str]); 4] = [
+    (CLI, &["toolledger-conformance", TESTKIT]),
+    (FACADE, &["toolledger-refundd", TESTKIT]),
+    (POSTGRES, &[TESTKIT]),
+    ("toolledger-refundd", &[TESTKIT]),
+];
 
 /// External crates each crate may use in `[dependencies]`.
 fn allowed_external(krate: &str) -> &'static [&'static str] {
@@ -71,9 +81,15 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }
-        "toolledger-store-postgres" => {
-            &["serde_json", "thiserror", "postgres", "tokio-postgres", "tokio", "futures-core"]
-        }
+        "toolledger-store-postgres" => &[
+            "serde_json",
+            "thiserror",
+            "postgres",
+            "tokio-postgres",
+            "tokio",
+            "futures-core",
+            "bytes",
+        ],
         "toolledger-conformance" => &["serde_json", "rusqlite", "postgres"],
         "toolledger-downstream-http" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
@@ -98,6 +114,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         ],
         // PyO3, the Rust–Python bridge.
         "toolledger-python" => &["serde_json", "pyo3"],
+        "toolledger-testkit" => &["postgres", "tempfile"],
         "toolledger-bench" => {
             &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio"]
         }

@@ -30,7 +30,8 @@ use toolledger_bench::{
 use toolledger_contract::{NoRoles, Registry, UnixSeconds};
 use toolledger_engine::{Engine, StandIn};
 use toolledger_store::{LedgerStore, Waits};
-use toolledger_store_postgres::{PgStore, cluster::Cluster};
+use toolledger_store_postgres::PgStore;
+use toolledger_testkit::cluster::Cluster;
 
 /// The ratios with a target, first in the report, in this order.
 const TARGETS: [&str; 5] = [

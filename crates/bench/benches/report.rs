@@ -838,7 +838,6 @@ struct Listening {
 impl Listening {
     /// Starts `binary` with `args` and waits for its first line, `listening on ADDR`.
     fn start(binary: &Path, args: &[&std::ffi::OsStr]) -> Listening {
-        use std::io::BufRead;
         assert!(
             binary.exists(),
             "build {} in release first (cargo xtask bench does)",
@@ -846,10 +845,7 @@ impl Listening {
         );
         let mut child =
             Command::new(binary).args(args).stdout(std::process::Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().strip_prefix("listening on ").unwrap().to_owned();
-        Listening { child, base: format!("http://{addr}") }
+        Listening { base: toolledger_testkit::listening_base(&mut child), child }
     }
 }
 

@@ -3,9 +3,7 @@
 //! baselines' row values.
 
 use toolledger_contract::{
-    Case, IdempotencyKey, Registry, Scope,
-    digest::{downstream_request_ref, status_ref},
-    load_case,
+    Case, IdempotencyKey, Registry, Scope, digest::downstream_request_ref, load_case,
 };
 use toolledger_json::canonicalize;
 use toolledger_store::{CallIdentity, LocalReceipt, NewOperation};
@@ -80,27 +78,20 @@ pub struct Row {
 pub fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalReceipt) {
     let case = cases.keyed(key);
     let tool = cases.registry.tool("refund_order").unwrap();
-    let scope = Scope {
-        tenant_id: case.principal.tenant_id.clone(),
-        subject_id: case.principal.subject_id.clone(),
-        tool_name: tool.name.clone(),
-        idempotency_key: case.host.idempotency_key.clone(),
-    };
-    let arguments = case.proposal.arguments.clone();
-    let request = toolledger_contract::digest::request_sha256(
-        &scope.tenant_id,
-        &scope.subject_id,
-        &tool.name,
-        &arguments,
-        &tool.revisions,
-    );
+    let downstream = toolledger::DownstreamIdentity::new(
+        toolledger_store::STAND_IN_NAME,
+        toolledger_store::STAND_IN_REVISION,
+    )
+    .unwrap();
+    let (intent, call) =
+        toolledger_testkit::intent_of(&case, &tool.name, &tool.revisions, downstream);
     // The stand-in's refund of this request, as a dispatch would have received it.
     let receipt = toolledger_engine::simulated_refund(&toolledger_engine::DownstreamRequest {
-        downstream_request_ref: downstream_request_ref(&scope, &request),
-        request_sha256: request.clone(),
+        downstream_request_ref: downstream_request_ref(&intent.scope, &intent.request_sha256),
+        request_sha256: intent.request_sha256.clone(),
         tool_name: tool.name.clone(),
         output_revision: tool.revisions.output.clone(),
-        arguments: arguments.clone(),
+        arguments: intent.arguments.clone(),
     });
     let output = receipt.receipt["output"].clone();
     let local = LocalReceipt {
@@ -111,28 +102,6 @@ pub fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalR
         ),
         output,
         downstream: receipt,
-    };
-    let call = CallIdentity {
-        profile: case.host.profile.clone(),
-        provider_response_id: case.host.provider_response_id.clone(),
-        provider_call_id: case.host.provider_call_id.clone(),
-    };
-    let intent = NewOperation {
-        status_ref: status_ref(&scope),
-        request_sha256: request,
-        arguments,
-        revisions: tool.revisions.clone(),
-        profile: case.host.profile,
-        provider_response_id: case.host.provider_response_id,
-        provider_call_id: case.host.provider_call_id,
-        operation_id: case.host.operation_id,
-        approval: case.approval,
-        downstream: toolledger::DownstreamIdentity::new(
-            toolledger_store::STAND_IN_NAME,
-            toolledger_store::STAND_IN_REVISION,
-        )
-        .unwrap(),
-        scope,
     };
     (intent, call, local)
 }

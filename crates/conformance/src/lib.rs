@@ -141,7 +141,7 @@ pub type Flow<B, R> = Engine<<B as Backend>::Store, Interrupt<StandIn<<B as Back
 /// A ledger in a SQLite file of its own temporary directory (removed on drop).
 #[derive(Debug)]
 pub struct Sqlite {
-    dir: PathBuf,
+    _dir: toolledger_testkit::TempDir,
     path: PathBuf,
 }
 
@@ -156,12 +156,6 @@ impl Sqlite {
         let conn = rusqlite::Connection::open(&self.path).unwrap();
         conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
         conn
-    }
-}
-
-impl Drop for Sqlite {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -208,29 +202,14 @@ pub fn setting(name: &str, default: u64) -> u64 {
     }
 }
 
-/// A directory of its own under the system's temporary directory.
-pub fn temp_dir(prefix: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    let dir = std::env::temp_dir().join(format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 impl Backend for Sqlite {
     type Store = SqliteStore;
     const NAME: &'static str = "sqlite";
 
     fn fresh() -> Sqlite {
-        let dir = temp_dir("toolledger-test");
+        let dir = toolledger_testkit::TempDir::new("test");
         let path = dir.join("ledger.sqlite3");
-        Sqlite { dir, path }
+        Sqlite { _dir: dir, path }
     }
 
     fn open(&self) -> Result<SqliteStore, EngineError> {

@@ -2,7 +2,8 @@
 
 use toolledger_engine::EngineError;
 use toolledger_store::Waits;
-use toolledger_store_postgres::{Clock, PgStore, cluster::Cluster};
+use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_testkit::cluster::Cluster;
 
 use crate::Backend;
 

@@ -12,7 +12,7 @@ use tokio_postgres::{IsolationLevel, Row};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
+        DOWNSTREAM_ROWS, Findings, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
         STAND_IN_LISTINGS, TABLES, UNRECONCILED, report,
     },
 };
@@ -29,23 +29,7 @@ use crate::{
 pub const HEALTH: [&str; 3] = ["synchronous_commit_on", "fsync_on", "schema_matches"];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 15] = [
-    HEALTH[0],
-    HEALTH[1],
-    HEALTH[2],
-    INVARIANTS[0],
-    INVARIANTS[1],
-    INVARIANTS[2],
-    INVARIANTS[3],
-    INVARIANTS[4],
-    INVARIANTS[5],
-    INVARIANTS[6],
-    INVARIANTS[7],
-    INVARIANTS[8],
-    INVARIANTS[9],
-    INVARIANTS[10],
-    INVARIANTS[11],
-];
+pub const CHECKS: [&str; 15] = toolledger_store::audit::checks(HEALTH);
 
 type Tx<'d, 't> = Db<'d, Transaction<'t>>;
 

@@ -19,12 +19,11 @@
 //! A store whose connection is lost answers that call with
 //! `postgres failed: the connection to the server was lost` (a write in flight is not
 //! known to have committed or not) and reconnects on its next call. [`PgPool`] lends
-//! connections to worker threads. [`cluster`] starts a throwaway server for tests.
+//! connections to worker threads. (A throwaway server for tests is `toolledger-testkit`'s.)
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod audit;
-pub mod cluster;
 mod error;
 mod pg;
 mod pool;

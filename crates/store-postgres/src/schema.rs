@@ -384,7 +384,9 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
 #[cfg(test)]
 mod tests {
     use super::{EXPECTED, catalog};
-    use crate::{PgStore, Waits, cluster::Cluster, session};
+    use toolledger_testkit::cluster::Cluster;
+
+    use crate::{PgStore, Waits, session};
 
     /// A new store's objects are exactly [`EXPECTED`]; on a difference, the listing to
     /// paste into `expected.in` is printed.

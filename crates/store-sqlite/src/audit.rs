@@ -8,7 +8,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use toolledger_store::{
     OPERATION_COLUMNS, OPERATION_FROM,
     audit::{
-        DOWNSTREAM_ROWS, Findings, INVARIANTS, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
+        DOWNSTREAM_ROWS, Findings, LISTINGS, RESOLVED_BY_OPERATOR, RawDownstream,
         STAND_IN_LISTINGS, TABLES, UNRECONCILED, report,
     },
 };
@@ -30,25 +30,7 @@ pub const HEALTH: [&str; 5] = [
 ];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 17] = [
-    HEALTH[0],
-    HEALTH[1],
-    HEALTH[2],
-    HEALTH[3],
-    HEALTH[4],
-    INVARIANTS[0],
-    INVARIANTS[1],
-    INVARIANTS[2],
-    INVARIANTS[3],
-    INVARIANTS[4],
-    INVARIANTS[5],
-    INVARIANTS[6],
-    INVARIANTS[7],
-    INVARIANTS[8],
-    INVARIANTS[9],
-    INVARIANTS[10],
-    INVARIANTS[11],
-];
+pub const CHECKS: [&str; 17] = toolledger_store::audit::checks(HEALTH);
 
 fn strings(tx: &Connection, sql: &str) -> Result<Vec<Option<String>>, StoreError> {
     strings_with(tx, sql, &[])

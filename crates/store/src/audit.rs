@@ -29,6 +29,28 @@ pub const INVARIANTS: [&str; 12] = [
     "tombstones_retired",
 ];
 
+/// A backend's checks in the order they are reported: its own health checks, then
+/// [`INVARIANTS`]. `N` is `H` plus the invariants' count; another `N` fails the build.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "evaluated at compile time: an index out of bounds fails the build"
+)]
+pub const fn checks<const H: usize, const N: usize>(
+    health: [&'static str; H],
+) -> [&'static str; N] {
+    assert!(
+        N == H + INVARIANTS.len(),
+        "a backend's checks are its health checks and the invariants"
+    );
+    let mut all = [""; N];
+    let mut at = 0;
+    while at < N {
+        all[at] = if at < H { health[at] } else { INVARIANTS[at - H] };
+        at += 1;
+    }
+    all
+}
+
 /// The tables counted, in the order they are reported.
 pub const TABLES: [&str; 11] = [
     "meta",

@@ -275,7 +275,7 @@ fn bounded(dir: &Dir, db: &str, args: &[&str]) -> (crate::Run, Duration) {
 #[test]
 fn a_stopped_postgres_server_is_answered_within_the_bound() {
     let dir = Dir::new();
-    let cluster = toolledger_store_postgres::cluster::Cluster::start().unwrap();
+    let cluster = toolledger_testkit::cluster::Cluster::start().unwrap();
     let db = cluster.url();
     let (created, _) = bounded(&dir, &db, &["--case", "case.json", "dispatch"]);
     assert_eq!(created.code, 0, "{created:?}");

@@ -298,15 +298,7 @@ impl Run {
     }
 }
 
-/// The base URL of a server this workspace built (the reference service, `toolledger
-/// serve`), read from the first line it prints, `listening on ADDR`.
-pub fn listening_base(child: &mut std::process::Child) -> String {
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{line:?}"));
-    format!("http://{addr}")
-}
+pub use toolledger_testkit::listening_base;
 
 /// Runs `command` to its end, killing it if it is still running after two minutes: a
 /// command that hangs fails its test instead of stalling the suite. It runs in a process

@@ -81,7 +81,7 @@ fn the_schema_itself_is_compared_with_the_expected_ddl() {
 /// switch its journal mode or write to it, whichever command meets it.
 #[test]
 fn a_file_with_only_a_meta_table_is_never_modified() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("test");
     let path = dir.path().join("meta-only.sqlite3");
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(

@@ -197,30 +197,7 @@ pub use toolledger_conformance::{Backend, Roles};
 pub type Db = toolledger_conformance::Sqlite;
 
 /// A directory removed when dropped.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
-
-impl Default for TempDir {
-    fn default() -> TempDir {
-        TempDir::new()
-    }
-}
-
-impl TempDir {
-    pub fn new() -> TempDir {
-        TempDir(toolledger_conformance::temp_dir("toolledger-test"))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use toolledger_testkit::TempDir;
 
 pub fn workspace(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(relative)

@@ -78,7 +78,7 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
 }
 
 fn foreign_store(setup: &str) -> (TempDir, std::path::PathBuf) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("test");
     let path = dir.path().join("other.sqlite3");
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(setup).unwrap();
@@ -112,7 +112,7 @@ fn foreign_and_old_schemas_are_refused_and_left_untouched() {
 
 #[test]
 fn a_file_that_is_not_sqlite_is_a_sqlite_error_and_untouched() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("test");
     let path = dir.path().join("notes.txt");
     std::fs::write(
         &path,
@@ -129,7 +129,7 @@ fn a_file_that_is_not_sqlite_is_a_sqlite_error_and_untouched() {
 
 #[test]
 fn an_empty_file_is_initialised_and_audit_creates_nothing() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("test");
     let missing = dir.path().join("missing.sqlite3");
     assert_eq!(audit_sqlite(&missing).unwrap_err().code(), "STORE_NOT_FOUND");
     assert!(!missing.exists(), "audit created a file");

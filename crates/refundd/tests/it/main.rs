@@ -2,7 +2,6 @@
 //! the Idempotency-Key draft prescribes, and each fault switch.
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     time::Duration,
 };
@@ -26,10 +25,7 @@ impl Refundd {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{line}"));
-        Refundd { child, base: format!("http://{addr}"), dir }
+        Refundd { base: toolledger_testkit::listening_base(&mut child), child, dir }
     }
 
     fn refunds(&self) -> i64 {

@@ -16,10 +16,10 @@ use std::sync::OnceLock;
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 use toolledger_contract::{
-    Case, IdempotencyKey, Identifier, LeaseSeconds, Registry, Scope, StatusRef, UnixSeconds,
+    Case, IdempotencyKey, Identifier, LeaseSeconds, Registry, StatusRef, UnixSeconds,
     digest::{
         downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id,
-        request_sha256, result_sha256, status_ref,
+        result_sha256,
     },
     load_case,
 };
@@ -27,7 +27,8 @@ use toolledger_store::{
     CallIdentity, DownstreamReceipt, LocalReceipt, NewOperation, Now, STAND_IN_NAME,
     STAND_IN_REVISION, Waits,
 };
-use toolledger_store_postgres::{Clock, PgStore, cluster::Cluster};
+use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_testkit::cluster::Cluster;
 
 const CASE: &[u8] =
     include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json"));
@@ -93,42 +94,7 @@ pub fn intent_by(key: &str, call: &str) -> (NewOperation, CallIdentity) {
     case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
     case.host.provider_call_id = Identifier::new(call).unwrap();
     let tool = cases.registry.tool("refund_order").unwrap();
-    let binding = case.approval_binding(&tool.name, &tool.revisions);
-    let approval = case.approval.as_mut().unwrap();
-    approval.approval_sha256 = approval.digest_for(&binding);
-    let scope = Scope {
-        tenant_id: case.principal.tenant_id.clone(),
-        subject_id: case.principal.subject_id.clone(),
-        tool_name: tool.name.clone(),
-        idempotency_key: case.host.idempotency_key.clone(),
-    };
-    let arguments = case.proposal.arguments.clone();
-    let request = request_sha256(
-        &scope.tenant_id,
-        &scope.subject_id,
-        &tool.name,
-        &arguments,
-        &tool.revisions,
-    );
-    let call = CallIdentity {
-        profile: case.host.profile.clone(),
-        provider_response_id: case.host.provider_response_id.clone(),
-        provider_call_id: case.host.provider_call_id.clone(),
-    };
-    let intent = NewOperation {
-        status_ref: status_ref(&scope),
-        request_sha256: request,
-        arguments,
-        revisions: tool.revisions.clone(),
-        profile: case.host.profile,
-        provider_response_id: case.host.provider_response_id,
-        provider_call_id: case.host.provider_call_id,
-        operation_id: case.host.operation_id,
-        approval: case.approval,
-        downstream: stand_in(),
-        scope,
-    };
-    (intent, call)
+    toolledger_testkit::intent_of(&case, &tool.name, &tool.revisions, stand_in())
 }
 
 /// The intent under key `key`, its own model call `call-<key>`.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use toolledger_contract::{IdempotencyKey, LeaseSeconds, Registry, Scope, StatusRef, digest};
+use toolledger_contract::{IdempotencyKey, LeaseSeconds, Registry, StatusRef};
 use toolledger_store::{
     CallIdentity, Claim, Finalize, Finalizer, LedgerStore, ListFilter, Listed, NewOperation,
     OperatorStore, Release, STATES, StoreError,
@@ -26,34 +26,7 @@ fn intent(tool: &str, key: &str) -> (NewOperation, CallIdentity) {
     case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
     case.host.provider_call_id = id(&format!("call-{key}"));
     let revisions = Registry::builtin().tool("refund_order").unwrap().revisions.clone();
-    let binding = case.approval_binding(tool, &revisions);
-    let approval = case.approval.as_mut().unwrap();
-    approval.approval_sha256 = approval.digest_for(&binding);
-    let scope = Scope {
-        tenant_id: case.principal.tenant_id.clone(),
-        subject_id: case.principal.subject_id.clone(),
-        tool_name: tool.to_owned(),
-        idempotency_key: case.host.idempotency_key.clone(),
-    };
-    let call = CallIdentity {
-        profile: case.host.profile.clone(),
-        provider_response_id: case.host.provider_response_id.clone(),
-        provider_call_id: case.host.provider_call_id.clone(),
-    };
-    let intent = NewOperation {
-        status_ref: digest::status_ref(&scope),
-        request_sha256: binding.request_sha256,
-        arguments: case.proposal.arguments,
-        revisions,
-        profile: case.host.profile,
-        provider_response_id: case.host.provider_response_id,
-        provider_call_id: case.host.provider_call_id,
-        operation_id: case.host.operation_id,
-        approval: case.approval,
-        downstream: stand_in_identity(),
-        scope,
-    };
-    (intent, call)
+    toolledger_testkit::intent_of(&case, tool, &revisions, stand_in_identity())
 }
 
 fn claim<S: LedgerStore>(store: &mut S, status_ref: &StatusRef, now: i64, lease_seconds: i64) {
