@@ -12,12 +12,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde_json::Value;
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 use toolledger_store::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Finalize,
-    Finalizer, LedgerStore, LocalReceipt, NewOperation, Now, Operation, RecordedCall, Release,
-    Reservation, StandInReceipts, StoreError,
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
+    Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, NewOperation, Now, Operation,
+    RecordedCall, Release, Reservation, StandInReceipts, StoreError,
 };
 
 /// What a plan does to the calls it sees.
@@ -148,7 +147,7 @@ impl<S> Faulty<S> {
 
 /// One faulted call: `method` names it for [`Rule::Method`].
 macro_rules! faulted {
-    ($self:ident, $method:literal, $call:expr) => {{
+    ($self:ident, $method:expr, $call:expr) => {{
         let crash = $self.faults.before($method)?;
         let result = $call;
         $self.faults.after(crash, result)
@@ -222,14 +221,20 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         faulted!(self, "record_status_query", self.inner.record_status_query(call, status_ref, now))
     }
 
-    fn finalize(
+    fn end(
         &mut self,
         status_ref: &StatusRef,
         by: &Finalizer,
-        receipt: &LocalReceipt,
+        ending: &Ending<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        faulted!(self, "finalize", self.inner.finalize(status_ref, by, receipt, now))
+        // The fault points keep the names of commit C's three endings.
+        let point = match ending {
+            Ending::Succeeded(_) => "finalize",
+            Ending::Failed(_) => "fail",
+            Ending::Quarantined { .. } => "quarantine",
+        };
+        faulted!(self, point, self.inner.end(status_ref, by, ending, now))
     }
 
     fn finalize_many(
@@ -240,36 +245,14 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         faulted!(self, "finalize", self.inner.finalize_many(items, now))
     }
 
-    fn fail(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        faulted!(self, "fail", self.inner.fail(status_ref, by, reason, now))
-    }
-
-    fn quarantine(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &Value,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        faulted!(self, "quarantine", self.inner.quarantine(status_ref, by, receipt, reason, now))
-    }
-
     fn release(
         &mut self,
         status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
+        lease: &Lease,
         release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        faulted!(self, "release", self.inner.release(status_ref, owner, attempt, release, now))
+        faulted!(self, "release", self.inner.release(status_ref, lease, release, now))
     }
 
     fn claim_due(

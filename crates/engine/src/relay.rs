@@ -11,7 +11,7 @@ use toolledger_store::{LedgerStore, Now};
 
 use std::sync::Arc;
 
-use toolledger_store::{Finalize, Finalizer, Release};
+use toolledger_store::{Claimed, Ending, Finalize, Finalizer, Release};
 
 use crate::{
     Caller, Downstream, Engine, EngineError,
@@ -171,7 +171,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let later = Release::Later { at, reason };
         // Best effort: when it cannot be written, the lease still ends within one lease,
         // as this pass's owner is renewed no more once the pass returns.
-        let _ = self.store.release(status_ref, lease.owner, lease.attempt, &later, clock.now);
+        let _ = self.store.release(status_ref, &lease.fenced(), &later, clock.now);
     }
 
     /// One relay pass: claims up to `limit` due events for `owner` (one transaction) and
@@ -214,7 +214,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         // Each event is rechecked on its own; those that may be sent go to the downstream
         // together, and those it answered with a receipt end in one commit C.
         let mut ready = Vec::new();
-        for (attempt, reclaimed, operation) in batch.claimed {
+        for Claimed { attempt, reclaimed, operation } in batch.claimed {
             drained.claimed += 1;
             let status_ref = operation.intent.status_ref.clone();
             let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed };
@@ -245,20 +245,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         for ((attempt, operation), answer) in ready.into_iter().zip(answers) {
             let status_ref = operation.intent.status_ref.clone();
             let lease = Lease { owner, attempt, caller: Caller::Relay(backoff), reclaimed: false };
-            let finalizer = Finalizer::Lease { owner: owner.clone(), attempt };
+            let finalizer = Finalizer::Lease(lease.fenced());
             let tool = registry.tool(&operation.intent.scope.tool_name);
             match (answer, tool) {
                 (Ok(receipt), Some(tool)) => match check_receipt(&operation, tool, receipt.clone())
                 {
                     Ok(Checked::Valid(local)) => receipts.push((status_ref, finalizer, local)),
                     Ok(Checked::Broken(reason)) => {
-                        let ended = self.store.quarantine(
-                            &status_ref,
-                            &finalizer,
-                            &receipt.receipt,
-                            reason,
-                            clock.now,
-                        );
+                        let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                        let ended = self.store.end(&status_ref, &finalizer, &broken, clock.now);
                         let worked = ended.map_err(EngineError::from).and_then(|ending| {
                             self.after_ending(ending, &status_ref, lease.caller, context)
                         });

@@ -7,7 +7,7 @@ use toolledger_contract::{
     BlockCode, Case, Delivery, Identifier, PrincipalResolver, Purpose, StatusRef, UnixSeconds,
     digest::{StatusQueryPart, request_sha256, status_query_id},
 };
-use toolledger_store::{CallIdentity, Finalize, Finalizer, LedgerStore, OperationStatus};
+use toolledger_store::{CallIdentity, Ending, Finalize, Finalizer, LedgerStore, OperationStatus};
 
 use crate::{
     Downstream, Engine, EngineError, Lookup,
@@ -209,7 +209,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Ok(Lookup::Done(receipt)) => match check_receipt(operation, tool, receipt.clone())? {
                 Checked::Valid(local) => {
                     let by = Finalizer::StatusQuery;
-                    if self.store.finalize(status_ref, &by, &local, now)? == Finalize::Finalized {
+                    let ending = Ending::Succeeded(&local);
+                    if self.store.end(status_ref, &by, &ending, now)? == Finalize::Finalized {
                         return Ok(pass(
                             Delivery::ReceiptReconciled,
                             operation,
@@ -220,16 +221,23 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 }
                 Checked::Broken(reason) => {
                     let by = Finalizer::StatusQuery;
-                    self.store.quarantine(status_ref, &by, &receipt.receipt, reason, now)?;
+                    let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                    self.store.end(status_ref, &by, &broken, now)?;
                 }
             },
             Ok(Lookup::Refused { reason }) => {
-                self.store.fail(status_ref, &Finalizer::StatusQuery, &reason, now)?;
+                self.store.end(
+                    status_ref,
+                    &Finalizer::StatusQuery,
+                    &Ending::Failed(&reason),
+                    now,
+                )?;
             }
             Err(crate::DownstreamError::Conflict) => {
                 let kept = crate::worker::conflict_kept(operation);
                 let reason = crate::worker::CONFLICT_REASON;
-                self.store.quarantine(status_ref, &Finalizer::StatusQuery, &kept, reason, now)?;
+                let broken = Ending::Quarantined { receipt: &kept, reason };
+                self.store.end(status_ref, &Finalizer::StatusQuery, &broken, now)?;
             }
             // No record, or the downstream cannot be asked: still unknown.
             Ok(Lookup::NotFound) | Err(_) => {

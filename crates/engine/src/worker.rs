@@ -11,8 +11,8 @@ use toolledger_contract::{
     digest::{request_sha256, result_sha256},
 };
 use toolledger_store::{
-    Claim, DownstreamReceipt, Finalize, Finalizer, LedgerStore, LocalReceipt, NewOperation,
-    Operation, OperationStatus, Release, StoreError,
+    Claim, Claimed, DownstreamReceipt, Ending, Finalize, Finalizer, LedgerStore, LocalReceipt,
+    NewOperation, Operation, OperationStatus, Release, StoreError,
 };
 
 use crate::{
@@ -126,8 +126,9 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         let (attempt, reclaimed, claimed) =
             match self.store.claim(status_ref, worker, clock.now, clock.lease_seconds)? {
-                Claim::Claimed { attempt, operation, reclaimed } => {
-                    (attempt, reclaimed, *operation)
+                Claim::Claimed(claimed) => {
+                    let Claimed { attempt, reclaimed, operation } = *claimed;
+                    (attempt, reclaimed, operation)
                 }
                 Claim::LeaseHeld if caller == Caller::Dispatch => {
                     return Ok(block(BlockCode::OutcomeUnknown, Some(operation)));
@@ -161,7 +162,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return self.conclude(status_ref, operation, lease, Err(unsent), clock, context);
             }
         }
-        let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
+        let finalizer = Finalizer::Lease(lease.fenced());
         // A lease taken over from a worker that vanished: its attempt may have acted, so
         // the downstream is asked first. Only "no record of it" lets this attempt send:
         // otherwise a later "not sent" would bury as dead what may have happened.
@@ -169,7 +170,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             match self.downstream.lookup(&request_of(operation)) {
                 Ok(Lookup::Done(receipt)) => Some(receipt),
                 Ok(Lookup::Refused { reason }) => {
-                    let ending = self.store.fail(status_ref, &finalizer, &reason, clock.now)?;
+                    let refused = Ending::Failed(&reason);
+                    let ending = self.store.end(status_ref, &finalizer, &refused, clock.now)?;
                     return self.after_ending(ending, status_ref, lease.caller, context);
                 }
                 Ok(Lookup::NotFound) => None,
@@ -204,7 +206,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let Some(tool) = registry.tool(&operation.intent.scope.tool_name) else {
             return Ok(block(BlockCode::ContractDrift, Some(operation)));
         };
-        let finalizer = Finalizer::Lease { owner: lease.owner.clone(), attempt: lease.attempt };
+        let finalizer = Finalizer::Lease(lease.fenced());
         let receipt = match executed {
             Ok(receipt) => receipt,
             Err(DownstreamError::NotSent { reason }) => {
@@ -226,13 +228,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                         Release::Retry { at: clock.now, reason: &reason }
                     }
                 };
-                return match self.store.release(
-                    status_ref,
-                    lease.owner,
-                    lease.attempt,
-                    &release,
-                    clock.now,
-                )? {
+                return match self.store.release(status_ref, &lease.fenced(), &release, clock.now)? {
                     Finalize::Finalized => {
                         let released = self.reread(status_ref)?;
                         Ok(block(BlockCode::DownstreamUnavailable, Some(&released)))
@@ -242,7 +238,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 };
             }
             Err(DownstreamError::Refused { reason }) => {
-                let ending = self.store.fail(status_ref, &finalizer, &reason, clock.now)?;
+                let refused = Ending::Failed(&reason);
+                let ending = self.store.end(status_ref, &finalizer, &refused, clock.now)?;
                 return self.after_ending(ending, status_ref, lease.caller, context);
             }
             Err(DownstreamError::Unknown { .. }) => {
@@ -254,7 +251,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         };
         match check_receipt(operation, tool, receipt.clone())? {
             Checked::Valid(local) => {
-                match self.store.finalize(status_ref, &finalizer, &local, clock.now)? {
+                match self.store.end(
+                    status_ref,
+                    &finalizer,
+                    &Ending::Succeeded(&local),
+                    clock.now,
+                )? {
                     Finalize::Finalized => Ok(pass(
                         Delivery::Fresh,
                         operation,
@@ -266,13 +268,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 }
             }
             Checked::Broken(reason) => {
-                let ending = self.store.quarantine(
-                    status_ref,
-                    &finalizer,
-                    &receipt.receipt,
-                    reason,
-                    clock.now,
-                )?;
+                let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                let ending = self.store.end(status_ref, &finalizer, &broken, clock.now)?;
                 self.after_ending(ending, status_ref, lease.caller, context)
             }
         }
@@ -346,8 +343,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     ) -> Result<Answer, EngineError> {
         let status_ref = &operation.intent.status_ref;
         let kept = conflict_kept(operation);
-        let ending =
-            self.store.quarantine(status_ref, finalizer, &kept, CONFLICT_REASON, clock.now)?;
+        let broken = Ending::Quarantined { receipt: &kept, reason: CONFLICT_REASON };
+        let ending = self.store.end(status_ref, finalizer, &broken, clock.now)?;
         self.after_ending(ending, status_ref, lease.caller, context)
     }
 
@@ -486,6 +483,13 @@ pub(crate) struct Lease<'a> {
     pub(crate) caller: Caller,
     /// The claim took over an ended lease: an earlier attempt may have acted.
     pub(crate) reclaimed: bool,
+}
+
+impl Lease<'_> {
+    /// The lease as the store fences a write under it: owner and attempt.
+    pub(crate) fn fenced(&self) -> toolledger_store::Lease {
+        toolledger_store::Lease { owner: self.owner.clone(), attempt: self.attempt }
+    }
 }
 
 /// The stored intent as the rules judge it: tenant, subject and arguments from the

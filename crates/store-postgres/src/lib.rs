@@ -1,15 +1,16 @@
 //! toolledger's server store: the ledger in a PostgreSQL database, for workers and
 //! relays on several hosts.
 //!
-//! [`PgStore`] implements the traits of `toolledger-store` ([`LedgerStore`],
-//! [`StandInReceipts`], [`OperatorStore`]) with the same commit points, statement for
-//! statement, as the SQLite store (`docs/schema.md`): the same tables and CHECKs, the
-//! same conditional updates fenced on owner and attempt, the same verification of every
-//! row read back. What differs is how writers meet: SQLite serializes them; here every
-//! write is one `READ COMMITTED` transaction made correct by row locks and unique
-//! constraints (an insert that waits for a racer and then inserts nothing, an update
-//! re-checked on the row it waited for, `FOR UPDATE SKIP LOCKED` for relays), and a
-//! serialization failure or deadlock is retried a bounded number of times.
+//! [`PgStore`] is a [`Backend`](toolledger_store::driver::Backend) of
+//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore), a
+//! [`StandInReceipts`](toolledger_store::StandInReceipts) and an
+//! [`OperatorStore`](toolledger_store::OperatorStore): the ledger's statements and
+//! commit points are the store crate's, written once for every backend
+//! (`docs/schema.md`). What is PostgreSQL's here is how writers meet: SQLite serializes
+//! them; here every write is one `READ COMMITTED` transaction made correct by row locks
+//! and unique constraints (an insert that waits for a racer and then inserts nothing, an
+//! update re-checked on the row it waited for, `FOR UPDATE SKIP LOCKED` for relays), and
+//! a serialization failure or deadlock is retried a bounded number of times.
 //!
 //! Leases and due times are judged on the **database's clock** by default
 //! ([`Clock::Database`]): every write transaction reads `now()` and uses it instead of
@@ -32,9 +33,9 @@ mod session;
 
 // The boundary's names, in scope under `crate::` for this crate's modules.
 use toolledger_store::{
-    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, LocalReceipt,
-    NewOperation, Now, Operation, OutboxState, STAND_IN_NAME, STAND_IN_REVISION, StoreError, Waits,
-    verify,
+    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, Lease,
+    LocalReceipt, NewOperation, Now, Operation, OutboxState, STAND_IN_NAME, STAND_IN_REVISION,
+    StoreError, Waits, verify,
 };
 
 pub use crate::{

@@ -29,8 +29,8 @@ use toolledger_store::{
 };
 
 use crate::{
-    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, LocalReceipt,
-    NewOperation, Now, Operation, OutboxState, StoreError, Waits,
+    AuditReport, CallIdentity, ClaimedBatch, DownstreamReceipt, Finalize, Finalizer, Lease,
+    LocalReceipt, NewOperation, Now, Operation, OutboxState, StoreError, Waits,
     error::{self, is_conflict, is_lost},
     pool::Shared,
     schema,
@@ -291,7 +291,7 @@ impl PgStore {
         PgStore::open(url, waits, Opening::Existing)
     }
 
-    /// Opens an existing store for [`LedgerStore::audit`]: as
+    /// Opens an existing store for [`LedgerStore::audit`](toolledger_store::LedgerStore::audit): as
     /// [`PgStore::connect_existing`], but a store whose objects differ from the DDL is
     /// opened too, so the audit can report `schema_matches` and everything else it can
     /// still read. Nothing else may use such a connection.
@@ -411,7 +411,7 @@ impl PgStore {
             // commits B and C, finalized by the loader's lease.
             let loader = Identifier::new(LOADER)
                 .map_err(|_| StoreError::Internal("the loader's name is an identifier"))?;
-            let by = Finalizer::Lease { owner: loader, attempt: 1 };
+            let by = Finalizer::Lease(Lease { owner: loader, attempt: 1 });
             let mut local = LocalColumns::default();
             for (id, (_, _, receipt)) in op_ids.iter().zip(finished) {
                 local.push(*id, &by, receipt);
@@ -771,7 +771,7 @@ impl Backend for PgStore {
         let (owners, attempts): (Vec<Option<&str>>, Vec<Option<i64>>) = items
             .iter()
             .map(|(_, by, _)| match by {
-                Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
+                Finalizer::Lease(lease) => (Some(lease.owner.as_str()), Some(lease.attempt)),
                 Finalizer::StatusQuery | Finalizer::Operator => (None, None),
             })
             .unzip();
@@ -801,7 +801,7 @@ impl Backend for PgStore {
                     if finalized.contains_key(status_ref.as_str()) {
                         Ok(Finalize::Finalized)
                     } else {
-                        ledger::not_written(pg, status_ref, matches!(by, Finalizer::Lease { .. }))
+                        ledger::not_written(pg, status_ref, matches!(by, Finalizer::Lease(_)))
                     }
                 })
                 .collect()
@@ -856,8 +856,13 @@ impl Backend for PgStore {
                 };
                 let reclaim = state == OutboxState::Processing.as_str();
                 reclaims += i64::from(reclaim);
-                let operation = ledger::claimed(operation, owner, lease_until, *attempt);
-                batch.claimed.push((*attempt, reclaim, operation));
+                batch.claimed.push(ledger::claimed(
+                    operation,
+                    owner,
+                    lease_until,
+                    *attempt,
+                    reclaim,
+                ));
             }
             ledger::bump_by(pg, "claims", i64::try_from(claimed.len()).unwrap_or(i64::MAX))?;
             ledger::bump_by(pg, "lease_reclaims", reclaims)?;

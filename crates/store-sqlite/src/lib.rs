@@ -1,9 +1,12 @@
 //! toolledger's embedded store: one SQLite file in WAL mode, `synchronous=FULL`.
 //!
-//! [`SqliteStore`] implements the traits of `toolledger-store` ([`LedgerStore`],
-//! [`StandInReceipts`], [`OperatorStore`]) with the transactions of `docs/schema.md`:
-//! every write is one `BEGIN IMMEDIATE` transaction, and writes of different threads
-//! that arrive together share one commit (group commit, each in its own savepoint).
+//! [`SqliteStore`] is a [`Backend`](toolledger_store::driver::Backend) of
+//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore), a
+//! [`StandInReceipts`](toolledger_store::StandInReceipts) and an
+//! [`OperatorStore`](toolledger_store::OperatorStore), with the store crate's statements
+//! and commit points (`docs/schema.md`): every write is one `BEGIN IMMEDIATE`
+//! transaction, and writes of different threads that arrive together share one commit
+//! (group commit, each in its own savepoint).
 //! Every read re-verifies what it returns with `toolledger_store::verify`. The store
 //! reads no clock: every instant is handed in.
 #![deny(missing_docs)]

@@ -13,7 +13,7 @@ use crate::{
     Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, Requeued, Resolved,
     STATES, Settlement, Shown, StoreError,
     driver::{Arg, Commit, Db, Dialect, Sql, locked},
-    ledger::{self, Ending, bump, end_in, shifted},
+    ledger::{self, Written, bump, end_in, shifted},
 };
 
 static STATUS_COUNT: Sql = Sql::new("SELECT count(*) FROM operations WHERE status = $1");
@@ -316,7 +316,7 @@ impl Commit for Requeue {
 #[derive(Debug)]
 pub struct Resolve {
     status_ref: StatusRef,
-    ending: Ending,
+    ending: Written,
     ends_as: crate::OperationStatus,
     reason: String,
     now: Now,
@@ -327,8 +327,8 @@ impl Resolve {
     pub fn new(status_ref: &StatusRef, settlement: &Settlement, reason: &str, now: Now) -> Self {
         let reason = crate::bounded_reason(reason);
         let ending = match settlement {
-            Settlement::Receipt(receipt) => Ending::succeeded(receipt),
-            Settlement::NotHappened => Ending::Failed(crate::not_happened_reason(&reason)),
+            Settlement::Receipt(receipt) => Written::succeeded(receipt),
+            Settlement::NotHappened => Written::Failed(crate::not_happened_reason(&reason)),
         };
         Resolve {
             status_ref: status_ref.clone(),

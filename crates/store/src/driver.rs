@@ -9,26 +9,25 @@
 //!   write judges by (the caller's, or the database's clock);
 //! - [`Backend`]: reads outside a transaction, and running a [`Commit`] inside one
 //!   transaction with the backend's own isolation, retries and group commit; its health
-//!   checks ([`Backend::audit`]); and, where a dialect does better, its own batch
+//!   checks ([`Backend::audit_snapshot`]); and, where a dialect does better, its own batch
 //!   statements (PostgreSQL's `unnest`) in place of the defaults.
 //!
-//! Every type with [`Backend`] is a [`LedgerStore`](crate::LedgerStore), a
-//! [`StandInReceipts`](crate::StandInReceipts) and an
-//! [`OperatorStore`](crate::OperatorStore).
+//! Every type with [`Backend`] is a [`LedgerStore`], a
+//! [`StandInReceipts`] and an
+//! [`OperatorStore`].
 
 use std::sync::OnceLock;
 
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, StatusRef};
 
-use serde_json::Value;
 use toolledger_contract::Scope;
 
 use crate::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
-    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
-    Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Resolved, Settlement,
-    Shown, StandInReceipts, StoreError, actions,
-    ledger::{self, End, Ending},
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
+    Figures, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed, LocalReceipt,
+    NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
+    Resolved, Settlement, Shown, StandInReceipts, StoreError, actions,
+    ledger::{self, End},
     verify::Columns,
 };
 
@@ -288,7 +287,7 @@ pub trait Backend {
     fn audit_snapshot(&mut self) -> Result<AuditReport, StoreError>;
 
     /// Commit C of several operations in one transaction
-    /// ([`LedgerStore::finalize_many`](crate::LedgerStore::finalize_many)): by default
+    /// ([`LedgerStore::finalize_many`]): by default
     /// each as one commit C would, in order.
     ///
     /// # Errors
@@ -306,7 +305,7 @@ pub trait Backend {
     }
 
     /// The relay's claim of due events
-    /// ([`LedgerStore::claim_due`](crate::LedgerStore::claim_due)): by default one
+    /// ([`LedgerStore::claim_due`]): by default one
     /// conditional update per due event.
     ///
     /// # Errors
@@ -324,7 +323,7 @@ pub trait Backend {
     }
 
     /// Commit B of several receipts in one transaction
-    /// ([`StandInReceipts::record_downstream_receipts`](crate::StandInReceipts::record_downstream_receipts)):
+    /// ([`StandInReceipts::record_downstream_receipts`]):
     /// by default each as one commit B would.
     ///
     /// # Errors
@@ -406,14 +405,14 @@ impl<B: Backend> LedgerStore for B {
         self.commit(ledger::RecordStatusQuery::new(call, status_ref, now))
     }
 
-    fn finalize(
+    fn end(
         &mut self,
         status_ref: &StatusRef,
         by: &Finalizer,
-        receipt: &LocalReceipt,
+        ending: &Ending<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.commit(End::new(status_ref, by, Ending::succeeded(receipt), now))
+        self.commit(End::new(status_ref, by, ending, now))
     }
 
     fn finalize_many(
@@ -424,36 +423,14 @@ impl<B: Backend> LedgerStore for B {
         self.batch_finalize(items, now)
     }
 
-    fn fail(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.commit(End::new(status_ref, by, Ending::Failed(reason.to_owned()), now))
-    }
-
-    fn quarantine(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &Value,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError> {
-        self.commit(End::new(status_ref, by, Ending::quarantined(receipt, reason), now))
-    }
-
     fn release(
         &mut self,
         status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
+        lease: &Lease,
         release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        self.commit(ledger::ReleaseLease::new(status_ref, owner, attempt, release, now))
+        self.commit(ledger::ReleaseLease::new(status_ref, lease, release, now))
     }
 
     fn claim_due(

@@ -7,16 +7,16 @@
 //! an updated row's own conditions (not a subquery's) after waiting for a racer's lock;
 //! SQLite, whose writers are serialized, loses nothing by it.
 
-use serde_json::Value;
 use toolledger_contract::{
     DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef,
 };
 use toolledger_json::canonicalize;
 
 use crate::{
-    CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, FailureKind, Finalize,
-    Finalizer, LocalReceipt, NewOperation, Now, OPERATION_WIDTH, Operation, OperationStatus,
-    OutboxEvent, OutboxState, RecordedCall, Release, Reservation, StoreError,
+    CallIdentity, Claim, Claimed, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
+    FailureKind, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now, OPERATION_WIDTH,
+    Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
+    StoreError,
     driver::{Arg, Commit, Db, Row, Sql, locked},
     not_claimed,
     verify::{self, RawOperation},
@@ -473,10 +473,10 @@ pub fn not_written(
     }
 }
 
-/// How an operation ends, in commit C, with its JSON already canonical (made by the
-/// caller, outside the transaction).
+/// How an operation ends, as commit C writes it: [`Ending`] with its JSON made
+/// canonical (by the caller, outside the transaction).
 #[derive(Debug, Clone)]
-pub enum Ending {
+pub(crate) enum Written {
     /// The local receipt, its receipt's canonical JSON and its output's.
     Succeeded(LocalReceipt, String, String),
     /// The downstream's reason.
@@ -485,27 +485,33 @@ pub enum Ending {
     Quarantined(String, String),
 }
 
-impl Ending {
+impl Written {
+    /// `ending` as commit C writes it.
+    pub(crate) fn of(ending: &Ending<'_>) -> Written {
+        match *ending {
+            Ending::Succeeded(receipt) => Written::succeeded(receipt),
+            Ending::Failed(reason) => Written::Failed(reason.to_owned()),
+            Ending::Quarantined { receipt, reason } => {
+                Written::Quarantined(canonicalize(receipt), reason.to_owned())
+            }
+        }
+    }
+
     /// The ending of a local receipt.
-    pub fn succeeded(receipt: &LocalReceipt) -> Ending {
-        Ending::Succeeded(
+    pub(crate) fn succeeded(receipt: &LocalReceipt) -> Written {
+        Written::Succeeded(
             receipt.clone(),
             canonicalize(&receipt.downstream.receipt),
             canonicalize(&receipt.output),
         )
     }
 
-    /// The ending of a receipt that broke the output contract.
-    pub fn quarantined(receipt: &Value, reason: &str) -> Ending {
-        Ending::Quarantined(canonicalize(receipt), reason.to_owned())
-    }
-
     /// The status it leaves the operation in.
     fn status(&self) -> OperationStatus {
         match self {
-            Ending::Succeeded(..) => OperationStatus::Succeeded,
-            Ending::Failed(_) => OperationStatus::Failed,
-            Ending::Quarantined(..) => OperationStatus::Quarantined,
+            Written::Succeeded(..) => OperationStatus::Succeeded,
+            Written::Failed(_) => OperationStatus::Failed,
+            Written::Quarantined(..) => OperationStatus::Quarantined,
         }
     }
 }
@@ -518,10 +524,10 @@ pub(crate) fn end_in(
     status_ref: &StatusRef,
     by: &Finalizer,
     now: Now,
-    ending: &Ending,
+    ending: &Written,
 ) -> Result<Finalize, StoreError> {
     let (owner, attempt) = match by {
-        Finalizer::Lease { owner, attempt } => (Some(owner.as_str()), Some(*attempt)),
+        Finalizer::Lease(lease) => (Some(lease.owner.as_str()), Some(lease.attempt)),
         Finalizer::StatusQuery | Finalizer::Operator => (None, None),
     };
     let status = ending.status();
@@ -536,11 +542,11 @@ pub(crate) fn end_in(
         // Nothing of the ending written: say why (a refused write is counted).
         return not_written(db, status_ref, owner.is_some());
     };
-    if matches!((by, ending), (Finalizer::StatusQuery, Ending::Succeeded(..))) {
+    if matches!((by, ending), (Finalizer::StatusQuery, Written::Succeeded(..))) {
         bump(db, "reconciliations")?;
     }
     match ending {
-        Ending::Succeeded(receipt, receipt_json, output_json) => {
+        Written::Succeeded(receipt, receipt_json, output_json) => {
             let downstream = &receipt.downstream;
             db.execute(
                 &INSERT_LOCAL_RECEIPT,
@@ -556,9 +562,9 @@ pub(crate) fn end_in(
                 ],
             )?;
         }
-        Ending::Failed(reason) | Ending::Quarantined(_, reason) => {
+        Written::Failed(reason) | Written::Quarantined(_, reason) => {
             let receipt = match ending {
-                Ending::Quarantined(receipt, _) => Some(receipt.as_str()),
+                Written::Quarantined(receipt, _) => Some(receipt.as_str()),
                 _ => None,
             };
             let reason = crate::bounded_reason(reason);
@@ -822,7 +828,7 @@ impl Commit for ClaimOne {
         // Read back inside the claim: a row that no longer verifies rolls the claim back.
         let operation = by_status_ref(db, &self.status_ref)?
             .ok_or(StoreError::Internal("the operation vanished"))?;
-        Ok((Claim::Claimed { attempt, operation: Box::new(operation), reclaimed }, true))
+        Ok((Claim::Claimed(Box::new(Claimed { attempt, reclaimed, operation })), true))
     }
 }
 
@@ -862,14 +868,14 @@ impl Commit for RecordStatusQuery {
 pub struct End {
     status_ref: StatusRef,
     by: Finalizer,
-    ending: Ending,
+    ending: Written,
     now: Now,
 }
 
 impl End {
     /// The end of `status_ref` by `by`.
-    pub fn new(status_ref: &StatusRef, by: &Finalizer, ending: Ending, now: Now) -> End {
-        End { status_ref: status_ref.clone(), by: by.clone(), ending, now }
+    pub fn new(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> End {
+        End { status_ref: status_ref.clone(), by: by.clone(), ending: Written::of(ending), now }
     }
 }
 
@@ -885,7 +891,7 @@ impl Commit for End {
 /// Commit C of several operations in one transaction, answered in order.
 #[derive(Debug)]
 pub struct Ends {
-    items: Vec<(StatusRef, Finalizer, Ending)>,
+    items: Vec<(StatusRef, Finalizer, Written)>,
     now: Now,
 }
 
@@ -895,7 +901,7 @@ impl Ends {
         let items = items
             .iter()
             .map(|(status_ref, by, receipt)| {
-                (status_ref.clone(), by.clone(), Ending::succeeded(receipt))
+                (status_ref.clone(), by.clone(), Written::succeeded(receipt))
             })
             .collect();
         Ends { items, now }
@@ -928,19 +934,17 @@ enum Giving {
 #[derive(Debug)]
 pub struct ReleaseLease {
     status_ref: StatusRef,
-    owner: Identifier,
-    attempt: i64,
+    lease: Lease,
     giving: Giving,
     reason: String,
     now: Now,
 }
 
 impl ReleaseLease {
-    /// `owner`'s lease of `status_ref` at `attempt`, given back as `release` says.
+    /// `lease` on `status_ref`, given back as `release` says.
     pub fn new(
         status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
+        lease: &Lease,
         release: &Release<'_>,
         now: Now,
     ) -> ReleaseLease {
@@ -951,8 +955,7 @@ impl ReleaseLease {
         };
         ReleaseLease {
             status_ref: status_ref.clone(),
-            owner: owner.clone(),
-            attempt,
+            lease: lease.clone(),
             giving,
             reason: crate::bounded_reason(reason),
             now,
@@ -973,8 +976,8 @@ impl Commit for ReleaseLease {
         };
         let args = [
             self.status_ref.as_str().into(),
-            self.owner.as_str().into(),
-            self.attempt.into(),
+            self.lease.owner.as_str().into(),
+            self.lease.attempt.into(),
             now.get().into(),
             state.as_str().into(),
             at.get().into(),
@@ -1049,11 +1052,7 @@ impl Commit for ClaimDue {
             db.execute(&MARK_PROCESSING, &[id.into(), now.get().into()])?;
             let reclaim = state == OutboxState::Processing.as_str();
             reclaims += i64::from(reclaim);
-            batch.claimed.push((
-                attempt,
-                reclaim,
-                claimed(operation, &self.owner, lease_until, attempt),
-            ));
+            batch.claimed.push(claimed(operation, &self.owner, lease_until, attempt, reclaim));
         }
         bump_by(db, "claims", i64::try_from(batch.claimed.len()).unwrap_or(i64::MAX))?;
         bump_by(db, "lease_reclaims", reclaims)?;
@@ -1061,21 +1060,22 @@ impl Commit for ClaimDue {
     }
 }
 
-/// `operation`, read before the claim, as a read would return it once claimed by
-/// `owner` until `lease_until` at `attempt`.
+/// The event of `operation`, read before the claim, claimed by `owner` until
+/// `lease_until` at `attempt`: the operation as a read would now return it.
 pub fn claimed(
     mut operation: Operation,
     owner: &Identifier,
     lease_until: Now,
     attempt: i64,
-) -> Operation {
+    reclaimed: bool,
+) -> Claimed {
     operation.status = OperationStatus::Processing;
     operation.outbox.state = OutboxState::Processing;
     operation.outbox.lease_owner = Some(owner.as_str().to_owned());
     operation.outbox.lease_until = Some(lease_until.get());
     operation.outbox.next_attempt_at = lease_until.get();
     operation.outbox.attempt_count = attempt;
-    operation
+    Claimed { attempt, reclaimed, operation }
 }
 
 /// Every live lease of one owner extended.
@@ -1162,7 +1162,7 @@ impl Commit for Load {
             .map_err(|_| StoreError::Internal("the loader's name is an identifier"))?;
         let one = LeaseSeconds::new(1).map_err(|_| StoreError::Internal("one second"))?;
         let lease_until = lease_end(db, now, one)?;
-        let by = Finalizer::Lease { owner: loader.clone(), attempt: 1 };
+        let by = Finalizer::Lease(Lease { owner: loader.clone(), attempt: 1 });
         for (intent, call, receipt) in &self.finished {
             let arguments = canonicalize(&intent.arguments);
             match reserve_in(db, (intent, &arguments), call, now, Some((&loader, lease_until)))? {
@@ -1171,7 +1171,7 @@ impl Commit for Load {
             }
             let downstream = &receipt.downstream;
             record_downstream_in(db, downstream, &canonicalize(&downstream.receipt), now)?;
-            match end_in(db, &intent.status_ref, &by, now, &Ending::succeeded(receipt))? {
+            match end_in(db, &intent.status_ref, &by, now, &Written::succeeded(receipt))? {
                 Finalize::Finalized => {}
                 _ => return Err(StoreError::Internal("a loaded operation did not finish")),
             }

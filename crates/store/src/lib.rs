@@ -16,8 +16,9 @@
 //! - **B** [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt):
 //!   the offline downstream stand-in's own commit, idempotent on
 //!   `downstream_request_ref` (a real downstream commits on its own side);
-//! - **C** [`finalize`](LedgerStore::finalize): local receipt + operation succeeded +
-//!   outbox delivered in one transaction, by the current lease holder or a status query.
+//! - **C** [`end`](LedgerStore::end): local receipt + operation succeeded +
+//!   outbox delivered in one transaction, by the current lease holder or a status query
+//!   ([`end`](LedgerStore::end), whichever way the operation ends).
 //!
 //! Every read re-verifies what it returns (canonical JSON, recomputed digests) and
 //! answers `STORE_CONTRACT_VIOLATION` on any difference. The store reads no clock: every
@@ -60,15 +61,14 @@ mod operator;
 pub mod verify;
 mod waits;
 
-use serde_json::Value;
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 
 pub use crate::{
     error::{Cause, FailureKind, StoreError},
     model::{
-        AuditFinding, AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup,
-        DownstreamReceipt, Finalize, Finalizer, LocalReceipt, NewOperation, Now, Operation,
-        OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
+        AuditFinding, AuditReport, CallIdentity, Claim, Claimed, ClaimedBatch, DispatchLookup,
+        DownstreamReceipt, Ending, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now,
+        Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
         TerminalOutcome, not_claimed,
     },
     operator::{
@@ -194,22 +194,25 @@ pub trait LedgerStore {
         now: Now,
     ) -> Result<Option<RecordedCall>, StoreError>;
 
-    /// Commit C, conditional on the operation not having succeeded and, for a worker, on
-    /// it still holding the lease (owner and attempt).
+    /// Commit C, whichever way the operation ends ([`Ending`]): conditional on the
+    /// operation not having ended and, for a worker, on it still holding the lease
+    /// (owner and attempt). A succeeded ending keeps the local receipt; a refusal its
+    /// reason; a quarantine the receipt and the rule it broke.
     ///
     /// # Errors
     ///
     /// [`StoreError`]; a failure inside the transaction rolls all of it back.
-    fn finalize(
+    fn end(
         &mut self,
         status_ref: &StatusRef,
         by: &Finalizer,
-        receipt: &LocalReceipt,
+        ending: &Ending<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError>;
 
-    /// Commit C of several operations in one transaction (a relay's batch): each as
-    /// [`finalize`](LedgerStore::finalize) would, answered in order.
+    /// Commit C of several operations in one transaction (a relay's batch): each
+    /// succeeded with its local receipt, as [`end`](LedgerStore::end) would, answered in
+    /// order.
     ///
     /// # Errors
     ///
@@ -221,40 +224,9 @@ pub trait LedgerStore {
         now: Now,
     ) -> Result<Vec<Finalize>, StoreError>;
 
-    /// Commit C of a definite refusal: the operation and its event become `failed`,
-    /// with the downstream's `reason`, under the same conditions as
-    /// [`finalize`](LedgerStore::finalize).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
-    fn fail(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError>;
-
-    /// Commit C of a receipt that broke the output contract after the effect: the
-    /// operation and its event become `quarantined`, the receipt kept with the `reason`,
-    /// under the same conditions as [`finalize`](LedgerStore::finalize).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`]; a failure inside the transaction rolls all of it back.
-    fn quarantine(
-        &mut self,
-        status_ref: &StatusRef,
-        by: &Finalizer,
-        receipt: &Value,
-        reason: &str,
-        now: Now,
-    ) -> Result<Finalize, StoreError>;
-
     /// Gives a lease back after a request that was certainly not sent: the event is
     /// `pending` again, due at a later time, or `dead` when the tool's attempts are
-    /// spent — conditional on `owner` still holding the lease at `attempt` (fenced).
+    /// spent — conditional on `lease` still being held (fenced on owner and attempt).
     ///
     /// # Errors
     ///
@@ -262,8 +234,7 @@ pub trait LedgerStore {
     fn release(
         &mut self,
         status_ref: &StatusRef,
-        owner: &Identifier,
-        attempt: i64,
+        lease: &Lease,
         release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError>;

@@ -256,17 +256,8 @@ pub enum Reservation {
 /// The outcome of a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The caller holds the lease at this attempt.
-    Claimed {
-        /// `attempt_count` after the claim: the caller's fencing token for commit C.
-        attempt: i64,
-        /// The operation as of the claim, read and verified inside the claim's
-        /// transaction: what the worker must recheck before the side effect.
-        operation: Box<Operation>,
-        /// Whether this took over an ended lease: an earlier attempt's outcome is
-        /// unknown, and the downstream must be asked before anything is concluded.
-        reclaimed: bool,
-    },
+    /// The caller holds the lease.
+    Claimed(Box<Claimed>),
     /// Someone else holds an unexpired lease.
     LeaseHeld,
     /// The operation has ended: delivered, failed or quarantined.
@@ -275,16 +266,36 @@ pub enum Claim {
     Missing,
 }
 
+/// An event claimed for a worker, by [`claim`](crate::LedgerStore::claim) or in a
+/// relay's batch ([`claim_due`](crate::LedgerStore::claim_due)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// `attempt_count` after the claim: the caller's fencing token for commit C.
+    pub attempt: i64,
+    /// Whether this took over an ended lease: an earlier attempt's outcome is unknown,
+    /// and the downstream must be asked before anything is concluded.
+    pub reclaimed: bool,
+    /// The operation as of the claim, read and verified inside the claim's transaction:
+    /// what the worker must recheck before the side effect.
+    pub operation: Operation,
+}
+
+/// A worker's lease on an operation's event: who holds it and the attempt it was
+/// granted at. A write under a lease is fenced on both: a lease taken over since is
+/// refused (`LeaseLost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The worker's id.
+    pub owner: Identifier,
+    /// The attempt it claimed.
+    pub attempt: i64,
+}
+
 /// Who writes commit C.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finalizer {
     /// The worker that holds the lease: owner and attempt must still match.
-    Lease {
-        /// The worker's id.
-        owner: Identifier,
-        /// The attempt it claimed.
-        attempt: i64,
-    },
+    Lease(Lease),
     /// A status query, whose evidence is the downstream receipt itself: no lease needed.
     StatusQuery,
     /// An operator settling an operation by hand (`resolve`), on evidence they hold: only
@@ -296,7 +307,7 @@ impl Finalizer {
     /// `worker`, `status_query` or `operator`, as stored.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Finalizer::Lease { .. } => "worker",
+            Finalizer::Lease(_) => "worker",
             Finalizer::StatusQuery => "status_query",
             Finalizer::Operator => "operator",
         }
@@ -313,6 +324,34 @@ pub enum Finalize {
     AlreadyFinal,
     /// The caller's lease was reclaimed by another worker: nothing written.
     LeaseLost,
+}
+
+/// How commit C ends an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending<'a> {
+    /// It happened: the local receipt, verified against the operation and the tool's
+    /// output contract. The operation succeeds (`delivered`).
+    Succeeded(&'a LocalReceipt),
+    /// The downstream refused it definitively, for this reason: nothing happened.
+    Failed(&'a str),
+    /// Its receipt broke the tool's output contract after the effect: kept for review.
+    Quarantined {
+        /// The receipt, as the downstream sent it.
+        receipt: &'a Value,
+        /// Which rule it broke.
+        reason: &'a str,
+    },
+}
+
+impl Ending<'_> {
+    /// The status it leaves the operation in.
+    pub fn status(&self) -> OperationStatus {
+        match self {
+            Ending::Succeeded(_) => OperationStatus::Succeeded,
+            Ending::Failed(_) => OperationStatus::Failed,
+            Ending::Quarantined { .. } => OperationStatus::Quarantined,
+        }
+    }
 }
 
 /// How a worker gives a lease back: the request was not sent, or its attempt ended
@@ -344,13 +383,12 @@ pub enum Release<'a> {
     },
 }
 
-/// What one batch claim took: each claimed event's attempt (its fencing token) and its
-/// operation, read and verified inside the claim.
+/// What one batch claim took: each claimed event, its operation read and verified
+/// inside the claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimedBatch {
-    /// The claimed operations, oldest due first: each one's attempt, whether it took
-    /// over an ended lease, and the operation.
-    pub claimed: Vec<(i64, bool, Operation)>,
+    /// The claimed events, oldest due first.
+    pub claimed: Vec<Claimed>,
     /// Due events left alone because their row contradicts itself.
     pub skipped: usize,
 }

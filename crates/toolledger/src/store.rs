@@ -3,13 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
 use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
 use toolledger_store::{
-    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Figures,
-    Finalize, Finalizer, LedgerStore, ListFilter, Listed, LocalReceipt, NewOperation, Now,
-    Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation, Resolved, Settlement,
-    Shown, StandInReceipts, StoreError, Waits,
+    AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
+    Figures, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed, LocalReceipt,
+    NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
+    Resolved, Settlement, Shown, StandInReceipts, StoreError, Waits,
 };
 use toolledger_store_postgres::{Clock, PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
@@ -265,24 +264,10 @@ impl LedgerStore for Store {
         claim(status_ref: &StatusRef, owner: &Identifier, now: Now, lease: LeaseSeconds) -> Claim;
         record_status_query(call: &CallIdentity, status_ref: &StatusRef, now: Now)
             -> Option<RecordedCall>;
-        finalize(status_ref: &StatusRef, by: &Finalizer, receipt: &LocalReceipt, now: Now)
-            -> Finalize;
+        end(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> Finalize;
         finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now) -> Vec<Finalize>;
-        fail(status_ref: &StatusRef, by: &Finalizer, reason: &str, now: Now) -> Finalize;
-        quarantine(
-            status_ref: &StatusRef,
-            by: &Finalizer,
-            receipt: &Value,
-            reason: &str,
-            now: Now
-        ) -> Finalize;
-        release(
-            status_ref: &StatusRef,
-            owner: &Identifier,
-            attempt: i64,
-            release: &Release<'_>,
-            now: Now
-        ) -> Finalize;
+        release(status_ref: &StatusRef, lease: &Lease, release: &Release<'_>, now: Now)
+            -> Finalize;
         claim_due(
             owner: &Identifier,
             downstream: &DownstreamIdentity,

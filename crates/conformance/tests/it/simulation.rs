@@ -37,7 +37,9 @@ use toolledger_engine::{
     Answer, Backoff, Engine, EngineError, StandIn,
     drill::{Interrupt, Switch},
 };
-use toolledger_store::{Finalize, Finalizer, LedgerStore, LocalReceipt, StandInReceipts};
+use toolledger_store::{
+    Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, StandInReceipts,
+};
 
 use crate::{FailurePoint, Flows, at, case_with, id};
 
@@ -334,11 +336,12 @@ impl<B: Backend> Sim<B> {
         let holder = operation.outbox.lease_owner.clone().unwrap_or_else(|| "nobody".to_owned());
         let attempts = operation.outbox.attempt_count;
         for stale in [
-            Finalizer::Lease { owner: id(&holder), attempt: attempts - 1 },
-            Finalizer::Lease { owner: id("ghost"), attempt: attempts },
+            Finalizer::Lease(Lease { owner: id(&holder), attempt: attempts - 1 }),
+            Finalizer::Lease(Lease { owner: id("ghost"), attempt: attempts }),
         ] {
-            let outcome =
-                store.finalize(&status_ref(&scope), &stale, &local, at(self.now)).unwrap();
+            let outcome = store
+                .end(&status_ref(&scope), &stale, &Ending::Succeeded(&local), at(self.now))
+                .unwrap();
             assert_ne!(outcome, Finalize::Finalized, "a stale lease holder finalized");
         }
     }

@@ -8,8 +8,8 @@ use std::{
 
 use toolledger_contract::StatusRef;
 use toolledger_store::{
-    Claim, Finalize, Finalizer, LedgerStore, LocalReceipt, OperationStatus, OperatorStore, Release,
-    Reservation, StandInReceipts, StoreError, TerminalOutcome, Waits,
+    Claim, Claimed, Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, OperationStatus,
+    OperatorStore, Release, Reservation, StandInReceipts, StoreError, TerminalOutcome, Waits,
 };
 use toolledger_store_postgres::{Clock, PgStore};
 
@@ -49,7 +49,7 @@ fn eight_claimers_of_one_event_make_one_claim() {
     let claimed: Vec<_> = claims
         .iter()
         .filter_map(|claim| match claim {
-            Claim::Claimed { attempt, reclaimed, .. } => Some((*attempt, *reclaimed)),
+            Claim::Claimed(claimed) => Some((claimed.attempt, claimed.reclaimed)),
             _ => None,
         })
         .collect();
@@ -85,7 +85,7 @@ fn two_relays_claim_disjoint_batches_covering_every_due_event() {
                     if batch.claimed.is_empty() {
                         return mine;
                     }
-                    for (attempt, reclaimed, operation) in batch.claimed {
+                    for Claimed { attempt, reclaimed, operation } in batch.claimed {
                         assert_eq!((attempt, reclaimed), (1, false));
                         assert_eq!(operation.outbox.lease_owner.as_deref(), Some(owner.as_str()));
                         // The batch answers each operation exactly as a read now returns it.
@@ -121,17 +121,19 @@ fn an_expired_lease_is_reclaimed_and_the_old_owner_is_fenced() {
     store.reserve(&new, &call, at(0)).unwrap();
     let status_ref = sr(&new);
     let (a, b) = (worker("worker-a"), worker("worker-b"));
-    let Claim::Claimed { attempt: 1, reclaimed: false, operation } =
-        store.claim(&status_ref, &a, at(1), lease(30)).unwrap()
-    else {
+    let Claim::Claimed(claimed) = store.claim(&status_ref, &a, at(1), lease(30)).unwrap() else {
+        panic!("a claims");
+    };
+    let Claimed { attempt: 1, reclaimed: false, operation } = *claimed else {
         panic!("a claims");
     };
     assert_eq!(operation.outbox.lease_until, Some(at(31).get()));
     assert_eq!(store.claim(&status_ref, &b, at(30), lease(30)).unwrap(), Claim::LeaseHeld);
     assert_eq!(store.heartbeat(&b, at(30), lease(30)).unwrap(), 0);
-    let Claim::Claimed { attempt: 2, reclaimed: true, .. } =
-        store.claim(&status_ref, &b, at(31), lease(30)).unwrap()
-    else {
+    let Claim::Claimed(claimed) = store.claim(&status_ref, &b, at(31), lease(30)).unwrap() else {
+        panic!("b reclaims the ended lease");
+    };
+    let Claimed { attempt: 2, reclaimed: true, .. } = *claimed else {
         panic!("b reclaims the ended lease");
     };
     // a's heartbeat does not extend b's lease.
@@ -145,16 +147,24 @@ fn an_expired_lease_is_reclaimed_and_the_old_owner_is_fenced() {
         store.downstream_receipt(&downstream.downstream_request_ref).unwrap().as_ref(),
         Some(&downstream)
     );
-    let old = Finalizer::Lease { owner: a.clone(), attempt: 1 };
-    assert_eq!(store.finalize(&status_ref, &old, &local, at(35)).unwrap(), Finalize::LeaseLost);
-    let current = Finalizer::Lease { owner: b.clone(), attempt: 2 };
-    assert_eq!(store.finalize(&status_ref, &current, &local, at(36)).unwrap(), Finalize::Finalized);
+    let old = Finalizer::Lease(Lease { owner: a.clone(), attempt: 1 });
     assert_eq!(
-        store.finalize(&status_ref, &current, &local, at(37)).unwrap(),
+        store.end(&status_ref, &old, &Ending::Succeeded(&local), at(35)).unwrap(),
+        Finalize::LeaseLost
+    );
+    let current = Finalizer::Lease(Lease { owner: b.clone(), attempt: 2 });
+    assert_eq!(
+        store.end(&status_ref, &current, &Ending::Succeeded(&local), at(36)).unwrap(),
+        Finalize::Finalized
+    );
+    assert_eq!(
+        store.end(&status_ref, &current, &Ending::Succeeded(&local), at(37)).unwrap(),
         Finalize::AlreadyFinal
     );
     assert_eq!(
-        store.finalize(&status_ref, &Finalizer::StatusQuery, &local, at(38)).unwrap(),
+        store
+            .end(&status_ref, &Finalizer::StatusQuery, &Ending::Succeeded(&local), at(38))
+            .unwrap(),
         Finalize::AlreadyFinal
     );
     assert_eq!(store.claim(&status_ref, &a, at(99), lease(30)).unwrap(), Claim::Final);
@@ -197,10 +207,10 @@ fn releases_refusals_and_quarantines_end_where_sqlite_ends_them() {
     let owner = worker("relay");
     let batch = store.claim_due(&owner, &stand_in(), at(1), lease(30), 10).unwrap();
     assert_eq!(batch.claimed.len(), 3);
-    let by = Finalizer::Lease { owner: owner.clone(), attempt: 1 };
+    let by = Finalizer::Lease(Lease { owner: owner.clone(), attempt: 1 });
 
     assert_eq!(
-        store.fail(&refs[1], &by, "refused: order closed", at(3)).unwrap(),
+        store.end(&refs[1], &by, &Ending::Failed("refused: order closed"), at(3)).unwrap(),
         Finalize::Finalized
     );
     let failed = store.operation_by_status_ref(&refs[1]).unwrap().unwrap();
@@ -212,15 +222,32 @@ fn releases_refusals_and_quarantines_end_where_sqlite_ends_them() {
 
     let kept = serde_json::json!({"broken": true});
     assert_eq!(
-        store.quarantine(&refs[2], &by, &kept, "output breaks the schema", at(4)).unwrap(),
+        store
+            .end(
+                &refs[2],
+                &by,
+                &Ending::Quarantined { receipt: &kept, reason: "output breaks the schema" },
+                at(4)
+            )
+            .unwrap(),
         Finalize::Finalized
     );
     let quarantined = store.operation_by_status_ref(&refs[2]).unwrap().unwrap();
     assert_eq!(quarantined.status, OperationStatus::Quarantined);
     // Not sent: pending again, due after the backoff, with the reason.
     let retry = Release::Retry { at: at(60), reason: "connection refused" };
-    assert_eq!(store.release(&refs[0], &owner, 1, &retry, at(2)).unwrap(), Finalize::Finalized);
-    assert_eq!(store.release(&refs[0], &owner, 1, &retry, at(2)).unwrap(), Finalize::LeaseLost);
+    assert_eq!(
+        store
+            .release(&refs[0], &Lease { owner: owner.clone(), attempt: 1 }, &retry, at(2))
+            .unwrap(),
+        Finalize::Finalized
+    );
+    assert_eq!(
+        store
+            .release(&refs[0], &Lease { owner: owner.clone(), attempt: 1 }, &retry, at(2))
+            .unwrap(),
+        Finalize::LeaseLost
+    );
     let released = store.operation_by_status_ref(&refs[0]).unwrap().unwrap();
     assert_eq!(released.status, OperationStatus::Pending);
     assert_eq!(released.outbox.next_attempt_at, at(60).get());
@@ -230,7 +257,7 @@ fn releases_refusals_and_quarantines_end_where_sqlite_ends_them() {
     );
     let again = store.claim_due(&owner, &stand_in(), at(60), lease(30), 10).unwrap();
     assert_eq!(again.claimed.len(), 1);
-    assert_eq!(again.claimed[0].0, 2);
+    assert_eq!(again.claimed[0].attempt, 2);
 
     // A quarantined operation is an audit finding until a person deals with it.
     let report = store.audit().unwrap();
@@ -239,7 +266,12 @@ fn releases_refusals_and_quarantines_end_where_sqlite_ends_them() {
     assert_eq!(failed, ["operations_quarantined"]);
 
     let dead = Release::Dead { reason: "attempts spent" };
-    assert_eq!(store.release(&refs[0], &owner, 2, &dead, at(61)).unwrap(), Finalize::Finalized);
+    assert_eq!(
+        store
+            .release(&refs[0], &Lease { owner: owner.clone(), attempt: 2 }, &dead, at(61))
+            .unwrap(),
+        Finalize::Finalized
+    );
     assert_eq!(
         store.operation_by_status_ref(&refs[0]).unwrap().unwrap().status,
         OperationStatus::Dead
@@ -264,7 +296,7 @@ fn a_lock_held_past_the_bound_is_busy_and_nothing_is_written() {
     tx.rollback().unwrap();
     assert!(matches!(
         store.claim(&status_ref, &worker("w"), at(1), lease(30)).unwrap(),
-        Claim::Claimed { attempt: 1, .. }
+        Claim::Claimed(claimed) if claimed.attempt == 1
     ));
 }
 
@@ -335,19 +367,22 @@ fn a_batch_finalize_fences_each_item_on_its_own() {
     let batch = store.claim_due(&owner, &stand_in(), at(1), lease(30), 10).unwrap();
     assert_eq!(batch.claimed.len(), 3);
     let refs: Vec<StatusRef> =
-        batch.claimed.iter().map(|(_, _, operation)| operation.intent.status_ref.clone()).collect();
+        batch.claimed.iter().map(|claimed| claimed.operation.intent.status_ref.clone()).collect();
     let locals: Vec<LocalReceipt> =
-        batch.claimed.iter().map(|(_, _, operation)| receipts(&operation.intent).1).collect();
+        batch.claimed.iter().map(|claimed| receipts(&claimed.operation.intent).1).collect();
     let downstream: Vec<_> = locals.iter().map(|local| local.downstream.clone()).collect();
     store.record_downstream_receipts(&downstream, at(2)).unwrap();
     // The third ends first, on its own.
-    let current = Finalizer::Lease { owner: owner.clone(), attempt: 1 };
-    assert_eq!(store.finalize(&refs[2], &current, &locals[2], at(3)).unwrap(), Finalize::Finalized);
+    let current = Finalizer::Lease(Lease { owner: owner.clone(), attempt: 1 });
+    assert_eq!(
+        store.end(&refs[2], &current, &Ending::Succeeded(&locals[2]), at(3)).unwrap(),
+        Finalize::Finalized
+    );
     let items = vec![
         (refs[0].clone(), current.clone(), locals[0].clone()),
         (
             refs[1].clone(),
-            Finalizer::Lease { owner: worker("relay-b"), attempt: 1 },
+            Finalizer::Lease(Lease { owner: worker("relay-b"), attempt: 1 }),
             locals[1].clone(),
         ),
         (refs[2].clone(), current.clone(), locals[2].clone()),

@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolledger_contract::UnixSeconds;
-use toolledger_store::{Claim, LedgerStore, Release, Reservation, Waits};
+use toolledger_store::{Claim, Lease, LedgerStore, Release, Reservation, Waits};
 use toolledger_store_postgres::{Clock, PgStore};
 
 use crate::{assert_audit_passes, fresh, intent, lease, raw, sr, worker};
@@ -42,12 +42,11 @@ fn the_database_clock_stamps_and_judges_every_write() {
     }
 
     // A claim whose caller believes it is 2100 gets a lease from the database's now.
-    let Claim::Claimed { operation, .. } =
-        store.claim(&sr(&new), &worker("w"), future, lease(60)).unwrap()
+    let Claim::Claimed(claimed) = store.claim(&sr(&new), &worker("w"), future, lease(60)).unwrap()
     else {
         panic!("claimed");
     };
-    let until = operation.outbox.lease_until.unwrap();
+    let until = claimed.operation.outbox.lease_until.unwrap();
     assert!(close_to_real_time(until - 60), "{until}");
     // In 2100 by the caller's clock the lease would have ended; by the database's it
     // has not.
@@ -58,7 +57,7 @@ fn the_database_clock_stamps_and_judges_every_write() {
 
     // A retry time keeps its distance from the caller's now: 30 s from the database's.
     let retry = Release::Retry { at: UnixSeconds::new(4_102_444_830).unwrap(), reason: "busy" };
-    store.release(&sr(&new), &worker("w"), 1, &retry, future).unwrap();
+    store.release(&sr(&new), &Lease { owner: worker("w"), attempt: 1 }, &retry, future).unwrap();
     let due = store.operation_by_status_ref(&sr(&new)).unwrap().unwrap().outbox.next_attempt_at;
     assert!(close_to_real_time(due - 30), "{due}");
     assert_audit_passes(&mut store);

@@ -1,8 +1,8 @@
 //! What an operator reads and does.
 
 use toolledger_store::{
-    Claim, Finalize, Finalizer, LedgerStore, ListFilter, OperationStatus, OperatorStore, Release,
-    Requeued, Reservation, StandInReceipts,
+    Claim, Ending, Finalize, Finalizer, Lease, LedgerStore, ListFilter, OperationStatus,
+    OperatorStore, Release, Requeued, Reservation, StandInReceipts,
 };
 
 use crate::{
@@ -23,7 +23,12 @@ fn a_requeue_of_a_dead_event_is_logged_and_the_log_is_append_only() {
     let owner = worker("relay");
     store.claim(&status_ref, &owner, at(1), lease(30)).unwrap();
     let dead = Release::Dead { reason: "attempts spent" };
-    assert_eq!(store.release(&status_ref, &owner, 1, &dead, at(2)).unwrap(), Finalize::Finalized);
+    assert_eq!(
+        store
+            .release(&status_ref, &Lease { owner: owner.clone(), attempt: 1 }, &dead, at(2))
+            .unwrap(),
+        Finalize::Finalized
+    );
 
     assert_eq!(
         store.requeue(&status_ref, "the service is back", at(10)).unwrap(),
@@ -59,7 +64,7 @@ fn a_requeue_of_a_dead_event_is_logged_and_the_log_is_append_only() {
     // Worked again: attempt 2 (the fencing token keeps counting).
     assert!(matches!(
         store.claim(&status_ref, &owner, at(11), lease(30)).unwrap(),
-        Claim::Claimed { attempt: 2, .. }
+        Claim::Claimed(claimed) if claimed.attempt == 2
     ));
     assert_audit_passes(&mut store);
 }
@@ -79,8 +84,8 @@ fn list_figures_and_retention_read_and_retire_as_sqlite_does() {
     store.claim(&sr(&unknown), &worker("gone"), at(1), lease(30)).unwrap();
     let (downstream, local) = receipts(&done);
     store.record_downstream_receipt(&downstream, at(2)).unwrap();
-    let by = Finalizer::Lease { owner: worker("w"), attempt: 1 };
-    store.finalize(&sr(&done), &by, &local, at(3)).unwrap();
+    let by = Finalizer::Lease(Lease { owner: worker("w"), attempt: 1 });
+    store.end(&sr(&done), &by, &Ending::Succeeded(&local), at(3)).unwrap();
 
     let now = at(100);
     let figures = store.figures(now).unwrap();

@@ -1,6 +1,6 @@
 //! Rows changed behind the store's back: the audit names them, reads refuse them.
 
-use toolledger_store::{Claim, Finalizer, LedgerStore, StandInReceipts, StoreError};
+use toolledger_store::{Claim, Ending, Finalizer, Lease, LedgerStore, StandInReceipts, StoreError};
 
 use crate::{at, fresh, intent, lease, raw, receipts, sr, stand_in, store, worker};
 
@@ -21,8 +21,8 @@ fn tampered_arguments_are_found_by_the_audit_and_refused_by_every_read() {
     let (downstream, local) = receipts(&first);
     store.claim(&sr(&first), &worker("w"), at(1), lease(30)).unwrap();
     store.record_downstream_receipt(&downstream, at(2)).unwrap();
-    let by = Finalizer::Lease { owner: worker("w"), attempt: 1 };
-    store.finalize(&sr(&first), &by, &local, at(3)).unwrap();
+    let by = Finalizer::Lease(Lease { owner: worker("w"), attempt: 1 });
+    store.end(&sr(&first), &by, &Ending::Succeeded(&local), at(3)).unwrap();
     assert!(failed(&mut store).is_empty());
 
     let mut client = raw(&url);
@@ -110,7 +110,7 @@ fn a_claim_of_an_intact_row_beside_a_tampered_one_succeeds() {
     let batch = store.claim_due(&worker("relay"), &stand_in(), at(2), lease(30), 10).unwrap();
     assert_eq!(batch.skipped, 1);
     assert_eq!(batch.claimed.len(), 1);
-    assert_eq!(batch.claimed[0].2.intent.status_ref, sr(&second));
+    assert_eq!(batch.claimed[0].operation.intent.status_ref, sr(&second));
     assert!(matches!(
         store.claim(&sr(&second), &worker("w"), at(3), lease(30)).unwrap(),
         Claim::LeaseHeld

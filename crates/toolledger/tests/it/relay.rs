@@ -9,7 +9,7 @@ use toolledger::{
     Backoff, BlockCode, Identifier, LeaseSeconds, Ledger, NoRoles, Outcome, Relay, UnixSeconds,
     Until,
 };
-use toolledger_store::{Finalize, LedgerStore, Release};
+use toolledger_store::{Claimed, Ending, Finalize, Lease, LedgerStore, Release};
 use toolledger_store_sqlite::SqliteStore;
 
 use crate::{
@@ -127,34 +127,48 @@ fn leases_are_fenced_by_owner_and_attempt_and_kept_by_the_heartbeat() {
     let (a, b) = (id("worker-a"), id("worker-b"));
 
     let claimed = store.claim_due(&a, &identity, at(T0), lease, 10).unwrap();
-    let (attempt_a, _, operation) = claimed.claimed.first().cloned().unwrap();
+    let Claimed { attempt: attempt_a, operation, .. } = claimed.claimed.first().cloned().unwrap();
     let status_ref = operation.intent.status_ref.clone();
     // The heartbeat keeps A's live lease: B finds nothing due at T0 + 31.
     assert_eq!(store.heartbeat(&a, at(T0 + 20), lease).unwrap(), 1);
     assert!(store.claim_due(&b, &identity, at(T0 + 31), lease, 10).unwrap().claimed.is_empty());
     // A pauses past its (renewed) lease; B takes over.
     let taken = store.claim_due(&b, &identity, at(T0 + 50), lease, 10).unwrap();
-    let (attempt_b, reclaimed, _) = taken.claimed.first().cloned().unwrap();
+    let Claimed { attempt: attempt_b, reclaimed, .. } = taken.claimed.first().cloned().unwrap();
     assert!(reclaimed, "B took over an ended lease");
     assert_eq!((attempt_a, attempt_b), (1, 2));
     // A wakes: every write it tries is refused.
     assert_eq!(store.heartbeat(&a, at(T0 + 51), lease).unwrap(), 0);
     let retry = Release::Retry { at: at(T0 + 60), reason: "connection refused" };
     assert_eq!(
-        store.release(&status_ref, &a, attempt_a, &retry, at(T0 + 51)).unwrap(),
+        store
+            .release(
+                &status_ref,
+                &Lease { owner: a.clone(), attempt: attempt_a },
+                &retry,
+                at(T0 + 51)
+            )
+            .unwrap(),
         Finalize::LeaseLost
     );
     let dead = Release::Dead { reason: "connection refused" };
     assert_eq!(
-        store.release(&status_ref, &a, attempt_a, &dead, at(T0 + 51)).unwrap(),
+        store
+            .release(
+                &status_ref,
+                &Lease { owner: a.clone(), attempt: attempt_a },
+                &dead,
+                at(T0 + 51)
+            )
+            .unwrap(),
         Finalize::LeaseLost
     );
     assert_eq!(
         store
-            .fail(
+            .end(
                 &status_ref,
-                &toolledger_store::Finalizer::Lease { owner: a.clone(), attempt: attempt_a },
-                "late",
+                &toolledger_store::Finalizer::Lease(Lease { owner: a.clone(), attempt: attempt_a }),
+                &Ending::Failed("late"),
                 at(T0 + 51)
             )
             .unwrap(),
@@ -165,7 +179,14 @@ fn leases_are_fenced_by_owner_and_attempt_and_kept_by_the_heartbeat() {
     assert_eq!(int(&path, "SELECT lease_until FROM outbox"), T0 + 80);
     assert_eq!(store.heartbeat(&b, at(T0 + 60), lease).unwrap(), 1);
     assert_eq!(
-        store.release(&status_ref, &b, attempt_b, &retry, at(T0 + 61)).unwrap(),
+        store
+            .release(
+                &status_ref,
+                &Lease { owner: b.clone(), attempt: attempt_b },
+                &retry,
+                at(T0 + 61)
+            )
+            .unwrap(),
         Finalize::Finalized
     );
     assert_eq!(text(&path, "SELECT state FROM outbox"), "pending");

@@ -125,7 +125,10 @@ pub(crate) fn eight_workers_claiming_one_event_get_exactly_one_owner<B: Backend>
         },
     );
     assert_eq!(
-        claims.iter().filter(|claim| matches!(claim, Claim::Claimed { attempt: 1, .. })).count(),
+        claims
+            .iter()
+            .filter(|claim| matches!(claim, Claim::Claimed(claimed) if claimed.attempt == 1))
+            .count(),
         1,
         "{claims:?}"
     );

@@ -8,7 +8,9 @@ use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, StatusRef, digest::downstream_request_ref};
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};
 
-use toolledger_store::{Claim, Finalize, Finalizer, LedgerStore, LocalReceipt};
+use toolledger_store::{
+    Claim, Claimed, Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt,
+};
 
 use crate::{Backend, FailurePoint, Flows, at, case, dispatch, id, status_ref_of};
 
@@ -196,7 +198,8 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
     let lease = LeaseSeconds::new(30).unwrap();
     let mut store = db.store();
     let first = store.claim(&status_ref, &id("a"), at(NOW), lease).unwrap();
-    let Claim::Claimed { attempt: 1, operation, .. } = first else { panic!("{first:?}") };
+    let Claim::Claimed(claimed) = first else { panic!("{first:?}") };
+    let Claimed { attempt: 1, operation, .. } = *claimed else { panic!("{claimed:?}") };
     // The claim hands back the operation as it wrote it.
     assert_eq!(
         (operation.outbox.lease_owner.as_deref(), operation.outbox.attempt_count),
@@ -204,7 +207,7 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
     );
     assert_eq!(store.claim(&status_ref, &id("b"), at(NOW + 29), lease).unwrap(), Claim::LeaseHeld);
     let second = store.claim(&status_ref, &id("b"), at(NOW + 30), lease).unwrap();
-    assert!(matches!(second, Claim::Claimed { attempt: 2, .. }), "{second:?}");
+    assert!(matches!(&second, Claim::Claimed(claimed) if claimed.attempt == 2), "{second:?}");
 
     let operation = store.operation_by_status_ref(&status_ref).unwrap().unwrap();
     let intent = &operation.intent;
@@ -234,28 +237,30 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
         downstream: receipt,
         output,
     };
-    let stale = Finalizer::Lease { owner: id("a"), attempt: 1 };
-    let wrong_attempt = Finalizer::Lease { owner: id("b"), attempt: 1 };
+    let stale = Finalizer::Lease(Lease { owner: id("a"), attempt: 1 });
+    let wrong_attempt = Finalizer::Lease(Lease { owner: id("b"), attempt: 1 });
     assert_eq!(
-        store.finalize(&status_ref, &stale, &local, at(NOW + 32)).unwrap(),
+        store.end(&status_ref, &stale, &Ending::Succeeded(&local), at(NOW + 32)).unwrap(),
         Finalize::LeaseLost
     );
     assert_eq!(
-        store.finalize(&status_ref, &wrong_attempt, &local, at(NOW + 32)).unwrap(),
+        store.end(&status_ref, &wrong_attempt, &Ending::Succeeded(&local), at(NOW + 32)).unwrap(),
         Finalize::LeaseLost
     );
     assert_eq!(db.count("local_receipts"), 0);
-    let current = Finalizer::Lease { owner: id("b"), attempt: 2 };
+    let current = Finalizer::Lease(Lease { owner: id("b"), attempt: 2 });
     assert_eq!(
-        store.finalize(&status_ref, &current, &local, at(NOW + 33)).unwrap(),
+        store.end(&status_ref, &current, &Ending::Succeeded(&local), at(NOW + 33)).unwrap(),
         Finalize::Finalized
     );
     assert_eq!(
-        store.finalize(&status_ref, &current, &local, at(NOW + 34)).unwrap(),
+        store.end(&status_ref, &current, &Ending::Succeeded(&local), at(NOW + 34)).unwrap(),
         Finalize::AlreadyFinal
     );
     assert_eq!(
-        store.finalize(&status_ref, &Finalizer::StatusQuery, &local, at(NOW + 34)).unwrap(),
+        store
+            .end(&status_ref, &Finalizer::StatusQuery, &Ending::Succeeded(&local), at(NOW + 34))
+            .unwrap(),
         Finalize::AlreadyFinal
     );
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 2, 1, 1));

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use toolledger_contract::{IdempotencyKey, LeaseSeconds, Registry, StatusRef};
 use toolledger_store::{
-    CallIdentity, Claim, Finalize, Finalizer, LedgerStore, ListFilter, Listed, NewOperation,
-    OperatorStore, Release, STATES, StoreError,
+    CallIdentity, Claim, Ending, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed,
+    NewOperation, OperatorStore, Release, STATES, StoreError,
 };
 
 use crate::{Backend, at, case, id, stand_in_identity};
@@ -32,7 +32,7 @@ fn intent(tool: &str, key: &str) -> (NewOperation, CallIdentity) {
 fn claim<S: LedgerStore>(store: &mut S, status_ref: &StatusRef, now: i64, lease_seconds: i64) {
     let lease = LeaseSeconds::new(lease_seconds).unwrap();
     let claimed = store.claim(status_ref, &id("worker"), at(now), lease).unwrap();
-    assert!(matches!(claimed, Claim::Claimed { .. }), "{claimed:?}");
+    assert!(matches!(claimed, Claim::Claimed(_)), "{claimed:?}");
 }
 
 /// 24 operations of two tools in five states. Accepted four to a second and claimed in
@@ -48,20 +48,28 @@ fn ledger<B: Backend>() -> (B, B::Store, Vec<StatusRef>) {
         store.reserve(&intent, &call, at(BASE + index / 4)).unwrap();
         let status_ref = intent.status_ref;
         let claimed_at = BASE + 10 + index / 4;
-        let by = Finalizer::Lease { owner: id("worker"), attempt: 1 };
+        let by = Finalizer::Lease(Lease { owner: id("worker"), attempt: 1 });
         match index % 6 {
             1 => claim(&mut store, &status_ref, claimed_at, 1000),
             2 => claim(&mut store, &status_ref, claimed_at, 5),
             3 => {
                 claim(&mut store, &status_ref, claimed_at, 1000);
-                let failed = store.fail(&status_ref, &by, "refused", at(claimed_at)).unwrap();
+                let failed = store
+                    .end(&status_ref, &by, &Ending::Failed("refused"), at(claimed_at))
+                    .unwrap();
                 assert_eq!(failed, Finalize::Finalized);
             }
             4 => {
                 claim(&mut store, &status_ref, claimed_at, 1000);
                 let dead = Release::Dead { reason: "attempts spent" };
-                let released =
-                    store.release(&status_ref, &id("worker"), 1, &dead, at(claimed_at)).unwrap();
+                let released = store
+                    .release(
+                        &status_ref,
+                        &Lease { owner: id("worker"), attempt: 1 },
+                        &dead,
+                        at(claimed_at),
+                    )
+                    .unwrap();
                 assert_eq!(released, Finalize::Finalized);
             }
             _ => {}
