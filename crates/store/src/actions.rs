@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use toolledger_contract::StatusRef;
 
 use crate::{
-    Figures, Finalize, Finalizer, ListFilter, ListPosition, Listed, Now, Requeued, Resolved,
-    STATES, Settlement, Shown, StoreError,
+    Figures, Finalize, Finalizer, ListFilter, ListPosition, ListState, Listed, Now, Requeued,
+    Resolved, Settlement, Shown, StoreError,
     driver::{Arg, Commit, Db, Dialect, Sql, locked},
     ledger::{self, Written, bump, end_in, shifted},
 };
@@ -134,22 +134,6 @@ pub fn statements() -> Vec<(&'static str, &'static Sql)> {
     ]
 }
 
-/// The stored status a listed state is kept under.
-fn stored(state: &str) -> &str {
-    if state == "unknown" { "processing" } else { state }
-}
-
-/// Whether a listed state's lease must have ended: `unknown` is processing with nobody
-/// working it (its lease ended, or its attempt was set aside with a reason), `processing`
-/// one with a call in flight under a live lease; other states have no lease to judge.
-fn lease_ended(state: &str) -> Option<bool> {
-    match state {
-        "processing" => Some(false),
-        "unknown" => Some(true),
-        _ => None,
-    }
-}
-
 /// `list` (see [`OperatorStore::list`](crate::OperatorStore::list)), judged at the
 /// clock the store's writes judge by.
 pub(crate) fn list(
@@ -159,7 +143,7 @@ pub(crate) fn list(
     now: Now,
 ) -> Result<Vec<Listed>, StoreError> {
     let walk = filter.walk()?;
-    let limit = filter.limit.clamp(1, 10_000);
+    let limit = filter.limit.clamp(1, crate::LIST_LIMIT_MAX);
     let now = db.now(now)?;
     let cutoff = filter.cutoff(now.get());
     let mut listed = Vec::new();
@@ -180,17 +164,17 @@ pub(crate) fn list(
             }
         }
         for (sql, updated_at, id) in steps {
-            let left = i64::try_from(limit - listed.len()).unwrap_or(10_000);
+            let left = i64::try_from(limit - listed.len()).unwrap_or(i64::MAX);
             if left == 0 {
                 return Ok(listed);
             }
             let args = [
-                stored(state).into(),
+                state.stored().as_str().into(),
                 cutoff.into(),
                 updated_at.into(),
                 id.into(),
                 filter.tool.into(),
-                lease_ended(state).into(),
+                state.lease_ended().into(),
                 now.get().into(),
                 left.into(),
             ];
@@ -200,7 +184,7 @@ pub(crate) fn list(
                 listed.push(Listed {
                     status_ref: row.text(0)?,
                     tool: row.text(1)?,
-                    state,
+                    state: state.as_str(),
                     attempts: row.int(2)?,
                     age: now.get().saturating_sub(created).max(0),
                     idle: now.get().saturating_sub(updated).max(0),
@@ -243,14 +227,12 @@ fn number(db: &mut dyn Db, sql: &Sql, args: &[Arg<'_>]) -> Result<i64, StoreErro
 pub(crate) fn figures(db: &mut dyn Db, now: Now) -> Result<Figures, StoreError> {
     let now = db.now(now)?.get();
     let mut figures = Figures::default();
-    for state in STATES {
-        let count = match state {
-            "processing" | "unknown" => {
-                number(db, &LIVE_OR_ENDED, &[now.into(), (state == "processing").into()])?
-            }
-            _ => number(db, &STATUS_COUNT, &[state.into()])?,
+    for state in ListState::ALL {
+        let count = match state.lease_ended() {
+            Some(ended) => number(db, &LIVE_OR_ENDED, &[now.into(), (!ended).into()])?,
+            None => number(db, &STATUS_COUNT, &[state.stored().as_str().into()])?,
         };
-        figures.by_state.push((state, count));
+        figures.by_state.push((state.as_str(), count));
     }
     let oldest_pending = db.first(&OLDEST_PENDING, &[], |row| row.optional_int(0))?.flatten();
     figures.oldest_pending_age = oldest_pending.map_or(0, |at| (now - at).max(0));
@@ -392,7 +374,7 @@ impl Commit for Retire {
         let now = db.now(self.now)?;
         // The cutoff keeps its distance from the clock the write judges by.
         let cutoff = shifted(self.cutoff, self.now, now);
-        let limit = i64::try_from(self.limit).unwrap_or(1000);
+        let limit = i64::try_from(self.limit).unwrap_or(i64::MAX);
         let mut retired = 0;
         for status in ["succeeded", "failed", "quarantined", "dead"] {
             let rows =

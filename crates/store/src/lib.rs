@@ -72,9 +72,9 @@ pub use crate::{
         TerminalOutcome, not_claimed,
     },
     operator::{
-        Figures, ListFilter, ListPosition, Listed, OperatorStore, REASON_BYTES_MAX, Requeued,
-        Resolved, STATES, Settlement, Shown, bounded_reason, not_happened_reason, requeue_reason,
-        resolvable,
+        Figures, LIST_LIMIT_MAX, ListFilter, ListPosition, ListState, Listed, OperatorStore,
+        REASON_BYTES_MAX, Requeued, Resolved, STATES, Settlement, Shown, bounded_reason,
+        not_happened_reason, requeue_reason, resolvable,
     },
     verify::approval_binding,
     waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},

@@ -16,6 +16,79 @@ use crate::{LocalReceipt, Now, Operation, OperationStatus, StoreError, TerminalO
 pub const STATES: [&str; 7] =
     ["pending", "processing", "unknown", "succeeded", "failed", "quarantined", "dead"];
 
+/// One of the states `list` and `metrics` know ([`STATES`], in that order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListState {
+    /// Accepted, nobody has claimed it.
+    Pending,
+    /// A call in flight under a live lease.
+    Processing,
+    /// Processing, and nobody is working it: its outcome is not known.
+    Unknown,
+    /// Ended with a receipt.
+    Succeeded,
+    /// Refused by the downstream.
+    Failed,
+    /// Its receipt broke the output contract.
+    Quarantined,
+    /// Out of attempts, nothing sent.
+    Dead,
+}
+
+impl ListState {
+    /// Every state, in [`STATES`] order.
+    pub const ALL: [ListState; 7] = [
+        ListState::Pending,
+        ListState::Processing,
+        ListState::Unknown,
+        ListState::Succeeded,
+        ListState::Failed,
+        ListState::Quarantined,
+        ListState::Dead,
+    ];
+
+    /// Its name, one of [`STATES`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListState::Pending => "pending",
+            ListState::Processing => "processing",
+            ListState::Unknown => "unknown",
+            ListState::Succeeded => "succeeded",
+            ListState::Failed => "failed",
+            ListState::Quarantined => "quarantined",
+            ListState::Dead => "dead",
+        }
+    }
+
+    /// The state named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<ListState> {
+        ListState::ALL.into_iter().find(|state| state.as_str() == text)
+    }
+
+    /// The operation status it is stored under: `unknown` is a `processing` operation.
+    pub fn stored(self) -> OperationStatus {
+        match self {
+            ListState::Pending => OperationStatus::Pending,
+            ListState::Processing | ListState::Unknown => OperationStatus::Processing,
+            ListState::Succeeded => OperationStatus::Succeeded,
+            ListState::Failed => OperationStatus::Failed,
+            ListState::Quarantined => OperationStatus::Quarantined,
+            ListState::Dead => OperationStatus::Dead,
+        }
+    }
+
+    /// Whether its lease must have ended: `unknown` is processing with nobody working it
+    /// (its lease ended, or its attempt was set aside with a reason), `processing` one
+    /// with a call in flight under a live lease; other states have no lease to judge.
+    pub fn lease_ended(self) -> Option<bool> {
+        match self {
+            ListState::Processing => Some(false),
+            ListState::Unknown => Some(true),
+            _ => None,
+        }
+    }
+}
+
 /// Which operations `list` answers, and from where.
 ///
 /// ```
@@ -32,7 +105,7 @@ pub struct ListFilter<'a> {
     /// Only operations unchanged for at least this many seconds; 0 lists every one,
     /// whenever it changed (see [`ListFilter::cutoff`]).
     pub older_than: i64,
-    /// At most this many (1–10,000).
+    /// At most this many (1 to [`LIST_LIMIT_MAX`]).
     pub limit: usize,
     /// The [`Listed::cursor`] of an operation an earlier page of this same listing (same
     /// `state` and `tool`) answered: the listing continues right after it. `None` starts
@@ -90,18 +163,18 @@ impl ListFilter<'_> {
     ///
     /// [`StoreError::InvalidCursor`] when `after` is not a cursor a listing of this
     /// `state` and `tool` handed out (malformed, edited, or from another listing).
-    pub fn walk(&self) -> Result<Vec<(&'static str, Option<ListPosition>)>, StoreError> {
-        let states = STATES.iter().enumerate().filter(|(_, known)| match self.state {
-            Some(state) => **known == state,
+    pub fn walk(&self) -> Result<Vec<(ListState, Option<ListPosition>)>, StoreError> {
+        let states = ListState::ALL.into_iter().enumerate().filter(|(_, known)| match self.state {
+            Some(state) => known.as_str() == state,
             None => true,
         });
         let Some(text) = self.after else {
-            return Ok(states.map(|(_, state)| (*state, None)).collect());
+            return Ok(states.map(|(_, state)| (state, None)).collect());
         };
         let (from, position) = self.decode(text).ok_or(StoreError::InvalidCursor)?;
         let walk: Vec<_> = states
             .filter(|(index, _)| *index >= from)
-            .map(|(index, state)| (*state, (index == from).then_some(position)))
+            .map(|(index, state)| (state, (index == from).then_some(position)))
             .collect();
         // A cursor names a state the filter walks: one of another state is refused, not
         // silently answered with the states after it.
@@ -119,8 +192,8 @@ impl ListFilter<'_> {
     /// `state` and `tool`. It is not a secret (a forged cursor only reaches a place in a
     /// listing the operator may read anyway); it makes an edited, truncated or misplaced
     /// cursor a clean refusal instead of a silently different page.
-    pub fn cursor(&self, state: &str, position: ListPosition) -> String {
-        let index = STATES.iter().position(|known| *known == state).unwrap_or(STATES.len());
+    pub fn cursor(&self, state: ListState, position: ListPosition) -> String {
+        let index = ListState::ALL.iter().position(|known| *known == state).unwrap_or(STATES.len());
         self.encode(index, position)
     }
 
@@ -393,6 +466,9 @@ pub fn requeue_reason(operation: &Operation) -> Result<String, OperationStatus> 
 /// failure's, an operator's (the tables' CHECKs say the same number).
 pub const REASON_BYTES_MAX: usize = 512;
 
+/// The most operations one `list` page answers; a larger limit is this one.
+pub const LIST_LIMIT_MAX: usize = 10_000;
+
 /// A reason as stored: 1 to [`REASON_BYTES_MAX`] bytes, trimmed, cut at a character
 /// boundary; an empty one says so.
 pub fn bounded_reason(reason: &str) -> String {
@@ -409,8 +485,21 @@ pub fn bounded_reason(reason: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{ListFilter, ListPosition, STATES};
-    use crate::StoreError;
+    use super::{ListFilter, ListPosition, ListState, STATES};
+    use crate::{OperationStatus, StoreError};
+
+    #[test]
+    fn each_list_state_is_named_as_listed_and_stored_as_its_status() {
+        assert_eq!(ListState::ALL.map(ListState::as_str), STATES);
+        for state in ListState::ALL {
+            assert_eq!(ListState::parse(state.as_str()), Some(state));
+            let stored = state.stored();
+            // Every state but `unknown` is stored under its own name.
+            assert_eq!(stored.as_str() == state.as_str(), state != ListState::Unknown);
+            assert_eq!(state.lease_ended().is_some(), stored == OperationStatus::Processing);
+        }
+        assert_eq!(ListState::parse("Unknown"), None);
+    }
 
     const AT: ListPosition = ListPosition { updated_at: 1_767_225_600, id: 42 };
 
@@ -421,25 +510,25 @@ mod tests {
     #[test]
     fn a_cursor_continues_in_its_state_then_walks_the_later_ones_from_their_start() {
         let all = ListFilter::default();
-        let cursor = all.cursor("unknown", AT);
+        let cursor = all.cursor(ListState::Unknown, AT);
         assert!(cursor.starts_with("c1.2.1767225600.42."), "{cursor}");
         let walk = after(all, &cursor).walk().unwrap();
-        assert_eq!(walk.first(), Some(&("unknown", Some(AT))));
+        assert_eq!(walk.first(), Some(&(ListState::Unknown, Some(AT))));
         let rest: Vec<_> = walk.iter().skip(1).map(|(state, at)| (*state, *at)).collect();
-        let later: Vec<_> = STATES.iter().skip(3).map(|state| (*state, None)).collect();
+        let later: Vec<_> = ListState::ALL.iter().skip(3).map(|state| (*state, None)).collect();
         assert_eq!(rest, later);
         // Without a cursor: every state from its start.
         assert_eq!(all.walk().unwrap().len(), STATES.len());
         let dead = ListFilter { state: Some("dead"), ..all };
-        assert_eq!(dead.walk().unwrap(), [("dead", None)]);
-        let cursor = dead.cursor("dead", AT);
-        assert_eq!(after(dead, &cursor).walk().unwrap(), [("dead", Some(AT))]);
+        assert_eq!(dead.walk().unwrap(), [(ListState::Dead, None)]);
+        let cursor = dead.cursor(ListState::Dead, AT);
+        assert_eq!(after(dead, &cursor).walk().unwrap(), [(ListState::Dead, Some(AT))]);
     }
 
     #[test]
     fn an_edited_truncated_or_misplaced_cursor_is_refused() {
         let filter = ListFilter { tool: Some("refund_order"), ..ListFilter::default() };
-        let cursor = filter.cursor("pending", AT);
+        let cursor = filter.cursor(ListState::Pending, AT);
         let check = cursor.rsplit('.').next().unwrap();
         let mut refused = vec![
             String::new(),
@@ -471,7 +560,7 @@ mod tests {
         }
         // A cursor of a state the filter does not walk, even when its check is right.
         let dead = ListFilter { state: Some("dead"), ..ListFilter::default() };
-        let pending_under_dead = dead.cursor("pending", AT);
+        let pending_under_dead = dead.cursor(ListState::Pending, AT);
         refused.push(pending_under_dead);
         for text in &refused {
             let walked = after(ListFilter { state: Some("dead"), ..filter }, text).walk();
@@ -484,7 +573,10 @@ mod tests {
         assert_eq!(err.code(), "USAGE_ERROR");
         assert!(!err.to_string().contains("secret"), "{err}");
         // The untouched cursor, under its own filter, is accepted.
-        assert_eq!(after(filter, &cursor).walk().unwrap().first(), Some(&("pending", Some(AT))));
+        assert_eq!(
+            after(filter, &cursor).walk().unwrap().first(),
+            Some(&(ListState::Pending, Some(AT)))
+        );
     }
 
     #[test]
