@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # The Rust suites' supervisor (one script for both): it starts the server, then blocks
 # on a pipe only this process holds; when the pipe closes (the session ends, or pytest
 # is killed) it stops the server and removes its directory.
-SUPERVISOR = (ROOT / "crates/store-postgres/src/supervisor.sh").read_text()
+SUPERVISOR = (ROOT / "crates/testkit/src/supervisor.sh").read_text()
 
 
 def _bindir() -> str:
