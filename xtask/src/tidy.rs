@@ -42,7 +42,8 @@ const GRAPH: [(&str, &[&str]); 15] = [
     (MCP, &[JSON, FACADE]),
     // The Python package's binding is a frontend too (unpublished on crates.io).
     (PYTHON, &[JSON, FACADE]),
-    (CLI, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, MCP]),
+    // The command line reaches the flows through the facade alone, never the engine.
+    (CLI, &[JSON, CONTRACT, STORE, POSTGRES, FACADE, MCP]),
     (
         "toolledger-bench",
         &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI, MCP, TESTKIT],

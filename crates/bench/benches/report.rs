@@ -23,7 +23,7 @@ use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use toolledger::drill::{FailurePoint, Interrupt, Switch};
 use toolledger_contract::{
-    Case, LeaseSeconds, NoRoles, RefundOrder, Registry, StatusRef, ToolSpec, builtin_profiles,
+    HostCall, LeaseSeconds, NoRoles, RefundOrder, Registry, StatusRef, ToolSpec, builtin_profiles,
 };
 use toolledger_engine::{Engine, StandIn};
 
@@ -947,7 +947,7 @@ fn pipeline_round(
 ) -> (f64, f64) {
     drop(SqliteStore::open(raw_path).unwrap()); // the store's schema
     let rows: Vec<Row> = (first..first + count).map(|index| row(cases, index)).collect();
-    let prepared: Vec<Case> = (first..first + count).map(|index| cases.get(index)).collect();
+    let prepared: Vec<HostCall> = (first..first + count).map(|index| cases.get(index)).collect();
     let ledger = raw(raw_path);
     let downstream = raw(raw_path);
     let mut engine = engine(fresh_path);
@@ -1124,7 +1124,7 @@ fn fill_keys(path: &Path, cases: &Cases, keys: Vec<String>) {
 // toolledger
 
 fn fresh_dispatch(path: &Path, cases: &Cases, first: usize, count: usize) -> f64 {
-    let prepared: Vec<Case> = (first..first + count).map(|index| cases.get(index)).collect();
+    let prepared: Vec<HostCall> = (first..first + count).map(|index| cases.get(index)).collect();
     let mut engine = engine(path);
     for index in 0..WARMUP {
         engine.dispatch(&cases.get(WARMUP_KEYS + first + index), &worker()).unwrap();
@@ -1159,7 +1159,7 @@ fn stopped(
 }
 
 fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count: usize) -> f64 {
-    let prepared: Vec<Case> = (0..keys).map(|index| cases.get(index)).collect();
+    let prepared: Vec<HostCall> = (0..keys).map(|index| cases.get(index)).collect();
     timed_rate(count, |index| {
         let answer = engine.dispatch(&prepared[index % keys], &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
@@ -1169,7 +1169,7 @@ fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count:
 /// 8 threads, each with its own engine, dispatching distinct keys into one file.
 fn contention(path: &Path, cases: &Cases, first: usize, per_thread: usize) -> Contention {
     drop(engine(path));
-    let prepared: Vec<Vec<Case>> = (0..8)
+    let prepared: Vec<Vec<HostCall>> = (0..8)
         .map(|thread| {
             (0..per_thread).map(|index| cases.get(first + thread * per_thread + index)).collect()
         })
@@ -1279,7 +1279,7 @@ fn tools_as_data(
     let code = || refund_registry(RefundOrder::default().code_defined());
     assert!(matches!(definition().tools()[0].input, toolledger_contract::Schema::Json { .. }));
     assert!(matches!(code().tools()[0].input, toolledger_contract::Schema::Fields(_)));
-    let fresh = |engine: &mut SqliteEngine<NoRoles>, case: &Case| {
+    let fresh = |engine: &mut SqliteEngine<NoRoles>, case: &HostCall| {
         let answer = engine.dispatch(case, &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
     };
@@ -1296,7 +1296,7 @@ fn tools_as_data(
             fresh(&mut by_definition, &case);
             fresh(&mut by_code, &case);
         }
-        let prepared: Vec<Case> =
+        let prepared: Vec<HostCall> =
             (first..first + settings.ops).map(|index| cases.get(index)).collect();
         let (a, b) = alternating(
             settings.ops,
@@ -1318,12 +1318,12 @@ fn tools_as_data(
     let keys = settings.ops;
     let mut by_definition = engine_with(&work.file("tools-replay-definition"), definition());
     let mut by_code = engine_with(&work.file("tools-replay-code"), code());
-    let prepared: Vec<Case> = (0..keys).map(|index| cases.get(index)).collect();
+    let prepared: Vec<HostCall> = (0..keys).map(|index| cases.get(index)).collect();
     for case in &prepared {
         fresh(&mut by_definition, case);
         fresh(&mut by_code, case);
     }
-    let replayed = |engine: &mut SqliteEngine<NoRoles>, case: &Case| {
+    let replayed = |engine: &mut SqliteEngine<NoRoles>, case: &HostCall| {
         let answer = engine.dispatch(case, &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
     };
@@ -1633,7 +1633,7 @@ fn peer_round(work: &Work, round: usize, cases: &Cases, first: usize, count: usi
     let raw_path = work.file(&format!("raw2-{round}"));
     drop(SqliteStore::open(&raw_path).unwrap());
     let rows: Vec<Row> = (first..first + count).map(|index| row(cases, index)).collect();
-    let prepared: Vec<Case> = (first..first + count).map(|index| cases.get(index)).collect();
+    let prepared: Vec<HostCall> = (first..first + count).map(|index| cases.get(index)).collect();
     let ledger = raw(&raw_path);
     let raw_peer = Peer::open(&work.file(&format!("raw2-peer-{round}")));
     let mut engine = Engine::new(
@@ -1738,7 +1738,8 @@ fn child_main(args: &[String]) {
         let (ledger, downstream) = (raw(path), raw(path));
         Box::new(move |index| raw_operation(&ledger, &downstream, &rows[index]))
     } else {
-        let prepared: Vec<Case> = (first..first + count).map(|index| cases.get(index)).collect();
+        let prepared: Vec<HostCall> =
+            (first..first + count).map(|index| cases.get(index)).collect();
         let mut engine = engine(path);
         Box::new(move |index| {
             let answer = engine.dispatch(&prepared[index], &worker()).unwrap();

@@ -3,7 +3,7 @@
 //! baselines' row values.
 
 use toolledger_contract::{
-    Case, IdempotencyKey, Registry, Scope, digest::downstream_request_ref, load_case,
+    HostCall, IdempotencyKey, Registry, Scope, digest::downstream_request_ref, load_case,
 };
 use toolledger_json::canonicalize;
 use toolledger_store::{CallIdentity, LocalReceipt, NewOperation};
@@ -15,7 +15,7 @@ pub const CASE: &[u8] = include_bytes!("../../../fixtures/persistence-case.json"
 #[derive(Debug)]
 pub struct Cases {
     /// The PASS case.
-    pub base: Case,
+    pub base: HostCall,
     /// The built-in registry.
     pub registry: Registry,
 }
@@ -31,12 +31,12 @@ impl Cases {
     }
 
     /// The case under key `k-<index>`.
-    pub fn get(&self, index: usize) -> Case {
+    pub fn get(&self, index: usize) -> HostCall {
         self.keyed(&format!("k-{index}"))
     }
 
     /// The case under idempotency key `key`, its own model call `call-<key>`.
-    pub fn keyed(&self, key: &str) -> Case {
+    pub fn keyed(&self, key: &str) -> HostCall {
         let mut case = self.base.clone();
         case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
         // Each intent is its own model call: one call is one intent.

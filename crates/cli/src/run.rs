@@ -15,8 +15,9 @@ use clap::{
 };
 use serde_json::{Value, json};
 use toolledger::{
-    Answer, Case, Config, ContractError, EngineError, Identifier, Ledger, Location, Migrated,
-    RefundOrder, Registry, StatusRef, StoreClock, ToolSpec, Waits, drill::FailurePoint, load_case,
+    Answer, Config, ContractError, EngineError, ErrorCode, HostCall, Identifier, Ledger, Location,
+    Migrated, RefundOrder, Registry, StatusRef, StoreClock, ToolSpec, Waits, drill::FailurePoint,
+    load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
@@ -61,15 +62,25 @@ pub(crate) struct Failure {
     pub(crate) message: String,
 }
 
+/// The command line's code for `code`: its role resolver is the claims file, so a
+/// resolver failure is the claims file's (`CLAIMS_IO_ERROR`, `CLAIMS_INVALID`).
+pub(crate) fn cli_code(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::RolesUnavailable => ErrorCode::ClaimsIoError.as_str(),
+        ErrorCode::RolesInvalid => ErrorCode::ClaimsInvalid.as_str(),
+        other => other.as_str(),
+    }
+}
+
 impl From<toolledger::Error> for Failure {
     fn from(err: toolledger::Error) -> Failure {
-        Failure { code: err.code().as_str(), message: err.to_string() }
+        Failure { code: cli_code(err.code()), message: err.to_string() }
     }
 }
 
 impl From<EngineError> for Failure {
     fn from(err: EngineError) -> Failure {
-        Failure { code: err.code().as_str(), message: err.to_string() }
+        Failure { code: cli_code(err.code()), message: err.to_string() }
     }
 }
 
@@ -535,7 +546,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 listen: *listen,
             };
             toolledger_mcp::serve(&options)
-                .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?;
+                .map_err(|err| Failure { code: cli_code(err.code()), message: err.to_string() })?;
             Ok(Printed::Text(String::new()))
         }
         Command::Demo | Command::Completions { .. } => {
@@ -618,7 +629,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
 fn started(config: Option<&Config>) -> Result<Option<Arc<toolledger_mcp::Upstreams>>, Failure> {
     let Some(config) = config else { return Ok(None) };
     Ok(toolledger_mcp::Upstreams::start(config)
-        .map_err(|err| Failure { code: err.code().as_str(), message: err.to_string() })?
+        .map_err(|err| Failure { code: cli_code(err.code()), message: err.to_string() })?
         .map(Arc::new))
 }
 
@@ -764,7 +775,7 @@ fn inputs(
     settings: &Settings,
     now: Option<i64>,
     registry: &Registry,
-) -> Result<(Case, Claims), Failure> {
+) -> Result<(HostCall, Claims), Failure> {
     let path: &Path = settings
         .case
         .as_deref()

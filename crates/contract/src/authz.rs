@@ -11,10 +11,12 @@ use crate::Identifier;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolverError {
-    /// The source of roles could not be reached or read (the CLI's `CLAIMS_IO_ERROR`).
+    /// The source of roles could not be reached or read (`ROLES_UNAVAILABLE`; the
+    /// command line, whose source is its claims file, says `CLAIMS_IO_ERROR`).
     #[error("the principal's roles could not be read")]
     Unavailable,
-    /// The source of roles answered something invalid (the CLI's `CLAIMS_INVALID`).
+    /// The source of roles answered something invalid (`ROLES_INVALID`; the command
+    /// line says `CLAIMS_INVALID`).
     /// The reason names members only, never values.
     #[error("the principal's roles are invalid: {0}")]
     Invalid(String),

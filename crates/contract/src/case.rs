@@ -10,105 +10,13 @@ use serde_json::{Map, Value};
 use toolledger_json::{Limits, check_v2_domain, parse_strict};
 
 use crate::{
-    Approval, ContractError, IdempotencyKey, Identifier, LeaseSeconds, PrincipalResolver,
-    ProviderProfile, Registry, ResolverError, Sha256Hex, UnixSeconds, approval::ApprovalBinding,
-    digest::request_sha256,
+    Approval, Clock, ContractError, HostCall, HostContext, IdempotencyKey, Identifier,
+    LeaseSeconds, Principal, PrincipalResolver, Proposal, ProviderProfile, Registry, ResolverError,
+    Sha256Hex, UnixSeconds,
 };
 
 /// The only `case_version` accepted.
 pub const CASE_VERSION: &str = "persistence-case/v1";
-
-/// The host's clock for this call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Clock {
-    /// The instant the call is judged at (after `--now` is applied).
-    pub now: UnixSeconds,
-    /// How long a worker's claim lasts.
-    pub lease_seconds: LeaseSeconds,
-}
-
-/// Who is calling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The tenant.
-    pub tenant_id: Identifier,
-    /// The subject.
-    pub subject_id: Identifier,
-}
-
-/// The host-owned identity of the call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostContext {
-    /// A registered provider profile.
-    pub profile: ProviderProfile,
-    /// The model response that proposed the call.
-    pub provider_response_id: Identifier,
-    /// The call.
-    pub provider_call_id: Identifier,
-    /// The host's operation id.
-    pub operation_id: Identifier,
-    /// The retry identity.
-    pub idempotency_key: IdempotencyKey,
-}
-
-/// What the model proposed: untrusted until the registry's input schema says otherwise.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proposal {
-    /// The tool named (maybe unknown: that is `INPUT_INVALID`, not a case error).
-    pub tool_name: String,
-    /// The arguments (maybe failing the schema: `INPUT_INVALID`).
-    pub arguments: Value,
-}
-
-/// One call as the ledger takes it: a loaded `persistence-case/v1` file, or what a
-/// host's library call describes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Case {
-    /// The clock.
-    pub clock: Clock,
-    /// The caller.
-    pub principal: Principal,
-    /// The call's identity.
-    pub host: HostContext,
-    /// The proposal.
-    pub proposal: Proposal,
-    /// The approval, when the call presents one (a case file always does; a tool whose
-    /// policy needs none may be called without).
-    pub approval: Option<Approval>,
-    /// `tenant_policy.eligible_approvers`.
-    pub eligible_approvers: Vec<Identifier>,
-    /// The business context the tool's rules judge (`business_state`), a JSON object.
-    pub business_state: Value,
-}
-
-impl Case {
-    /// What an approval of this case's call is bound to, given the request digest the
-    /// registry yields for it.
-    pub fn approval_binding(
-        &self,
-        tool_name: &str,
-        revisions: &crate::Revisions,
-    ) -> ApprovalBinding {
-        ApprovalBinding {
-            tenant_id: self.principal.tenant_id.clone(),
-            subject_id: self.principal.subject_id.clone(),
-            profile: self.host.profile.clone(),
-            provider_response_id: self.host.provider_response_id.clone(),
-            provider_call_id: self.host.provider_call_id.clone(),
-            operation_id: self.host.operation_id.clone(),
-            idempotency_key: self.host.idempotency_key.clone(),
-            tool_name: tool_name.to_owned(),
-            request_sha256: request_sha256(
-                &self.principal.tenant_id,
-                &self.principal.subject_id,
-                tool_name,
-                &self.proposal.arguments,
-                revisions,
-            ),
-            revisions: revisions.clone(),
-        }
-    }
-}
 
 /// Reads an object's members one by one, then refuses any it was not asked for.
 pub(crate) struct Members<'v> {
@@ -216,7 +124,7 @@ pub fn load_case(
     bytes: &[u8],
     registry: &Registry,
     now_override: Option<i64>,
-) -> Result<Case, ContractError> {
+) -> Result<HostCall, ContractError> {
     let document = strict_document(bytes, fixture)?;
     let mut top = Members::of(&document, "case", fixture)?;
 
@@ -308,7 +216,7 @@ pub fn load_case(
     checked.map_err(fixture)?;
     top.finish()?;
 
-    Ok(Case {
+    Ok(HostCall {
         clock: Clock { now, lease_seconds },
         principal: principal_value,
         host: host_value,

@@ -49,6 +49,12 @@ pub enum ErrorCode {
     ClaimsIoError,
     /// The claims file is not a valid claims document.
     ClaimsInvalid,
+    /// A host's role resolver could not reach or read its source of roles. (The command
+    /// line's resolver is its claims file: it answers `CLAIMS_IO_ERROR` instead.)
+    RolesUnavailable,
+    /// A host's role resolver answered something invalid. (The command line answers
+    /// `CLAIMS_INVALID` instead.)
+    RolesInvalid,
     /// The store failed (not a database, I/O, a full disk, an internal invariant).
     StoreError,
     /// Another connection held a lock past the wait bound.
@@ -68,11 +74,13 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::FixtureIoError,
         ErrorCode::FixtureInvalid,
         ErrorCode::ClaimsIoError,
         ErrorCode::ClaimsInvalid,
+        ErrorCode::RolesUnavailable,
+        ErrorCode::RolesInvalid,
         ErrorCode::StoreError,
         ErrorCode::StoreBusy,
         ErrorCode::StoreNotFound,
@@ -89,6 +97,8 @@ impl ErrorCode {
             ErrorCode::FixtureInvalid => "FIXTURE_INVALID",
             ErrorCode::ClaimsIoError => "CLAIMS_IO_ERROR",
             ErrorCode::ClaimsInvalid => "CLAIMS_INVALID",
+            ErrorCode::RolesUnavailable => "ROLES_UNAVAILABLE",
+            ErrorCode::RolesInvalid => "ROLES_INVALID",
             ErrorCode::StoreError => "STORE_ERROR",
             ErrorCode::StoreBusy => "STORE_BUSY",
             ErrorCode::StoreNotFound => "STORE_NOT_FOUND",

@@ -12,7 +12,8 @@
 //!   business precondition, the approval policy) over the current roles a
 //!   [`PrincipalResolver`] answers; [`RefundOrder`] is the built-in tool's;
 //! - PASS and BLOCK packages and [`verify_package`];
-//! - the case-file and claims-file loaders ([`load_case`], [`load_claims`]).
+//! - the [`HostCall`] the engine takes, and the case-file and claims-file loaders
+//!   ([`load_case`] builds a [`HostCall`] from a file, [`load_claims`]).
 //!
 //! It does no I/O, reads no clock and knows nothing of SQLite: callers hand it bytes and
 //! instants. `docs/contract.md` specifies every preimage; `docs/contract-vectors.json`
@@ -22,6 +23,7 @@
 
 mod approval;
 mod authz;
+mod call;
 mod case;
 mod definition;
 pub mod digest;
@@ -36,9 +38,8 @@ mod schema;
 pub use crate::{
     approval::{Approval, ApprovalBinding, ApprovalRefusal, approval_preimage, approval_sha256},
     authz::{NoRoles, PrincipalResolver, ResolverError},
-    case::{
-        CASE_VERSION, Case, Claims, Clock, HostContext, Principal, Proposal, load_case, load_claims,
-    },
+    call::{Clock, HostCall, HostContext, Principal, Proposal},
+    case::{CASE_VERSION, Claims, load_case, load_claims},
     definition::{
         ApprovalRule, ApprovalValidAt, Authorization, Binding, DEFINITION_BYTES_MAX,
         DefinitionError, ToolDefinition, duplicate_names, is_tool_name, parse_document,

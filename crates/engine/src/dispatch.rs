@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolledger_contract::{
-    ApprovalPolicy, ApprovalRefusal, BlockCode, Case, Purpose, Registry, Scope, Sha256Hex,
+    ApprovalPolicy, ApprovalRefusal, BlockCode, HostCall, Purpose, Registry, Scope, Sha256Hex,
     ToolSpec, Verdict, block_package,
     digest::{request_sha256, status_ref},
 };
@@ -27,33 +27,33 @@ pub(crate) fn same_intent(
     stored: &NewOperation,
     request: &Sha256Hex,
     tool: &ToolSpec,
-    case: &Case,
+    call: &HostCall,
 ) -> bool {
     stored.request_sha256 == *request
         && stored.revisions == tool.revisions
-        && stored.arguments == case.proposal.arguments
-        && stored.scope.tenant_id == case.principal.tenant_id
-        && stored.scope.subject_id == case.principal.subject_id
+        && stored.arguments == call.proposal.arguments
+        && stored.scope.tenant_id == call.principal.tenant_id
+        && stored.scope.subject_id == call.principal.subject_id
         && stored.scope.tool_name == tool.name
-        && stored.scope.idempotency_key == case.host.idempotency_key
-        && stored.profile == case.host.profile
+        && stored.scope.idempotency_key == call.host.idempotency_key
+        && stored.profile == call.host.profile
 }
 
-fn scope_of(case: &Case, tool: &ToolSpec) -> Scope {
+fn scope_of(call: &HostCall, tool: &ToolSpec) -> Scope {
     Scope {
-        tenant_id: case.principal.tenant_id.clone(),
-        subject_id: case.principal.subject_id.clone(),
+        tenant_id: call.principal.tenant_id.clone(),
+        subject_id: call.principal.subject_id.clone(),
         tool_name: tool.name.clone(),
-        idempotency_key: case.host.idempotency_key.clone(),
+        idempotency_key: call.host.idempotency_key.clone(),
     }
 }
 
 /// The call's own identity as the model made it.
-pub(crate) fn call_of(case: &Case) -> CallIdentity {
+pub(crate) fn identity_of(call: &HostCall) -> CallIdentity {
     CallIdentity {
-        profile: case.host.profile.clone(),
-        provider_response_id: case.host.provider_response_id.clone(),
-        provider_call_id: case.host.provider_call_id.clone(),
+        profile: call.host.profile.clone(),
+        provider_response_id: call.host.provider_response_id.clone(),
+        provider_call_id: call.host.provider_call_id.clone(),
     }
 }
 
@@ -77,10 +77,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// accepted. After commit A no error is returned: a failure is `OUTCOME_UNKNOWN`.
     pub fn dispatch(
         &mut self,
-        case: &Case,
+        call: &HostCall,
         worker: &toolledger_contract::Identifier,
     ) -> Result<Answer, EngineError> {
-        self.accept(case, worker, Then::Work)
+        self.accept(call, worker, Then::Work)
     }
 
     /// Accepts the call (commit A) and stops: the intent and its outbox event exist,
@@ -91,29 +91,29 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// # Errors
     ///
     /// As [`Engine::dispatch`].
-    pub fn enqueue(&mut self, case: &Case) -> Result<Answer, EngineError> {
+    pub fn enqueue(&mut self, call: &HostCall) -> Result<Answer, EngineError> {
         let nobody = toolledger_contract::Identifier::new("enqueue")
             .unwrap_or_else(|_| unreachable!("a literal identifier"));
-        self.accept(case, &nobody, Then::Stop)
+        self.accept(call, &nobody, Then::Stop)
     }
 
     fn accept(
         &mut self,
-        case: &Case,
+        call: &HostCall,
         worker: &toolledger_contract::Identifier,
         then: Then,
     ) -> Result<Answer, EngineError> {
         let registry = Arc::clone(&self.registry);
-        let (tool, roles) = match self.admit(&registry, case)? {
+        let (tool, roles) = match self.admit(&registry, call)? {
             Ok(admitted) => admitted,
             Err(refused) => return Ok(refused),
         };
-        let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
-        let arguments = &case.proposal.arguments;
-        let scope = scope_of(case, tool);
+        let (tenant, subject) = (&call.principal.tenant_id, &call.principal.subject_id);
+        let arguments = &call.proposal.arguments;
+        let scope = scope_of(call, tool);
         let request = request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions);
-        let call = call_of(case);
-        let lookup = self.store.dispatch_lookup(&scope, &call)?;
+        let identity = identity_of(call);
+        let lookup = self.store.dispatch_lookup(&scope, &identity)?;
         match &lookup.call {
             Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
@@ -132,7 +132,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             _ => {}
         }
         if let Some(stored) = lookup.operation {
-            return self.settled(&stored, &request, tool, case);
+            return self.settled(&stored, &request, tool, call);
         }
         if self.store.retired(&status_ref(&scope))? {
             return Ok(block(BlockCode::KeyRetired, None));
@@ -144,7 +144,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             tenant_id: tenant,
             subject_id: subject,
             arguments,
-            context: &case.business_state,
+            context: &call.business_state,
         };
         match judged.precondition(tool, &roles) {
             Verdict::Allow => {}
@@ -159,16 +159,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             request_sha256: request,
             arguments: arguments.clone(),
             revisions: tool.revisions.clone(),
-            profile: case.host.profile.clone(),
-            provider_response_id: case.host.provider_response_id.clone(),
-            provider_call_id: case.host.provider_call_id.clone(),
-            operation_id: case.host.operation_id.clone(),
+            profile: call.host.profile.clone(),
+            provider_response_id: call.host.provider_response_id.clone(),
+            provider_call_id: call.host.provider_call_id.clone(),
+            operation_id: call.host.operation_id.clone(),
             approval: None,
             downstream: self.downstream.identity_for(&tool.name).clone(),
             scope,
         };
         if tool.rules.approval(arguments) == ApprovalPolicy::Required {
-            let Some(approval) = &case.approval else {
+            let Some(approval) = &call.approval else {
                 return Ok(block(BlockCode::ApprovalInvalid, None));
             };
             // A definition's policy: the approver holds one of its roles now (asked of
@@ -177,7 +177,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             let rule = &tool.approval;
             let by_roles;
             let eligible = if rule.approver_roles.is_empty() {
-                &case.eligible_approvers
+                &call.eligible_approvers
             } else {
                 let roles = self.resolver.current_roles(tenant, &approval.approver_id)?;
                 let holds = roles.iter().any(|role| rule.approver_roles.contains(role));
@@ -188,7 +188,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             if rule.max_validity_seconds.is_some_and(|max| validity > max) {
                 return Ok(block(BlockCode::ApprovalInvalid, None));
             }
-            match approval.admits(&approval_binding(&intent), eligible, case.clock.now) {
+            match approval.admits(&approval_binding(&intent), eligible, call.clock.now) {
                 Ok(()) => {}
                 Err(ApprovalRefusal::Invalid) => {
                     return Ok(block(BlockCode::ApprovalInvalid, None));
@@ -204,12 +204,16 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         // A dispatch that works the operation itself takes the lease in commit A (one
         // commit fewer); `enqueue` stops at A, leaving the event pending for a worker.
-        let clock = &case.clock;
+        let clock = &call.clock;
         let reserved = match then {
-            Then::Work => {
-                self.store.reserve_claimed(&intent, &call, clock.now, worker, clock.lease_seconds)
-            }
-            Then::Stop => self.store.reserve(&intent, &call, clock.now),
+            Then::Work => self.store.reserve_claimed(
+                &intent,
+                &identity,
+                clock.now,
+                worker,
+                clock.lease_seconds,
+            ),
+            Then::Stop => self.store.reserve(&intent, &identity, clock.now),
         };
         let reservation = match reserved {
             Ok(reservation) => reservation,
@@ -225,7 +229,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let reserved = match reservation {
             Reservation::Reserved(operation) => operation,
             Reservation::Exists(stored) => {
-                return self.settled(&stored, &intent.request_sha256, tool, case);
+                return self.settled(&stored, &intent.request_sha256, tool, call);
             }
             Reservation::CallPurposeConflict => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
@@ -250,7 +254,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             reclaimed: false,
         };
         let worked =
-            self.work_claimed(&intent.status_ref, &reserved, &lease, clock, &case.business_state);
+            self.work_claimed(&intent.status_ref, &reserved, &lease, clock, &call.business_state);
         Ok(worked.unwrap_or_else(|_| block(BlockCode::OutcomeUnknown, Some(&reserved))))
     }
 
@@ -262,19 +266,19 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     pub(crate) fn admit<'r>(
         &mut self,
         registry: &'r Registry,
-        case: &Case,
+        call: &HostCall,
     ) -> Result<Result<(&'r ToolSpec, Vec<String>), Answer>, EngineError> {
-        let Some(tool) = registry.tool(&case.proposal.tool_name) else {
+        let Some(tool) = registry.tool(&call.proposal.tool_name) else {
             return Ok(Err(block(BlockCode::InputInvalid, None)));
         };
-        if let Err(refused) = tool.input.validate(&case.proposal.arguments, None) {
+        if let Err(refused) = tool.input.validate(&call.proposal.arguments, None) {
             return Ok(Err(crate::answers::input_invalid(refused.rejection())));
         }
         let judged = Judged {
-            tenant_id: &case.principal.tenant_id,
-            subject_id: &case.principal.subject_id,
-            arguments: &case.proposal.arguments,
-            context: &case.business_state,
+            tenant_id: &call.principal.tenant_id,
+            subject_id: &call.principal.subject_id,
+            arguments: &call.proposal.arguments,
+            context: &call.business_state,
         };
         match self.authorize(tool, &judged)? {
             (roles, true) => Ok(Ok((tool, roles))),
@@ -290,15 +294,15 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         stored: &Operation,
         request: &Sha256Hex,
         tool: &ToolSpec,
-        case: &Case,
+        call: &HostCall,
     ) -> Result<Answer, EngineError> {
         // Stored arguments equal to the call's passed the same schema a moment ago (the
         // call's, in `admit`, when the revisions match; otherwise none is checked): only
         // arguments that differ are validated again, before they are answered a conflict.
-        if stored.intent.arguments != case.proposal.arguments {
+        if stored.intent.arguments != call.proposal.arguments {
             self.check_stored_arguments(stored)?;
         }
-        if !same_intent(&stored.intent, request, tool, case) {
+        if !same_intent(&stored.intent, request, tool, call) {
             return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
         }
         if stored.intent.downstream != *self.downstream.identity_for(&stored.intent.scope.tool_name)
@@ -308,8 +312,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         match stored.status {
             OperationStatus::Succeeded => {
                 let answering = Answering {
-                    response: &case.host.provider_response_id,
-                    call: &case.host.provider_call_id,
+                    response: &call.host.provider_response_id,
+                    call: &call.host.provider_call_id,
                     purpose: Purpose::Dispatch,
                 };
                 self.replay(stored, &answering)

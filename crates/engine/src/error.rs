@@ -19,11 +19,12 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// The stable code: the resolver's are the command line's claims codes.
+    /// The stable code: `ROLES_UNAVAILABLE` or `ROLES_INVALID` for the resolver's,
+    /// the store's own otherwise.
     pub fn code(&self) -> ErrorCode {
         match self {
-            EngineError::Resolver(ResolverError::Invalid(_)) => ErrorCode::ClaimsInvalid,
-            EngineError::Resolver(_) => ErrorCode::ClaimsIoError,
+            EngineError::Resolver(ResolverError::Invalid(_)) => ErrorCode::RolesInvalid,
+            EngineError::Resolver(_) => ErrorCode::RolesUnavailable,
             EngineError::Store(err) => err.code(),
         }
     }

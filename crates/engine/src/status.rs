@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolledger_contract::{
-    BlockCode, Case, Delivery, Identifier, PrincipalResolver, Purpose, StatusRef, UnixSeconds,
+    BlockCode, Delivery, HostCall, Identifier, PrincipalResolver, Purpose, StatusRef, UnixSeconds,
     digest::{StatusQueryPart, request_sha256, status_query_id},
 };
 use toolledger_store::{CallIdentity, Ending, Finalize, Finalizer, LedgerStore, OperationStatus};
@@ -12,7 +12,7 @@ use toolledger_store::{CallIdentity, Ending, Finalize, Finalizer, LedgerStore, O
 use crate::{
     Downstream, Engine, EngineError, Lookup,
     answers::{Answer, Answering, block, call_reused, pass},
-    dispatch::{call_of, ended, same_intent},
+    dispatch::{ended, identity_of, same_intent},
     worker::{Checked, check_receipt, request_of},
 };
 
@@ -61,14 +61,18 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// [`EngineError`] when the resolver or the store fails. A status query causes no
     /// side effect and every write it makes is all or nothing, so running it again is
     /// always safe.
-    pub fn status(&mut self, case: &Case, status_ref: &StatusRef) -> Result<Answer, EngineError> {
+    pub fn status(
+        &mut self,
+        call: &HostCall,
+        status_ref: &StatusRef,
+    ) -> Result<Answer, EngineError> {
         let registry = Arc::clone(&self.registry);
-        let tool = match self.admit(&registry, case)? {
+        let tool = match self.admit(&registry, call)? {
             Ok((tool, _)) => tool,
             Err(refused) => return Ok(refused),
         };
-        let (tenant, subject) = (&case.principal.tenant_id, &case.principal.subject_id);
-        let asking = call_of(case);
+        let (tenant, subject) = (&call.principal.tenant_id, &call.principal.subject_id);
+        let asking = identity_of(call);
         let identity = query_identity(&asking, status_ref);
         let Some(operation) = self.store.operation_by_status_ref(status_ref)? else {
             // Removed by retention: said so to the principal whose scope it was.
@@ -76,7 +80,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 tenant_id: tenant.clone(),
                 subject_id: subject.clone(),
                 tool_name: tool.name.clone(),
-                idempotency_key: case.host.idempotency_key.clone(),
+                idempotency_key: call.host.idempotency_key.clone(),
             }) == *status_ref;
             if own && self.store.retired(status_ref)? {
                 return Ok(block(BlockCode::KeyRetired, None));
@@ -95,14 +99,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             return Ok(block(BlockCode::DownstreamMismatch, Some(&operation)));
         }
         let expected =
-            request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
+            request_sha256(tenant, subject, &tool.name, &call.proposal.arguments, &tool.revisions);
         self.answer_query(
             &operation,
             tool,
             &asking,
             &identity,
-            case.clock.now,
-            Some((&expected, case)),
+            call.clock.now,
+            Some((&expected, call)),
         )
     }
 
@@ -166,7 +170,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         asking: &CallIdentity,
         identity: &CallIdentity,
         now: toolledger_contract::UnixSeconds,
-        intent_check: Option<(&toolledger_contract::Sha256Hex, &Case)>,
+        intent_check: Option<(&toolledger_contract::Sha256Hex, &HostCall)>,
     ) -> Result<Answer, EngineError> {
         let status_ref = &operation.intent.status_ref;
         let (tenant, subject) =
@@ -186,8 +190,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(call_reused(&recorded, tenant, subject));
             }
         }
-        if let Some((expected_request, case)) = intent_check {
-            if !same_intent(&operation.intent, expected_request, tool, case) {
+        if let Some((expected_request, call)) = intent_check {
+            if !same_intent(&operation.intent, expected_request, tool, call) {
                 return Ok(block(BlockCode::IdempotencyConflict, Some(operation)));
             }
         }

@@ -25,7 +25,7 @@ create_exception!(
     toolledger,
     RolesError,
     Error,
-    "The host's role resolver failed or answered something that is not a list of role names (`CLAIMS_IO_ERROR`, `CLAIMS_INVALID`)."
+    "The host's role resolver failed or answered something that is not a list of role names (`ROLES_UNAVAILABLE`, `ROLES_INVALID`)."
 );
 
 /// The Python exception for a facade error, with `.code` and `.message` set.
@@ -39,7 +39,7 @@ pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
         | Code::StoreNotFound
         | Code::SchemaUnsupported
         | Code::StoreContractViolation => StoreError::new_err(message.clone()),
-        Code::ClaimsIoError | Code::ClaimsInvalid => RolesError::new_err(message.clone()),
+        Code::RolesUnavailable | Code::RolesInvalid => RolesError::new_err(message.clone()),
         Code::UsageError | Code::FixtureInvalid | Code::FixtureIoError => {
             InvalidError::new_err(message.clone())
         }

@@ -243,7 +243,7 @@ def test_a_role_resolver_that_fails_accepts_nothing(sqlite_location, payments):
                         downstream=payments, tenant="acme", roles=broken) as ledger:
         with pytest.raises(tl.RolesError) as failed:
             ledger.dispatch(tl.Call("pay", ARGS, key="k-1", subject="agent-7"))
-        assert failed.value.code == "CLAIMS_IO_ERROR"
+        assert failed.value.code == "ROLES_UNAVAILABLE"
         assert isinstance(failed.value, tl.Error)
         assert ledger.list() == [] and payments.effects == []
 

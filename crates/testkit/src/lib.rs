@@ -12,7 +12,7 @@ use std::{
     process::Child,
 };
 
-use toolledger_contract::{Case, DownstreamIdentity, Revisions, Scope, digest};
+use toolledger_contract::{DownstreamIdentity, HostCall, Revisions, Scope, digest};
 use toolledger_store::{CallIdentity, NewOperation};
 
 /// A directory of its own under the system's temporary directory, removed (with
@@ -66,7 +66,7 @@ pub fn listening_base(child: &mut Child) -> String {
 /// case's approval (if any) bound to it, and the identity of the model call that proposed
 /// it.
 pub fn intent_of(
-    case: &Case,
+    case: &HostCall,
     tool: &str,
     revisions: &Revisions,
     downstream: DownstreamIdentity,

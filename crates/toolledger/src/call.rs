@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, Case, Clock, HostContext, IdempotencyKey, Identifier, Principal, Proposal,
+    Approval, Clock, HostCall, HostContext, IdempotencyKey, Identifier, Principal, Proposal,
     ProviderProfile, Registry, UnixSeconds, approval_sha256,
 };
 
@@ -272,7 +272,11 @@ impl Call {
     }
 
     /// The engine's view of the call, validated, with the approval bound to it.
-    pub(crate) fn to_case(&self, clock: Clock, registry: &Registry) -> Result<Case, Error> {
+    pub(crate) fn to_host_call(
+        &self,
+        clock: Clock,
+        registry: &Registry,
+    ) -> Result<HostCall, Error> {
         let id = |text: &str, what: &str| {
             Identifier::new(text)
                 .map_err(|_| Error::invalid(format!("the call's {what} is not an identifier")))
@@ -291,7 +295,7 @@ impl Call {
                 Error::invalid("the call's idempotency key is not an identifier".to_owned())
             })?,
         };
-        let mut case = Case {
+        let mut host_call = HostCall {
             clock,
             principal: Principal {
                 tenant_id: id(&self.principal.0, "tenant id")?,
@@ -313,18 +317,18 @@ impl Call {
                 (id(&grant.approval_id, "approval id")?, id(&grant.approver_id, "approver id")?);
             let (approved_at, expires_at) =
                 (instant(grant.approved_at)?, instant(grant.expires_at)?);
-            let binding = case.approval_binding(&tool.name, &tool.revisions);
+            let binding = host_call.approval_binding(&tool.name, &tool.revisions);
             let approval_sha256 =
                 approval_sha256(&approval_id, &approver_id, approved_at, expires_at, &binding);
             let approval =
                 Approval { approval_id, approver_id, approved_at, expires_at, approval_sha256 };
-            case.approval = Some(approval);
-            case.eligible_approvers = approvers
+            host_call.approval = Some(approval);
+            host_call.eligible_approvers = approvers
                 .iter()
                 .map(|approver| id(approver, "eligible approver"))
                 .collect::<Result<_, _>>()?;
         }
-        Ok(case)
+        Ok(host_call)
     }
 }
 

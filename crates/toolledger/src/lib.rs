@@ -69,12 +69,12 @@ use toolledger_engine::Engine;
 
 pub use toolledger_contract::{
     ApprovalPolicy, ApprovalRule, ApprovalValidAt, Authorization, Binding, BlockCode,
-    BusinessRefusal, Case, Charset, Claims, Clock, ContractError, DefinitionError, Delivery,
-    Denied, DownstreamIdentity, ErrorCode, Field, FieldRule, Identifier, JsonSchema, LeaseSeconds,
-    NoRoles, Precondition, PrincipalResolver, ProviderProfile, RefundOrder, Registry, Rejection,
-    ResolverError, Revisions, RuleCall, Schema, SchemaRefusal, StatusRef, ToolDefinition,
-    ToolRules, ToolSpec, UnixSeconds, Verdict, builtin_profiles, load_case, load_claims,
-    parse_document,
+    BusinessRefusal, Charset, Claims, Clock, ContractError, DefinitionError, Delivery, Denied,
+    DownstreamIdentity, ErrorCode, Field, FieldRule, HostCall, Identifier, JsonSchema,
+    LeaseSeconds, NoRoles, Precondition, PrincipalResolver, ProviderProfile, RefundOrder, Registry,
+    Rejection, ResolverError, Revisions, RuleCall, Schema, SchemaRefusal, StatusRef,
+    ToolDefinition, ToolRules, ToolSpec, UnixSeconds, Verdict, builtin_profiles, load_case,
+    load_claims, parse_document,
 };
 pub use toolledger_engine::{
     Answer, Backoff, DEFAULT_BUSY_TIMEOUT_MS, Downstream, DownstreamError, DownstreamRequest,
@@ -497,8 +497,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn dispatch(&mut self, call: &Call) -> Result<Reply, Error> {
-        let case = self.case_of(call)?;
-        Ok(Reply::from(self.engine.dispatch(&case, &self.worker)?))
+        let host_call = self.host_call_of(call)?;
+        Ok(Reply::from(self.engine.dispatch(&host_call, &self.worker)?))
     }
 
     /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it
@@ -520,8 +520,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn enqueue(&mut self, call: &Call) -> Result<Reply, Error> {
-        let case = self.case_of(call)?;
-        Ok(Reply::from(self.engine.enqueue(&case)?))
+        let host_call = self.host_call_of(call)?;
+        Ok(Reply::from(self.engine.enqueue(&host_call)?))
     }
 
     /// Works the accepted operation `status_ref` as a worker: claims its lease, rechecks
@@ -567,8 +567,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn status(&mut self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
-        let case = self.case_of(call)?;
-        Ok(Reply::from(self.engine.status(&case, status_ref)?))
+        let host_call = self.host_call_of(call)?;
+        Ok(Reply::from(self.engine.status(&host_call, status_ref)?))
     }
 
     /// The status query of a host that holds only `status_ref`: the principal, the
@@ -659,7 +659,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         self.engine.downstream()
     }
 
-    /// The flows underneath, for a caller that already holds a validated [`Case`] (the
+    /// The flows underneath, for a caller that already holds a validated [`HostCall`] (the
     /// command line, which reads case files).
     ///
     /// ```
@@ -682,9 +682,9 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
 
     /// The call as the engine takes it, its approval digest computed from the call
     /// itself.
-    fn case_of(&self, call: &Call) -> Result<Case, Error> {
+    fn host_call_of(&self, call: &Call) -> Result<HostCall, Error> {
         let clock = self.clock_of(call)?;
-        call.to_case(clock, self.engine.registry())
+        call.to_host_call(clock, self.engine.registry())
     }
 }
 

@@ -167,3 +167,42 @@ fn no_downstream_but_the_simulation_may_declare_its_identity() {
         .collect();
     assert_eq!(named, [&Value::from(pass.text("/status_ref"))]);
 }
+
+/// A host's role resolver that cannot answer, or answers nonsense.
+#[derive(Debug)]
+struct BrokenRoles(toolledger::ResolverError);
+
+impl toolledger::PrincipalResolver for BrokenRoles {
+    fn current_roles(
+        &self,
+        _tenant_id: &toolledger::Identifier,
+        _subject_id: &toolledger::Identifier,
+    ) -> Result<Vec<String>, toolledger::ResolverError> {
+        Err(self.0.clone())
+    }
+}
+
+/// A host's resolver failure is the host's roles code, not the command line's claims
+/// file codes (its own resolver is its claims file); nothing is written.
+#[test]
+fn a_host_resolver_failure_is_a_roles_code_and_writes_nothing() {
+    use toolledger::{ErrorCode, ResolverError};
+    let (_fixture, call, fixture_dir) = toolledger::doc_fixture("roles-codes");
+    for (why, code) in [
+        (ResolverError::Unavailable, ErrorCode::RolesUnavailable),
+        (ResolverError::Invalid("roles[] must hold strings".to_owned()), ErrorCode::RolesInvalid),
+    ] {
+        let dir = Dir::new();
+        let mut host = Ledger::builder(dir.location())
+            .tool(RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+            .open_simulated(BrokenRoles(why))
+            .unwrap();
+        let err = host.dispatch(&call).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert_eq!(err.code().as_str(), code.as_str());
+        assert!(err.code().as_str().starts_with("ROLES_"), "{err:?}");
+        drop(host);
+        assert_eq!(dir.db_rows("SELECT count(*) FROM operations"), [[Some("0".to_owned())]]);
+    }
+    std::fs::remove_dir_all(fixture_dir).unwrap();
+}

@@ -16,7 +16,7 @@ use std::{
 };
 
 use proptest::prelude::*;
-use toolledger_contract::{Case, Clock, IdempotencyKey, LeaseSeconds, Registry};
+use toolledger_contract::{Clock, HostCall, IdempotencyKey, LeaseSeconds, Registry};
 use toolledger_engine::Answer;
 use toolledger_store_sqlite::SqliteStore;
 
@@ -58,7 +58,7 @@ fn forced_batch<T: Send + 'static>(
     handles.into_iter().map(|handle| handle.join().unwrap()).collect()
 }
 
-fn keyed(key: &str, now: i64) -> Case {
+fn keyed(key: &str, now: i64) -> HostCall {
     let mut case = case_with(|case| {
         case.host.idempotency_key = IdempotencyKey::new(key).unwrap();
         case.host.provider_call_id = id(&format!("call-{key}"));

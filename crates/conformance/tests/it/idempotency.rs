@@ -74,7 +74,7 @@ fn a_different_intent_under_the_same_key_conflicts_and_changes_nothing() {
     let db = Db::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
-    let changes: [fn(&mut toolledger_contract::Case); 3] = [
+    let changes: [fn(&mut toolledger_contract::HostCall); 3] = [
         |case| case.proposal.arguments["amount_minor"] = json!(2000),
         |case| case.proposal.arguments["reason"] = json!("duplicate"),
         |case| {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use toolledger_contract::{
-    Case, Clock, Identifier, PrincipalResolver, Registry, StatusRef, UnixSeconds, load_case,
+    Clock, HostCall, Identifier, PrincipalResolver, Registry, StatusRef, UnixSeconds, load_case,
 };
 use toolledger_engine::{
     Answer, Downstream, Engine, EngineError, StandIn,
@@ -124,7 +124,7 @@ impl FailurePoint {
 pub trait Flows {
     fn dispatch_at(
         &mut self,
-        case: &Case,
+        case: &HostCall,
         worker: &Identifier,
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError>;
@@ -138,7 +138,7 @@ pub trait Flows {
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError>;
 
-    fn status_of(&mut self, case: &Case, status_ref: &str) -> Result<Answer, EngineError>;
+    fn status_of(&mut self, case: &HostCall, status_ref: &str) -> Result<Answer, EngineError>;
 }
 
 impl<S: toolledger_store::LedgerStore, D: Downstream, R: PrincipalResolver> Flows
@@ -146,7 +146,7 @@ impl<S: toolledger_store::LedgerStore, D: Downstream, R: PrincipalResolver> Flow
 {
     fn dispatch_at(
         &mut self,
-        case: &Case,
+        case: &HostCall,
         worker: &Identifier,
         failure: Option<FailurePoint>,
     ) -> Result<Answer, EngineError> {
@@ -177,7 +177,7 @@ impl<S: toolledger_store::LedgerStore, D: Downstream, R: PrincipalResolver> Flow
         self.process(&status_ref, clock, state, worker)
     }
 
-    fn status_of(&mut self, case: &Case, status_ref: &str) -> Result<Answer, EngineError> {
+    fn status_of(&mut self, case: &HostCall, status_ref: &str) -> Result<Answer, EngineError> {
         let Ok(status_ref) = StatusRef::new(status_ref) else { return Ok(Answer::not_found()) };
         self.status(case, &status_ref)
     }
@@ -204,7 +204,7 @@ pub fn workspace(relative: &str) -> PathBuf {
 }
 
 /// The PASS case (`docs/contract.md`, Case file).
-pub fn case() -> Case {
+pub fn case() -> HostCall {
     load_case(
         &std::fs::read(workspace("fixtures/persistence-case.json")).unwrap(),
         &Registry::builtin(),
@@ -215,14 +215,14 @@ pub fn case() -> Case {
 
 /// The PASS case changed by `change`, with its approval digest recomputed so the
 /// approval still binds the changed call.
-pub fn case_with(change: impl FnOnce(&mut Case)) -> Case {
+pub fn case_with(change: impl FnOnce(&mut HostCall)) -> HostCall {
     let mut case = case();
     change(&mut case);
     rebind(&mut case);
     case
 }
 
-pub fn rebind(case: &mut Case) {
+pub fn rebind(case: &mut HostCall) {
     let registry = Registry::builtin();
     let tool = registry.tool("refund_order").unwrap();
     let binding = case.approval_binding(&tool.name, &tool.revisions);
@@ -238,7 +238,7 @@ pub fn at(seconds: i64) -> UnixSeconds {
     UnixSeconds::new(seconds).unwrap()
 }
 
-pub fn dispatch(engine: &mut impl Flows, case: &Case, failure: Option<FailurePoint>) -> Answer {
+pub fn dispatch(engine: &mut impl Flows, case: &HostCall, failure: Option<FailurePoint>) -> Answer {
     engine.dispatch_at(case, &id("worker-dispatch"), failure).unwrap()
 }
 

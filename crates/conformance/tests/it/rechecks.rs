@@ -23,7 +23,7 @@ fn drifted(change: impl FnOnce(&mut toolledger_contract::ToolSpec)) -> Registry 
 }
 
 /// An accepted, unworked intent: the state every recheck starts from.
-fn accepted(db: &Db, roles: Roles, case: &toolledger_contract::Case) -> String {
+fn accepted(db: &Db, roles: Roles, case: &toolledger_contract::HostCall) -> String {
     let answer = dispatch(
         &mut db.engine_with(roles, Registry::builtin()),
         case,

@@ -30,7 +30,7 @@ use proptest::{
 };
 use toolledger_conformance::{Backend, Faults, Faulty, Roles, Rule, setting};
 use toolledger_contract::{
-    Case, Clock, IdempotencyKey, LeaseSeconds, Registry, Scope,
+    Clock, HostCall, IdempotencyKey, LeaseSeconds, Registry, Scope,
     digest::{downstream_request_ref, result_sha256, status_ref},
 };
 use toolledger_engine::{
@@ -158,7 +158,7 @@ struct Sim<B: Backend> {
     model: [Key; KEYS],
 }
 
-fn keyed(key: usize, now: i64) -> Case {
+fn keyed(key: usize, now: i64) -> HostCall {
     // Each key is its own model call: one call is one intent.
     let mut case = case_with(|case| {
         case.host.idempotency_key = IdempotencyKey::new(&format!("key-{key}")).unwrap();
@@ -170,7 +170,7 @@ fn keyed(key: usize, now: i64) -> Case {
     case
 }
 
-fn scope_of(case: &Case) -> Scope {
+fn scope_of(case: &HostCall) -> Scope {
     Scope {
         tenant_id: case.principal.tenant_id.clone(),
         subject_id: case.principal.subject_id.clone(),

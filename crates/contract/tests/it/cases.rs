@@ -111,7 +111,7 @@ fn input_invalid_proposals_load_and_fail_the_registry() {
 }
 
 fn with_approval_change(
-    change: impl FnOnce(&mut toolledger_contract::Case),
+    change: impl FnOnce(&mut toolledger_contract::HostCall),
 ) -> Result<(), ApprovalRefusal> {
     let mut case = pass_case();
     change(&mut case);

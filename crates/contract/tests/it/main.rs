@@ -12,7 +12,7 @@ mod vectors;
 
 use std::path::PathBuf;
 
-use toolledger_contract::{Case, Registry, load_case};
+use toolledger_contract::{HostCall, Registry, load_case};
 
 /// A path relative to the workspace root.
 fn workspace(relative: &str) -> PathBuf {
@@ -28,6 +28,6 @@ fn pass_case_bytes() -> Vec<u8> {
     std::fs::read(workspace("fixtures/persistence-case.json")).unwrap()
 }
 
-fn pass_case() -> Case {
+fn pass_case() -> HostCall {
     load_case(&pass_case_bytes(), &Registry::builtin(), None).unwrap()
 }

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 use toolledger_contract::{
-    Case, IdempotencyKey, Identifier, LeaseSeconds, Registry, StatusRef, UnixSeconds,
+    HostCall, IdempotencyKey, Identifier, LeaseSeconds, Registry, StatusRef, UnixSeconds,
     digest::{
         downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id,
         result_sha256,
@@ -74,7 +74,7 @@ pub fn stand_in() -> toolledger_contract::DownstreamIdentity {
 }
 
 struct Cases {
-    base: Case,
+    base: HostCall,
     registry: Registry,
 }
 

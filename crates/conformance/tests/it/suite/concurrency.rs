@@ -8,7 +8,7 @@ use std::{
 };
 
 use serde_json::json;
-use toolledger_contract::{Case, Clock, LeaseSeconds, Registry, StatusRef};
+use toolledger_contract::{Clock, HostCall, LeaseSeconds, Registry, StatusRef};
 use toolledger_engine::Answer;
 
 use toolledger_store::{Claim, LedgerStore};
@@ -46,7 +46,7 @@ where
 
 /// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
 /// released at once. Every thread opens the store itself, so creation races too.
-fn race<B: Backend>(db: &Arc<B>, cases: Vec<Case>) -> Vec<Answer> {
+fn race<B: Backend>(db: &Arc<B>, cases: Vec<HostCall>) -> Vec<Answer> {
     assert_eq!(cases.len(), THREADS);
     let db = Arc::clone(db);
     released_together(

@@ -68,7 +68,7 @@ pub(crate) fn each_failure_point_leaves_the_crash_table_state_and_redispatch_tou
     }
 }
 
-fn case_at(now: i64) -> toolledger_contract::Case {
+fn case_at(now: i64) -> toolledger_contract::HostCall {
     let mut case = case();
     case.clock.now = at(now);
     case
