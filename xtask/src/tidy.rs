@@ -18,6 +18,7 @@ const CONTRACT: &str = "toolledger-contract";
 const STORE: &str = "toolledger-store";
 const SQLITE: &str = "toolledger-store-sqlite";
 const POSTGRES: &str = "toolledger-store-postgres";
+const DOWNSTREAM: &str = "toolledger-downstream";
 const ENGINE: &str = "toolledger-engine";
 const HTTP: &str = "toolledger-downstream-http";
 const FACADE: &str = "toolledger";
@@ -27,17 +28,19 @@ const PYTHON: &str = "toolledger-python";
 const TESTKIT: &str = "toolledger-testkit";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 15] = [
+const GRAPH: [(&str, &[&str]); 16] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
     (SQLITE, &[JSON, CONTRACT, STORE]),
     (POSTGRES, &[JSON, CONTRACT, STORE]),
-    (ENGINE, &[JSON, CONTRACT, STORE]),
+    // The downstream seam alone: a downstream compiles without the flows that call it.
+    (DOWNSTREAM, &[CONTRACT, STORE]),
+    (ENGINE, &[JSON, CONTRACT, STORE, DOWNSTREAM]),
     // The engine and every store, tested together (unpublished).
     ("toolledger-conformance", &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, TESTKIT]),
-    (HTTP, &[JSON, CONTRACT, STORE, ENGINE]),
-    (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP]),
+    (HTTP, &[JSON, CONTRACT, DOWNSTREAM]),
+    (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, DOWNSTREAM, ENGINE, HTTP]),
     // The MCP gateway is a frontend: it reaches the ledger through the facade alone.
     (MCP, &[JSON, FACADE]),
     // The Python package's binding is a frontend too (unpublished on crates.io).
@@ -79,6 +82,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "jsonschema", "toml"]
         }
         "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
+        "toolledger-downstream" => &["serde_json", "thiserror"],
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
         }

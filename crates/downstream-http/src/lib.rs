@@ -39,9 +39,9 @@ use std::{collections::BTreeMap, io::ErrorKind, time::Duration};
 
 use serde_json::{Value, json};
 use toolledger_contract::{DownstreamIdentity, Sha256Hex, digest::sha256_canonical};
-use toolledger_engine::{Downstream, DownstreamError, DownstreamRequest, Lookup};
+use toolledger_downstream::{Downstream, DownstreamError, DownstreamRequest, Lookup};
+use toolledger_downstream::{DownstreamReceipt, Now};
 use toolledger_json::canonicalize;
-use toolledger_store::{DownstreamReceipt, Now};
 
 /// The largest answer read from a service.
 const ANSWER_LIMIT: u64 = 1024 * 1024;
@@ -205,7 +205,7 @@ fn agent(timeouts: Timeouts) -> ureq::Agent {
 ///
 /// ```
 /// # use serde_json::json;
-/// # let request = toolledger_engine::DownstreamRequest {
+/// # let request = toolledger_downstream::DownstreamRequest {
 /// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
 /// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
 /// #     tool_name: "refund_order".to_owned(),
@@ -329,8 +329,8 @@ fn receipt(request: &DownstreamRequest, body: &Value, text: &str) -> DownstreamR
 ///
 /// ```
 /// # use serde_json::json;
-/// # use toolledger_engine::DownstreamError;
-/// # let request = toolledger_engine::DownstreamRequest {
+/// # use toolledger_downstream::DownstreamError;
+/// # let request = toolledger_downstream::DownstreamRequest {
 /// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
 /// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
 /// #     tool_name: "refund_order".to_owned(),

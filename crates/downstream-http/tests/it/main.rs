@@ -10,9 +10,9 @@ use std::{
 
 use serde_json::{Value, json};
 use toolledger_contract::{DownstreamIdentity, Sha256Hex};
+use toolledger_downstream::Now;
+use toolledger_downstream::{Downstream, DownstreamError, DownstreamRequest, Lookup};
 use toolledger_downstream_http::{Endpoint, HttpDownstream, Timeouts, body};
-use toolledger_engine::{Downstream, DownstreamError, DownstreamRequest, Lookup};
-use toolledger_store::Now;
 
 /// What the scripted server does with the one request it reads.
 enum Script {
@@ -95,17 +95,17 @@ fn downstream(base: &str) -> HttpDownstream {
 
 fn execute(
     script: Script,
-) -> (Result<toolledger_store::DownstreamReceipt, DownstreamError>, String) {
+) -> (Result<toolledger_downstream::DownstreamReceipt, DownstreamError>, String) {
     let (base, sent) = serve_once(script);
     let result = downstream(&base).execute(&request(), Now::new(1_767_225_600).unwrap());
     (result, sent.recv_timeout(Duration::from_secs(5)).unwrap_or_default())
 }
 
-fn not_sent(result: &Result<toolledger_store::DownstreamReceipt, DownstreamError>) -> bool {
+fn not_sent(result: &Result<toolledger_downstream::DownstreamReceipt, DownstreamError>) -> bool {
     matches!(result, Err(DownstreamError::NotSent { .. }))
 }
 
-fn unknown(result: &Result<toolledger_store::DownstreamReceipt, DownstreamError>) -> bool {
+fn unknown(result: &Result<toolledger_downstream::DownstreamReceipt, DownstreamError>) -> bool {
     matches!(result, Err(DownstreamError::Unknown { .. }))
 }
 
