@@ -62,11 +62,12 @@ const GRAPH: [(&str, &[&str]); 16] = [
 /// Workspace crates a crate may add for tests only: the command line's end-to-end tests
 /// make their PostgreSQL ledgers with the conformance suite's backends; the facade's
 /// tests run tools from definitions against the reference service, served in a thread;
-/// the test kit anywhere a test needs it.
+/// PostgreSQL's tests write the stand-in's receipts through the engine's
+/// `StandInReceipts`; the test kit anywhere a test needs it.
 const DEV_GRAPH: [(&str, &[&str]); 4] = [
     (CLI, &["toolledger-conformance", TESTKIT]),
     (FACADE, &["toolledger-refundd", TESTKIT]),
-    (POSTGRES, &[TESTKIT]),
+    (POSTGRES, &[TESTKIT, ENGINE]),
     ("toolledger-refundd", &[TESTKIT]),
 ];
 

@@ -293,10 +293,14 @@ impl Downstream for Through {
         // argument and in `_meta`, so the upstream does the same work on both sides.
         let mut params = CallToolRequestParams::new("create_payment");
         let mut arguments = request.arguments.as_object().cloned().unwrap_or_default();
-        arguments.insert("idempotency_key".to_owned(), json!(request.downstream_request_ref));
+        arguments
+            .insert("idempotency_key".to_owned(), json!(request.downstream_request_ref.as_str()));
         params.arguments = Some(arguments);
         let mut meta = Map::new();
-        meta.insert("io.toolledger/request_ref".to_owned(), json!(request.downstream_request_ref));
+        meta.insert(
+            "io.toolledger/request_ref".to_owned(),
+            json!(request.downstream_request_ref.as_str()),
+        );
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let result = tokio::runtime::Handle::current()
             .block_on(self.0.call_tool(params))

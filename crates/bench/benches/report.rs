@@ -1584,7 +1584,7 @@ impl toolledger_engine::Downstream for Peer {
         _now: toolledger_store::Now,
     ) -> Result<toolledger_store::DownstreamReceipt, toolledger_engine::DownstreamError> {
         let receipt = toolledger_engine::simulated_refund(request);
-        self.insert(&receipt.downstream_request_ref, &canonicalize(&receipt.receipt));
+        self.insert(receipt.downstream_request_ref.as_str(), &canonicalize(&receipt.receipt));
         Ok(receipt)
     }
 
@@ -1596,7 +1596,7 @@ impl toolledger_engine::Downstream for Peer {
             .conn
             .query_row(
                 "SELECT request_ref FROM refunds WHERE request_ref = ?1",
-                [&request.downstream_request_ref],
+                [request.downstream_request_ref.as_str()],
                 |row| row.get(0),
             )
             .ok();

@@ -112,10 +112,10 @@ pub fn row(cases: &Cases, index: usize) -> Row {
     let (intent, _, local) = finished(cases, &format!("k-{index}"));
     Row {
         status_ref: intent.status_ref.as_str().to_owned(),
-        downstream_request_ref: local.downstream.downstream_request_ref.clone(),
+        downstream_request_ref: local.downstream.downstream_request_ref.as_str().to_owned(),
         request_sha256: intent.request_sha256.as_str().to_owned(),
         arguments_json: canonicalize(&intent.arguments),
-        receipt_ref: local.downstream.receipt_ref.clone(),
+        receipt_ref: local.downstream.receipt_ref.as_str().to_owned(),
         receipt_json: canonicalize(&local.downstream.receipt),
         output_json: canonicalize(&local.output),
         result_sha256: local.result_sha256.as_str().to_owned(),

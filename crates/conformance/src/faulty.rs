@@ -12,11 +12,14 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
+use toolledger_contract::{
+    DownstreamIdentity, DownstreamRequestRef, Identifier, LeaseSeconds, Scope, StatusRef,
+};
+use toolledger_engine::StandInReceipts;
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, NewOperation, Now, Operation,
-    RecordedCall, Release, Reservation, StandInReceipts, StoreError,
+    RecordedCall, Release, Reservation, StoreError,
 };
 
 /// What a plan does to the calls it sees.
@@ -299,7 +302,7 @@ impl<S: StandInReceipts> StandInReceipts for Faulty<S> {
 
     fn downstream_receipt(
         &mut self,
-        downstream_request_ref: &str,
+        downstream_request_ref: &DownstreamRequestRef,
     ) -> Result<Option<DownstreamReceipt>, StoreError> {
         faulted!(self, "downstream_receipt", self.inner.downstream_receipt(downstream_request_ref))
     }

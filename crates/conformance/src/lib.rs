@@ -22,11 +22,12 @@ use std::{
 };
 
 use toolledger_contract::{Identifier, PrincipalResolver, Registry, ResolverError};
+use toolledger_engine::StandInReceipts;
 use toolledger_engine::{
     Engine, EngineError, StandIn,
     drill::{Interrupt, Switch},
 };
-use toolledger_store::{AuditReport, LedgerStore, OperatorStore, StandInReceipts};
+use toolledger_store::{AuditReport, LedgerStore, OperatorStore};
 use toolledger_store_sqlite::SqliteStore;
 
 pub use crate::{

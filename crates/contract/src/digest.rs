@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use toolledger_json::{canonicalize_into, canonicalize_str_into};
 
-use crate::{IdempotencyKey, Identifier, Revisions, Sha256Hex, StatusRef};
+use crate::{
+    DownstreamRequestRef, IdempotencyKey, Identifier, ReceiptRef, Revisions, Sha256Hex, StatusRef,
+};
 
 /// One member value of a preimage.
 ///
@@ -270,8 +272,10 @@ pub fn downstream_request_preimage(scope: &Scope, request_sha256: &Sha256Hex) ->
 }
 
 /// `dr_` + 32 hex: the scope the downstream is idempotent on.
-pub fn downstream_request_ref(scope: &Scope, request_sha256: &Sha256Hex) -> String {
-    short_members("dr_", &downstream_request_members(scope, request_sha256))
+pub fn downstream_request_ref(scope: &Scope, request_sha256: &Sha256Hex) -> DownstreamRequestRef {
+    let text = short_members("dr_", &downstream_request_members(scope, request_sha256));
+    DownstreamRequestRef::new(&text)
+        .unwrap_or_else(|_| unreachable!("dr_ and 32 lowercase hex digits"))
 }
 
 fn status_ref_members(scope: &Scope) -> Members<'_> {
@@ -393,8 +397,9 @@ pub fn downstream_receipt(
 }
 
 /// `rc_` + 32 hex of the receipt itself.
-pub fn downstream_receipt_ref(receipt: &Value) -> String {
-    short_ref("rc_", receipt)
+pub fn downstream_receipt_ref(receipt: &Value) -> ReceiptRef {
+    ReceiptRef::new(&short_ref("rc_", receipt))
+        .unwrap_or_else(|_| unreachable!("rc_ and 32 lowercase hex digits"))
 }
 
 /// `prefix` + the first 32 hex digits of the SHA-256 of `canonical`, which the caller
@@ -490,9 +495,9 @@ pub struct HostView {
     /// The six revisions of the operation.
     pub revisions: Revisions,
     /// `dr_…`.
-    pub downstream_request_ref: String,
+    pub downstream_request_ref: DownstreamRequestRef,
     /// `rc_…`.
-    pub downstream_receipt_ref: String,
+    pub downstream_receipt_ref: ReceiptRef,
     /// `sr_…`.
     pub status_ref: StatusRef,
 }
@@ -525,8 +530,8 @@ impl HostView {
             ("operation_id", Member::Str(self.operation_id.as_str())),
             ("idempotency_key", Member::Str(self.idempotency_key.as_str())),
             ("revisions", revisions_member(&self.revisions)),
-            ("downstream_request_ref", Member::Str(&self.downstream_request_ref)),
-            ("downstream_receipt_ref", Member::Str(&self.downstream_receipt_ref)),
+            ("downstream_request_ref", Member::Str(self.downstream_request_ref.as_str())),
+            ("downstream_receipt_ref", Member::Str(self.downstream_receipt_ref.as_str())),
             ("status_ref", Member::Str(self.status_ref.as_str())),
         ]
     }

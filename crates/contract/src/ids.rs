@@ -74,6 +74,22 @@ validated_string!(
     is_status_ref
 );
 
+validated_string!(
+    /// The scope a downstream is idempotent on (an HTTP service's `Idempotency-Key`):
+    /// `dr_` and 32 lowercase hex digits.
+    DownstreamRequestRef,
+    "downstream request ref",
+    is_downstream_request_ref
+);
+
+validated_string!(
+    /// A downstream receipt's reference, a digest of the receipt itself: `rc_` and 32
+    /// lowercase hex digits.
+    ReceiptRef,
+    "receipt ref",
+    is_receipt_ref
+);
+
 /// `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
 pub(crate) fn is_identifier(text: &str) -> bool {
     let bytes = text.as_bytes();
@@ -97,6 +113,14 @@ pub(crate) fn is_prefixed_hex32(text: &str, prefix: &str) -> bool {
 
 fn is_status_ref(text: &str) -> bool {
     is_prefixed_hex32(text, "sr_")
+}
+
+fn is_downstream_request_ref(text: &str) -> bool {
+    is_prefixed_hex32(text, "dr_")
+}
+
+fn is_receipt_ref(text: &str) -> bool {
+    is_prefixed_hex32(text, "rc_")
 }
 
 /// An instant as whole Unix seconds (UTC) in `[0, 253402300799]`: 1970-01-01T00:00:00Z
@@ -218,5 +242,11 @@ mod tests {
         assert!(StatusRef::new(&format!("sr_{}", "0".repeat(32))).is_ok());
         assert!(StatusRef::new(&format!("sr_{}", "0".repeat(33))).is_err());
         assert!(StatusRef::new(&format!("rc_{}", "0".repeat(32))).is_err());
+        assert!(DownstreamRequestRef::new(&format!("dr_{}", "a".repeat(32))).is_ok());
+        assert!(DownstreamRequestRef::new(&format!("dr_{}", "A".repeat(32))).is_err());
+        assert!(DownstreamRequestRef::new(&format!("sr_{}", "0".repeat(32))).is_err());
+        assert!(ReceiptRef::new(&format!("rc_{}", "f".repeat(32))).is_ok());
+        assert!(ReceiptRef::new(&format!("rc_{}", "f".repeat(31))).is_err());
+        assert!(ReceiptRef::new(&format!("dr_{}", "0".repeat(32))).is_err());
     }
 }

@@ -47,7 +47,10 @@ pub use crate::{
     },
     digest::{Delivery, HostView, Purpose, Scope},
     error::{BlockCode, ContractError, ErrorCode, InvalidValue},
-    ids::{IdempotencyKey, Identifier, LeaseSeconds, Sha256Hex, StatusRef, UnixSeconds},
+    ids::{
+        DownstreamRequestRef, IdempotencyKey, Identifier, LeaseSeconds, ReceiptRef, Sha256Hex,
+        StatusRef, UnixSeconds,
+    },
     package::{
         CONTRACT, PackageError, block_package, pass_package, pass_package_with_result,
         verify_package,

@@ -206,7 +206,7 @@ fn agent(timeouts: Timeouts) -> ureq::Agent {
 /// ```
 /// # use serde_json::json;
 /// # let request = toolledger_downstream::DownstreamRequest {
-/// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+/// #     downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!("dr_{}", "0".repeat(32))).unwrap(),
 /// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
 /// #     tool_name: "refund_order".to_owned(),
 /// #     output_revision: "refund_order.output.v1".to_owned(),
@@ -331,7 +331,7 @@ fn receipt(request: &DownstreamRequest, body: &Value, text: &str) -> DownstreamR
 /// # use serde_json::json;
 /// # use toolledger_downstream::DownstreamError;
 /// # let request = toolledger_downstream::DownstreamRequest {
-/// #     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+/// #     downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!("dr_{}", "0".repeat(32))).unwrap(),
 /// #     request_sha256: toolledger_contract::Sha256Hex::new(&"1".repeat(64)).unwrap(),
 /// #     tool_name: "refund_order".to_owned(),
 /// #     output_revision: "refund_order.output.v1".to_owned(),
@@ -467,7 +467,7 @@ impl Downstream for HttpDownstream {
 
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let (endpoint, agent) = self.endpoint_of(request)?;
-        let call = agent.get(endpoint.lookup_url_of(&request.downstream_request_ref));
+        let call = agent.get(endpoint.lookup_url_of(request.downstream_request_ref.as_str()));
         let unknown = |err: &ureq::Error| DownstreamError::Unknown {
             reason: format!("the status lookup failed: {}", short(err)),
         };

@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    DownstreamIdentity, Sha256Hex,
+    DownstreamIdentity, DownstreamRequestRef, Sha256Hex,
     digest::{downstream_receipt, downstream_receipt_ref},
 };
 use toolledger_store::STAND_IN_NAME;
@@ -26,7 +26,7 @@ pub use toolledger_store::{DownstreamReceipt, Now};
 pub struct DownstreamRequest {
     /// The scope the downstream must be idempotent on (an HTTP service's
     /// `Idempotency-Key`).
-    pub downstream_request_ref: String,
+    pub downstream_request_ref: DownstreamRequestRef,
     /// The request digest: the request's fingerprint.
     pub request_sha256: Sha256Hex,
     /// The tool.
@@ -46,23 +46,23 @@ impl DownstreamRequest {
     ///
     /// ```
     /// use serde_json::json;
-    /// use toolledger_contract::Sha256Hex;
+    /// use toolledger_contract::{DownstreamRequestRef, Sha256Hex};
     /// use toolledger_downstream::DownstreamRequest;
     ///
     /// let request = DownstreamRequest {
-    ///     downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+    ///     downstream_request_ref: DownstreamRequestRef::new(&format!("dr_{}", "0".repeat(32))).unwrap(),
     ///     request_sha256: Sha256Hex::new(&"1".repeat(64)).unwrap(),
     ///     tool_name: "open_ticket".to_owned(),
     ///     output_revision: "open_ticket.output.v1".to_owned(),
     ///     arguments: json!({"queue": "acme-billing", "title": "refund"}),
     /// };
     /// let receipt = request.receipt(json!({"ticket_id": "T-1", "queue": "acme-billing"}));
-    /// assert!(receipt.receipt_ref.starts_with("rc_"));
+    /// assert!(receipt.receipt_ref.as_str().starts_with("rc_"));
     /// assert_eq!(receipt.receipt["output"]["ticket_id"], "T-1");
     /// ```
     pub fn receipt(&self, output: Value) -> DownstreamReceipt {
         let receipt = downstream_receipt(
-            &self.downstream_request_ref,
+            self.downstream_request_ref.as_str(),
             &self.request_sha256,
             &self.tool_name,
             &self.output_revision,

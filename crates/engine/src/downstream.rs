@@ -7,13 +7,85 @@
 //! the same ref.
 
 use serde_json::{Value, json};
-use toolledger_contract::{DownstreamIdentity, digest::refund_id};
+use toolledger_contract::{DownstreamIdentity, DownstreamRequestRef, digest::refund_id};
 pub use toolledger_downstream::{
     Downstream, DownstreamError, DownstreamRequest, Lookup, reserved_identity,
 };
 use toolledger_store::{
-    DownstreamReceipt, Now, STAND_IN_NAME, STAND_IN_REVISION, StandInReceipts, StoreError,
+    DownstreamReceipt, Now, STAND_IN_NAME, STAND_IN_REVISION, StoreError, driver::Backend, ledger,
 };
+
+/// The stand-in downstream's own storage: its receipts table, in the same database as
+/// the ledger but written only by the stand-in's own transaction (commit B). A real
+/// downstream keeps its receipts on its own side; the ledger's flows never write here.
+///
+/// It is not part of the ledger's store boundary: every
+/// [`Backend`](toolledger_store::driver::Backend) has it, through the store's commit B
+/// ([`RecordReceipts`](toolledger_store::ledger::RecordReceipts)) and, for a batch, the
+/// backend's own [`batch_record_receipts`](toolledger_store::driver::Backend::batch_record_receipts).
+pub trait StandInReceipts {
+    /// Commit B: the downstream stand-in stores `receipt` unless one exists for its
+    /// `downstream_request_ref`; returns the stored one either way.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError>;
+
+    /// The downstream receipt for `downstream_request_ref`, verified against itself.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &DownstreamRequestRef,
+    ) -> Result<Option<DownstreamReceipt>, StoreError>;
+
+    /// Commit B of several receipts in one transaction (the simulation's batch), each as
+    /// [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt) would.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`]; a failure rolls the whole batch back.
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError>;
+}
+
+/// The stand-in's receipts, on any backend.
+impl<B: Backend> StandInReceipts for B {
+    fn record_downstream_receipt(
+        &mut self,
+        receipt: &DownstreamReceipt,
+        now: Now,
+    ) -> Result<DownstreamReceipt, StoreError> {
+        let mut stored =
+            self.commit(ledger::RecordReceipts::new(std::slice::from_ref(receipt), now))?;
+        stored.pop().ok_or(StoreError::Internal("the receipt vanished"))
+    }
+
+    fn downstream_receipt(
+        &mut self,
+        downstream_request_ref: &DownstreamRequestRef,
+    ) -> Result<Option<DownstreamReceipt>, StoreError> {
+        self.read(|db| ledger::downstream_receipt(db, downstream_request_ref))
+    }
+
+    fn record_downstream_receipts(
+        &mut self,
+        receipts: &[DownstreamReceipt],
+        now: Now,
+    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
+        self.batch_record_receipts(receipts, now)
+    }
+}
 
 /// The offline simulation of a refund API, on its own store connection. It only
 /// refunds orders: any other tool is refused.
@@ -174,7 +246,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
 /// ```
 /// use toolledger_engine::{DownstreamRequest, simulated_refund};
 /// let request = DownstreamRequest {
-///     downstream_request_ref: "dr_0123456789abcdef0123456789abcdef".into(),
+///     downstream_request_ref: toolledger_contract::DownstreamRequestRef::new("dr_0123456789abcdef0123456789abcdef").unwrap(),
 ///     request_sha256: toolledger_contract::Sha256Hex::new(&"0".repeat(64)).unwrap(),
 ///     tool_name: "refund_order".into(),
 ///     output_revision: "refund_order.output.v2".into(),
@@ -187,7 +259,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
 pub fn simulated_refund(request: &DownstreamRequest) -> DownstreamReceipt {
     let field = |name: &str| request.arguments.get(name).cloned().unwrap_or(Value::Null);
     request.receipt(json!({
-        "refund_id": refund_id(&request.downstream_request_ref),
+        "refund_id": refund_id(request.downstream_request_ref.as_str()),
         "order_id": field("order_id"),
         "amount_minor": field("amount_minor"),
         "currency": field("currency"),

@@ -34,8 +34,8 @@ pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 pub use crate::{
     answers::Answer,
     downstream::{
-        Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, drill,
-        reserved_identity, simulated_refund,
+        Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, StandInReceipts,
+        drill, reserved_identity, simulated_refund,
     },
     error::EngineError,
     relay::{Backoff, Drained},

@@ -531,5 +531,5 @@ pub(crate) fn quarantine_kind(reason: &str) -> &'static str {
 /// for another request. No retry can change it and nothing may send the intent under
 /// another key: an operator decides.
 pub(crate) fn conflict_kept(operation: &Operation) -> serde_json::Value {
-    serde_json::json!({"downstream_conflict": operation.downstream_request_ref})
+    serde_json::json!({"downstream_conflict": operation.downstream_request_ref.as_str()})
 }

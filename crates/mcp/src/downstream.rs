@@ -107,10 +107,10 @@ impl Downstream for McpDownstream {
         let route = self.route(&request.tool_name)?.clone();
         let mut arguments = request.arguments.as_object().cloned().unwrap_or_default();
         if let Some(argument) = &route.key_argument {
-            arguments.insert(argument.clone(), json!(request.downstream_request_ref));
+            arguments.insert(argument.clone(), json!(request.downstream_request_ref.as_str()));
         }
         let mut meta = Map::new();
-        meta.insert(REQUEST_REF_META.to_owned(), json!(request.downstream_request_ref));
+        meta.insert(REQUEST_REF_META.to_owned(), json!(request.downstream_request_ref.as_str()));
         let answer = self.runtime.block_on(route.upstream.call(
             &route.tool,
             arguments,
@@ -139,7 +139,8 @@ impl Downstream for McpDownstream {
             });
         };
         let mut arguments = Map::new();
-        arguments.insert(lookup.key_argument.clone(), json!(request.downstream_request_ref));
+        arguments
+            .insert(lookup.key_argument.clone(), json!(request.downstream_request_ref.as_str()));
         let answer =
             self.runtime.block_on(route.upstream.call(&lookup.tool, arguments, Map::new(), None));
         let result = match answer {

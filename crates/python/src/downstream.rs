@@ -231,7 +231,7 @@ impl Target {
 impl Request {
     fn of(request: &DownstreamRequest) -> Request {
         Request {
-            request_ref: request.downstream_request_ref.clone(),
+            request_ref: request.downstream_request_ref.as_str().to_owned(),
             request_sha256: request.request_sha256.as_str().to_owned(),
             tool: request.tool_name.clone(),
             output_revision: request.output_revision.clone(),

@@ -2,9 +2,9 @@
 //! relays on several hosts.
 //!
 //! [`PgStore`] is a [`Backend`](toolledger_store::driver::Backend) of
-//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore), a
-//! [`StandInReceipts`](toolledger_store::StandInReceipts) and an
-//! [`OperatorStore`](toolledger_store::OperatorStore): the ledger's statements and
+//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore) and an
+//! [`OperatorStore`](toolledger_store::OperatorStore) (and, through the engine, the
+//! stand-in's `StandInReceipts`): the ledger's statements and
 //! commit points are the store crate's, written once for every backend
 //! (`docs/schema.md`). What is PostgreSQL's here is how writers meet: SQLite serializes
 //! them; here every write is one `READ COMMITTED` transaction made correct by row locks

@@ -175,7 +175,9 @@ impl Loaded {
                 scope.tool_name.clone(),
                 scope.idempotency_key.as_str().to_owned(),
                 intent.status_ref.as_str().to_owned(),
-                toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256),
+                toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256)
+                    .as_str()
+                    .to_owned(),
                 intent.request_sha256.as_str().to_owned(),
                 canonicalize(&intent.arguments),
                 revisions.input.clone(),
@@ -695,8 +697,8 @@ impl LocalColumns {
     fn push(&mut self, id: i64, by: &Finalizer, receipt: &LocalReceipt) {
         let downstream = &receipt.downstream;
         self.ids.push(id);
-        self.request_refs.push(downstream.downstream_request_ref.clone());
-        self.receipt_refs.push(downstream.receipt_ref.clone());
+        self.request_refs.push(downstream.downstream_request_ref.as_str().to_owned());
+        self.receipt_refs.push(downstream.receipt_ref.as_str().to_owned());
         self.receipts.push(canonicalize(&downstream.receipt));
         self.outputs.push(canonicalize(&receipt.output));
         self.results.push(receipt.result_sha256.as_str().to_owned());
@@ -902,7 +904,7 @@ impl Backend for PgStore {
             receipts
                 .iter()
                 .map(|receipt| {
-                    if stored.contains(&receipt.downstream_request_ref) {
+                    if stored.contains(receipt.downstream_request_ref.as_str()) {
                         Ok(receipt.clone())
                     } else {
                         ledger::downstream_receipt(pg, &receipt.downstream_request_ref)?

@@ -1,9 +1,9 @@
 //! toolledger's embedded store: one SQLite file in WAL mode, `synchronous=FULL`.
 //!
 //! [`SqliteStore`] is a [`Backend`](toolledger_store::driver::Backend) of
-//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore), a
-//! [`StandInReceipts`](toolledger_store::StandInReceipts) and an
-//! [`OperatorStore`](toolledger_store::OperatorStore), with the store crate's statements
+//! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore) and an
+//! [`OperatorStore`](toolledger_store::OperatorStore) (and, through the engine, the
+//! stand-in's `StandInReceipts`), with the store crate's statements
 //! and commit points (`docs/schema.md`): every write is one `BEGIN IMMEDIATE`
 //! transaction, and writes of different threads that arrive together share one commit
 //! (group commit, each in its own savepoint).

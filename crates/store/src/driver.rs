@@ -12,9 +12,9 @@
 //!   checks ([`Backend::audit_snapshot`]); and, where a dialect does better, its own batch
 //!   statements (PostgreSQL's `unnest`) in place of the defaults.
 //!
-//! Every type with [`Backend`] is a [`LedgerStore`], a
-//! [`StandInReceipts`] and an
-//! [`OperatorStore`].
+//! Every type with [`Backend`] is a [`LedgerStore`] and an [`OperatorStore`]. (The
+//! engine's stand-in downstream writes its own receipts through [`Backend::commit`] and
+//! [`Backend::batch_record_receipts`].)
 
 use std::sync::OnceLock;
 
@@ -26,7 +26,7 @@ use crate::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     Figures, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed, LocalReceipt,
     NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
-    Resolved, Settlement, Shown, StandInReceipts, StoreError, actions,
+    Resolved, Settlement, Shown, StoreError, actions,
     ledger::{self, End},
     verify::Columns,
 };
@@ -322,9 +322,8 @@ pub trait Backend {
         self.commit(ledger::ClaimDue::new(owner, downstream, now, lease, limit))
     }
 
-    /// Commit B of several receipts in one transaction
-    /// ([`StandInReceipts::record_downstream_receipts`]):
-    /// by default each as one commit B would.
+    /// Commit B of several receipts in one transaction (the stand-in's batch): by
+    /// default each as one commit B would.
     ///
     /// # Errors
     ///
@@ -459,34 +458,6 @@ impl<B: Backend> LedgerStore for B {
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
         self.audit_snapshot()
-    }
-}
-
-/// The stand-in's receipts, on any backend.
-impl<B: Backend> StandInReceipts for B {
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError> {
-        let mut stored =
-            self.commit(ledger::RecordReceipts::new(std::slice::from_ref(receipt), now))?;
-        stored.pop().ok_or(StoreError::Internal("the receipt vanished"))
-    }
-
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError> {
-        self.read(|db| ledger::downstream_receipt(db, downstream_request_ref))
-    }
-
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError> {
-        self.batch_record_receipts(receipts, now)
     }
 }
 

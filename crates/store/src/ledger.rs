@@ -8,7 +8,7 @@
 //! SQLite, whose writers are serialized, loses nothing by it.
 
 use toolledger_contract::{
-    DownstreamIdentity, Identifier, LeaseSeconds, Purpose, Scope, StatusRef,
+    DownstreamIdentity, DownstreamRequestRef, Identifier, LeaseSeconds, Purpose, Scope, StatusRef,
 };
 use toolledger_json::canonicalize;
 
@@ -349,17 +349,17 @@ pub(crate) fn retired(db: &mut dyn Db, status_ref: &StatusRef) -> Result<bool, S
 /// [`StoreError`]; `ContractViolation` when the row contradicts itself.
 pub fn downstream_receipt(
     db: &mut dyn Db,
-    downstream_request_ref: &str,
+    downstream_request_ref: &DownstreamRequestRef,
 ) -> Result<Option<DownstreamReceipt>, StoreError> {
-    let row = db.first(&SELECT_DOWNSTREAM, &[downstream_request_ref.into()], |row| {
+    let row = db.first(&SELECT_DOWNSTREAM, &[downstream_request_ref.as_str().into()], |row| {
         Ok((row.text(0)?, row.text(1)?, row.text(2)?))
     })?;
     Ok(row
         .map(|(request, receipt_ref, receipt_json)| {
             verify::downstream(
-                downstream_request_ref.to_owned(),
+                downstream_request_ref.as_str(),
                 &request,
-                receipt_ref,
+                &receipt_ref,
                 &receipt_json,
             )
         })
@@ -723,7 +723,7 @@ fn reserve_in(
         status,
         outbox: OutboxEvent {
             state: status.outbox_state(),
-            lease_owner: claim.map(|(owner, _)| owner.as_str().to_owned()),
+            lease_owner: claim.map(|(owner, _)| owner.clone()),
             lease_until: claim.map(|(_, until)| until.get()),
             attempt_count: i64::from(claim.is_some()),
             next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
@@ -1071,7 +1071,7 @@ pub fn claimed(
 ) -> Claimed {
     operation.status = OperationStatus::Processing;
     operation.outbox.state = OutboxState::Processing;
-    operation.outbox.lease_owner = Some(owner.as_str().to_owned());
+    operation.outbox.lease_owner = Some(owner.clone());
     operation.outbox.lease_until = Some(lease_until.get());
     operation.outbox.next_attempt_at = lease_until.get();
     operation.outbox.attempt_count = attempt;

@@ -1,9 +1,10 @@
 //! The durable ledger: where toolledger's facts live.
 //!
 //! This crate is the engine↔store boundary and names no database: [`LedgerStore`]
-//! (the commit points), [`StandInReceipts`] (the simulated downstream's own storage),
-//! [`OperatorStore`] (what an operator reads and does), the model they speak, the
-//! verification every read applies to a decoded row, and the audit's invariants.
+//! (the commit points), [`OperatorStore`] (what an operator reads and does), the model
+//! they speak, the verification every read applies to a decoded row, and the audit's
+//! invariants. The simulated downstream's own storage is not part of it: the engine's
+//! `StandInReceipts` writes its receipts through this crate's driver seam.
 //! `toolledger-store-sqlite` (the embedded default) and `toolledger-store-postgres`
 //! implement it. Every store implements the transactions of `docs/schema.md`:
 //!
@@ -13,9 +14,9 @@
 //!   dispatcher that will work it (A and the claim in one commit);
 //! - **claim** [`claim`](LedgerStore::claim): pending, or processing with an expired
 //!   lease, becomes processing under a new owner and attempt;
-//! - **B** [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt):
-//!   the offline downstream stand-in's own commit, idempotent on
-//!   `downstream_request_ref` (a real downstream commits on its own side);
+//! - **B** ([`ledger::RecordReceipts`]): the offline downstream stand-in's own commit,
+//!   idempotent on `downstream_request_ref`, run by the engine's stand-in (a real
+//!   downstream commits on its own side);
 //! - **C** [`end`](LedgerStore::end): local receipt + operation succeeded +
 //!   outbox delivered in one transaction, by the current lease holder or a status query
 //!   ([`end`](LedgerStore::end), whichever way the operation ends).
@@ -81,7 +82,7 @@ pub use crate::{
 };
 
 /// The name of the command line's simulated downstream, whose receipts live in the
-/// store's `downstream_receipts` table ([`StandInReceipts`]).
+/// store's `downstream_receipts` table (written by commit B, [`ledger::RecordReceipts`]).
 pub const STAND_IN_NAME: &str = "toolledger-stand-in";
 /// The revision of the simulated downstream.
 pub const STAND_IN_REVISION: &str = "1";
@@ -282,43 +283,4 @@ pub trait LedgerStore {
     ///
     /// [`StoreError`] when the snapshot cannot be read at all.
     fn audit(&mut self) -> Result<AuditReport, StoreError>;
-}
-
-/// The stand-in downstream's own storage: its receipts table, in the same database as
-/// the ledger but written only by the stand-in's own transaction (commit B). A real
-/// downstream keeps its receipts on its own side; the ledger never writes here.
-pub trait StandInReceipts {
-    /// Commit B: the downstream stand-in stores `receipt` unless one exists for its
-    /// `downstream_request_ref`; returns the stored one either way.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`].
-    fn record_downstream_receipt(
-        &mut self,
-        receipt: &DownstreamReceipt,
-        now: Now,
-    ) -> Result<DownstreamReceipt, StoreError>;
-
-    /// The downstream receipt for `downstream_request_ref`, verified against itself.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`].
-    fn downstream_receipt(
-        &mut self,
-        downstream_request_ref: &str,
-    ) -> Result<Option<DownstreamReceipt>, StoreError>;
-
-    /// Commit B of several receipts in one transaction (the simulation's batch), each as
-    /// [`record_downstream_receipt`](StandInReceipts::record_downstream_receipt) would.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`]; a failure rolls the whole batch back.
-    fn record_downstream_receipts(
-        &mut self,
-        receipts: &[DownstreamReceipt],
-        now: Now,
-    ) -> Result<Vec<DownstreamReceipt>, StoreError>;
 }

@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, DownstreamIdentity, Identifier, ProviderProfile, Purpose, Revisions, Scope,
-    Sha256Hex, StatusRef, UnixSeconds,
+    Approval, DownstreamIdentity, DownstreamRequestRef, Identifier, ProviderProfile, Purpose,
+    ReceiptRef, Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
 };
 
 use crate::StoreError;
@@ -175,7 +175,7 @@ pub struct OutboxEvent {
     /// Where it stands.
     pub state: OutboxState,
     /// The worker holding (or last holding) the lease.
-    pub lease_owner: Option<String>,
+    pub lease_owner: Option<Identifier>,
     /// When the lease ends (a lease is live while `now < lease_until`).
     pub lease_until: Option<i64>,
     /// How many times the event was claimed.
@@ -222,7 +222,7 @@ pub struct Operation {
     /// What was accepted.
     pub intent: NewOperation,
     /// `dr_…` of the intent, recomputed.
-    pub downstream_request_ref: String,
+    pub downstream_request_ref: DownstreamRequestRef,
     /// Where it is now.
     pub status: OperationStatus,
     /// Its outbox event.
@@ -397,13 +397,13 @@ pub struct ClaimedBatch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownstreamReceipt {
     /// The scope the downstream is idempotent on.
-    pub downstream_request_ref: String,
+    pub downstream_request_ref: DownstreamRequestRef,
     /// The request it executed.
     pub request_sha256: Sha256Hex,
     /// The receipt object (`tool-result-v2/downstream-receipt`).
     pub receipt: Value,
     /// `rc_…` of the receipt.
-    pub receipt_ref: String,
+    pub receipt_ref: ReceiptRef,
 }
 
 /// The local receipt of a succeeded operation (commit C), verified on the way out.

@@ -7,8 +7,9 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, ApprovalBinding, DownstreamIdentity, IdempotencyKey, Identifier, ProviderProfile,
-    Purpose, Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
+    Approval, ApprovalBinding, DownstreamIdentity, DownstreamRequestRef, IdempotencyKey,
+    Identifier, ProviderProfile, Purpose, ReceiptRef, Revisions, Scope, Sha256Hex, StatusRef,
+    UnixSeconds,
     digest::{
         downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
         short_ref_of_canonical, status_ref,
@@ -292,7 +293,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         return Err(violation("stored status ref does not recompute"));
     }
     let downstream_request_ref = downstream_request_ref(&scope, &request);
-    if downstream_request_ref != raw.downstream_request_ref {
+    if downstream_request_ref.as_str() != raw.downstream_request_ref {
         return Err(violation("stored downstream request ref does not recompute"));
     }
     let profile = ProviderProfile {
@@ -378,7 +379,11 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         status,
         outbox: OutboxEvent {
             state,
-            lease_owner: raw.lease_owner,
+            lease_owner: raw
+                .lease_owner
+                .map(|owner| Identifier::new(&owner))
+                .transpose()
+                .map_err(|_| violation("stored lease owner is malformed"))?,
             lease_until: raw.lease_until,
             attempt_count,
             next_attempt_at,
@@ -390,16 +395,16 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         created_at: raw.created_at,
     };
     if let Some(raw_local) = raw.local {
-        if raw_local.downstream_request_ref != operation.downstream_request_ref {
+        if raw_local.downstream_request_ref != operation.downstream_request_ref.as_str() {
             return Err(violation("local receipt names another downstream request"));
         }
         if !matches!(raw_local.finalized_by.as_str(), "worker" | "status_query" | "operator") {
             return Err(Flaw::OutOfStep("local receipt's finalizer is unknown"));
         }
         let receipt = downstream(
-            operation.downstream_request_ref.clone(),
+            operation.downstream_request_ref.as_str(),
             operation.intent.request_sha256.as_str(),
-            raw_local.receipt_ref,
+            &raw_local.receipt_ref,
             &raw_local.receipt_json,
         )?;
         operation.receipt =
@@ -493,9 +498,9 @@ fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
 
 /// Checks a stored downstream receipt against itself.
 pub fn downstream(
-    downstream_request_ref: String,
+    downstream_request_ref: &str,
     request: &str,
-    receipt_ref: String,
+    receipt_ref: &str,
     receipt_json: &str,
 ) -> Result<DownstreamReceipt, Flaw> {
     let receipt = canonical_json(receipt_json)?;
@@ -507,7 +512,7 @@ pub fn downstream(
     }
     let text = |name: &str| members.get(name).and_then(Value::as_str);
     if text("domain") != Some("tool-result-v2/downstream-receipt")
-        || text("downstream_request_ref") != Some(downstream_request_ref.as_str())
+        || text("downstream_request_ref") != Some(downstream_request_ref)
         || text("request_sha256") != Some(request)
         || text("tool_name").is_none()
         || text("output_revision").is_none()
@@ -519,10 +524,12 @@ pub fn downstream(
         return Err(violation("receipt ref does not recompute"));
     }
     Ok(DownstreamReceipt {
-        downstream_request_ref,
+        downstream_request_ref: DownstreamRequestRef::new(downstream_request_ref)
+            .map_err(|_| violation("stored downstream request ref is malformed"))?,
         request_sha256: digest(request)?,
         receipt,
-        receipt_ref,
+        receipt_ref: ReceiptRef::new(receipt_ref)
+            .map_err(|_| violation("stored receipt ref is malformed"))?,
     })
 }
 

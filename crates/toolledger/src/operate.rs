@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use toolledger_contract::{StatusRef, UnixSeconds};
+use toolledger_contract::{Identifier, StatusRef, UnixSeconds};
 use toolledger_store::{
     Figures, ListFilter, Listed, Operation, OperatorStore, Requeued, TerminalOutcome, Waits,
 };
@@ -149,7 +149,7 @@ fn history(operation: &Operation) -> Value {
         "status": operation.status.as_str(),
         "created_at": operation.created_at,
         "request_sha256": intent.request_sha256.as_str(),
-        "downstream_request_ref": operation.downstream_request_ref,
+        "downstream_request_ref": operation.downstream_request_ref.as_str(),
         "downstream": intent.downstream.to_string(),
         "revisions": intent.revisions.to_json(),
         "approval_id": intent.approval.as_ref().map(|approval| approval.approval_id.as_str()),
@@ -157,13 +157,13 @@ fn history(operation: &Operation) -> Value {
             "state": operation.outbox.state.as_str(),
             "attempts": operation.outbox.attempt_count,
             "attempts_before_requeue": operation.outbox.attempts_before,
-            "lease_owner": operation.outbox.lease_owner,
+            "lease_owner": operation.outbox.lease_owner.as_ref().map(Identifier::as_str),
             "lease_until": operation.outbox.lease_until,
             "next_attempt_at": operation.outbox.next_attempt_at,
             "last_reason": operation.outbox.last_reason,
         },
         "receipt": operation.receipt.as_ref().map(|receipt| json!({
-            "receipt_ref": receipt.downstream.receipt_ref,
+            "receipt_ref": receipt.downstream.receipt_ref.as_str(),
             "result_sha256": receipt.result_sha256.as_str(),
         })),
         "ended": ended,

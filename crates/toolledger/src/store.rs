@@ -3,12 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use toolledger_contract::{DownstreamIdentity, Identifier, LeaseSeconds, Scope, StatusRef};
+use toolledger_contract::{
+    DownstreamIdentity, DownstreamRequestRef, Identifier, LeaseSeconds, Scope, StatusRef,
+};
+use toolledger_engine::StandInReceipts;
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     Figures, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed, LocalReceipt,
     NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
-    Resolved, Settlement, Shown, StandInReceipts, StoreError, Waits,
+    Resolved, Settlement, Shown, StoreError, Waits,
 };
 use toolledger_store_postgres::{Clock, PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
@@ -284,7 +287,7 @@ impl LedgerStore for Store {
 impl StandInReceipts for Store {
     delegate! {
         record_downstream_receipt(receipt: &DownstreamReceipt, now: Now) -> DownstreamReceipt;
-        downstream_receipt(downstream_request_ref: &str) -> Option<DownstreamReceipt>;
+        downstream_receipt(downstream_request_ref: &DownstreamRequestRef) -> Option<DownstreamReceipt>;
         record_downstream_receipts(receipts: &[DownstreamReceipt], now: Now)
             -> Vec<DownstreamReceipt>;
     }

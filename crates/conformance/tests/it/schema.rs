@@ -229,7 +229,7 @@ fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
     let orphan = stand_in
         .execute(
             &DownstreamRequest {
-                downstream_request_ref: format!("dr_{}", "0".repeat(32)),
+                downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!("dr_{}", "0".repeat(32))).unwrap(),
                 request_sha256: Sha256Hex::new(&"1".repeat(64)).unwrap(),
                 tool_name: "refund_order".to_owned(),
                 output_revision: "refund_order.output.v2".to_owned(),
@@ -244,7 +244,7 @@ fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
     assert_eq!(package["checks"]["downstream_receipts_have_operation"], json!(false));
     assert_eq!(
         package["findings"],
-        json!([{"check": "downstream_receipts_have_operation", "ref": orphan.receipt_ref}])
+        json!([{"check": "downstream_receipts_have_operation", "ref": orphan.receipt_ref.as_str()}])
     );
     let text = package.to_string();
     for secret in ["ord-secret-77", "ord-1001", "tenant-a", "user-1", db.path().to_str().unwrap()] {

@@ -33,13 +33,12 @@ use toolledger_contract::{
     Clock, HostCall, IdempotencyKey, LeaseSeconds, Registry, Scope,
     digest::{downstream_request_ref, result_sha256, status_ref},
 };
+use toolledger_engine::StandInReceipts;
 use toolledger_engine::{
     Answer, Backoff, Engine, EngineError, StandIn,
     drill::{Interrupt, Switch},
 };
-use toolledger_store::{
-    Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, StandInReceipts,
-};
+use toolledger_store::{Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt};
 
 use crate::{FailurePoint, Flows, at, case_with, id};
 
@@ -333,10 +332,10 @@ impl<B: Backend> Sim<B> {
             downstream: receipt,
             output,
         };
-        let holder = operation.outbox.lease_owner.clone().unwrap_or_else(|| "nobody".to_owned());
+        let holder = operation.outbox.lease_owner.clone().unwrap_or_else(|| id("nobody"));
         let attempts = operation.outbox.attempt_count;
         for stale in [
-            Finalizer::Lease(Lease { owner: id(&holder), attempt: attempts - 1 }),
+            Finalizer::Lease(Lease { owner: holder.clone(), attempt: attempts - 1 }),
             Finalizer::Lease(Lease { owner: id("ghost"), attempt: attempts }),
         ] {
             let outcome = store

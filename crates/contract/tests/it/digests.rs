@@ -55,8 +55,13 @@ fn host_view(key: &str, call: &str, delivery_ref: &str) -> HostView {
         operation_id: Identifier::new("op-001").unwrap(),
         idempotency_key: IdempotencyKey::new(key).unwrap(),
         revisions: tool.revisions,
-        downstream_request_ref: delivery_ref.to_owned(),
-        downstream_receipt_ref: format!("rc_{}", "1".repeat(32)),
+        downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(delivery_ref)
+            .unwrap(),
+        downstream_receipt_ref: toolledger_contract::ReceiptRef::new(&format!(
+            "rc_{}",
+            "1".repeat(32)
+        ))
+        .unwrap(),
         status_ref: toolledger_contract::StatusRef::new(&format!("sr_{}", "2".repeat(32))).unwrap(),
     }
 }

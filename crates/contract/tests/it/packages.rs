@@ -19,8 +19,16 @@ fn sample() -> (HostView, Value, Sha256Hex) {
         operation_id: Identifier::new("op-001").unwrap(),
         idempotency_key: IdempotencyKey::new("refund-ord-1001-a").unwrap(),
         revisions,
-        downstream_request_ref: format!("dr_{}", "a".repeat(32)),
-        downstream_receipt_ref: format!("rc_{}", "b".repeat(32)),
+        downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!(
+            "dr_{}",
+            "a".repeat(32)
+        ))
+        .unwrap(),
+        downstream_receipt_ref: toolledger_contract::ReceiptRef::new(&format!(
+            "rc_{}",
+            "b".repeat(32)
+        ))
+        .unwrap(),
         status_ref: StatusRef::new(&format!("sr_{}", "c".repeat(32))).unwrap(),
     };
     let output = json!({"refund_id": format!("rf_{}", "d".repeat(32)), "order_id": "ord-1001",

@@ -61,8 +61,11 @@ fn vectors() -> Value {
         operation_id: case.host.operation_id.clone(),
         idempotency_key: case.host.idempotency_key.clone(),
         revisions: revisions.clone(),
-        downstream_request_ref: downstream_request_ref.clone(),
-        downstream_receipt_ref: receipt_ref.clone(),
+        downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(
+            &downstream_request_ref,
+        )
+        .unwrap(),
+        downstream_receipt_ref: toolledger_contract::ReceiptRef::new(&receipt_ref).unwrap(),
         status_ref: status_ref.clone(),
     };
     let query_response = status_query_preimage(
@@ -227,7 +230,7 @@ fn digest_functions_equal_h_of_their_preimages() {
         request_sha256(tenant, subject, &tool.name, &case.proposal.arguments, &tool.revisions);
     let sr = status_ref(&scope);
     let dr = downstream_request_ref(&scope, &request);
-    let output = json!({"refund_id": refund_id(&dr), "order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "status": "refunded"});
+    let output = json!({"refund_id": refund_id(dr.as_str()), "order_id": "ord-1001", "amount_minor": 2599, "currency": "USD", "status": "refunded"});
     let result = result_sha256(&tool.name, &tool.revisions.output, &output);
     let view = HostView {
         provider: "openai".to_owned(),
@@ -240,10 +243,11 @@ fn digest_functions_equal_h_of_their_preimages() {
         idempotency_key: case.host.idempotency_key.clone(),
         revisions: tool.revisions.clone(),
         downstream_request_ref: dr.clone(),
-        downstream_receipt_ref: short_ref(
+        downstream_receipt_ref: toolledger_contract::ReceiptRef::new(&short_ref(
             "rc_",
-            &downstream_receipt(&dr, &request, &tool.name, &tool.revisions.output, &output),
-        ),
+            &downstream_receipt(dr.as_str(), &request, &tool.name, &tool.revisions.output, &output),
+        ))
+        .unwrap(),
         status_ref: sr.clone(),
     };
     let computed = [
@@ -259,9 +263,9 @@ fn digest_functions_equal_h_of_their_preimages() {
             )
             .as_str(),
         ),
-        fast("downstream_request_ref", &dr),
+        fast("downstream_request_ref", dr.as_str()),
         fast("status_ref", sr.as_str()),
-        fast("refund_id", &refund_id(&dr)),
+        fast("refund_id", &refund_id(dr.as_str())),
         fast("result", result.as_str()),
         fast(
             "call_binding",

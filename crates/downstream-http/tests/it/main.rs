@@ -77,7 +77,11 @@ fn answer(status: &str, body: &Value) -> Script {
 
 fn request() -> DownstreamRequest {
     DownstreamRequest {
-        downstream_request_ref: format!("dr_{}", "a".repeat(32)),
+        downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!(
+            "dr_{}",
+            "a".repeat(32)
+        ))
+        .unwrap(),
         request_sha256: Sha256Hex::new(&"1".repeat(64)).unwrap(),
         tool_name: "refund_order".to_owned(),
         output_revision: "refund_order.output.v1".to_owned(),

@@ -7,9 +7,10 @@ use std::{
 };
 
 use toolledger_contract::StatusRef;
+use toolledger_engine::StandInReceipts;
 use toolledger_store::{
     Claim, Claimed, Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, OperationStatus,
-    OperatorStore, Release, Reservation, StandInReceipts, StoreError, TerminalOutcome, Waits,
+    OperatorStore, Release, Reservation, StoreError, TerminalOutcome, Waits,
 };
 use toolledger_store_postgres::{Clock, PgStore};
 
@@ -87,7 +88,7 @@ fn two_relays_claim_disjoint_batches_covering_every_due_event() {
                     }
                     for Claimed { attempt, reclaimed, operation } in batch.claimed {
                         assert_eq!((attempt, reclaimed), (1, false));
-                        assert_eq!(operation.outbox.lease_owner.as_deref(), Some(owner.as_str()));
+                        assert_eq!(operation.outbox.lease_owner.as_ref(), Some(&owner));
                         // The batch answers each operation exactly as a read now returns it.
                         let read = store.operation_by_status_ref(&operation.intent.status_ref);
                         assert_eq!(read.unwrap().as_ref(), Some(&operation));
@@ -188,7 +189,7 @@ fn a_status_query_settles_an_unknown_outcome_with_the_receipt() {
     store.record_downstream_receipt(&downstream, at(1)).unwrap();
     assert_eq!(
         store.audit().unwrap().unreconciled_downstream_receipts,
-        std::slice::from_ref(&downstream.receipt_ref)
+        [downstream.receipt_ref.to_string()]
     );
     assert_eq!(
         store.finalize_many(&[(sr(&new), Finalizer::StatusQuery, local)], at(2)).unwrap(),

@@ -145,10 +145,15 @@ fn a_refused_write_is_answered_in_fixed_words_with_the_cause_kept() {
     let url = fresh("refused");
     let mut store = store(&url);
     let (new, _) = intent("k-1");
-    let (mut downstream, _) = crate::receipts(&new);
-    // A receipt ref the table's CHECK refuses.
-    downstream.receipt_ref = "rc_short".to_owned();
-    let err = toolledger_store::StandInReceipts::record_downstream_receipt(
+    let (downstream, _) = crate::receipts(&new);
+    // A row a CHECK refuses. (A malformed receipt ref, which the table's own CHECK
+    // refuses, can no longer be built: `ReceiptRef` checks it first.)
+    raw(&url)
+        .batch_execute(
+            "ALTER TABLE downstream_receipts ADD CONSTRAINT refuse_all CHECK (created_at < 0)",
+        )
+        .unwrap();
+    let err = toolledger_engine::StandInReceipts::record_downstream_receipt(
         &mut store,
         &downstream,
         at(0),
@@ -158,6 +163,7 @@ fn a_refused_write_is_answered_in_fixed_words_with_the_cause_kept() {
     let cause = std::error::Error::source(&err).unwrap().to_string();
     assert!(!err.to_string().contains(&cause));
     assert_eq!(count(&mut raw(&url), "SELECT count(*) FROM downstream_receipts"), 0);
+    raw(&url).batch_execute("ALTER TABLE downstream_receipts DROP CONSTRAINT refuse_all").unwrap();
     // The store goes on.
     assert_audit_passes(&mut store);
 }

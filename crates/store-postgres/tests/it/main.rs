@@ -108,14 +108,14 @@ pub fn receipts(intent: &NewOperation) -> (DownstreamReceipt, LocalReceipt) {
     let dr_ref = downstream_request_ref(&intent.scope, &intent.request_sha256);
     let field = |name: &str| intent.arguments.get(name).cloned().unwrap_or(Value::Null);
     let output = json!({
-        "refund_id": refund_id(&dr_ref),
+        "refund_id": refund_id(dr_ref.as_str()),
         "order_id": field("order_id"),
         "amount_minor": field("amount_minor"),
         "currency": field("currency"),
         "status": "refunded",
     });
     let receipt = downstream_receipt(
-        &dr_ref,
+        dr_ref.as_str(),
         &intent.request_sha256,
         &intent.scope.tool_name,
         &intent.revisions.output,

@@ -1,8 +1,9 @@
 //! What an operator reads and does.
 
+use toolledger_engine::StandInReceipts;
 use toolledger_store::{
     Claim, Ending, Finalize, Finalizer, Lease, LedgerStore, ListFilter, OperationStatus,
-    OperatorStore, Release, Requeued, Reservation, StandInReceipts,
+    OperatorStore, Release, Requeued, Reservation,
 };
 
 use crate::{

@@ -1,6 +1,7 @@
 //! Rows changed behind the store's back: the audit names them, reads refuse them.
 
-use toolledger_store::{Claim, Ending, Finalizer, Lease, LedgerStore, StandInReceipts, StoreError};
+use toolledger_engine::StandInReceipts;
+use toolledger_store::{Claim, Ending, Finalizer, Lease, LedgerStore, StoreError};
 
 use crate::{at, fresh, intent, lease, raw, receipts, sr, stand_in, store, worker};
 

@@ -199,7 +199,7 @@ impl Downstream for Tickets {
     ) -> Result<DownstreamReceipt, DownstreamError> {
         let mut service = self.service.lock().expect("the service lock");
         let opened = service.open(
-            &request.downstream_request_ref,
+            request.downstream_request_ref.as_str(),
             request.request_sha256.as_str(),
             &request.arguments,
         );
@@ -218,7 +218,7 @@ impl Downstream for Tickets {
 
     fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let service = self.service.lock().expect("the service lock");
-        Ok(match service.find(&request.downstream_request_ref) {
+        Ok(match service.find(request.downstream_request_ref.as_str()) {
             Some(ticket) => Lookup::Done(request.receipt(ticket)),
             None => Lookup::NotFound,
         })

@@ -202,7 +202,10 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
     let Claimed { attempt: 1, operation, .. } = *claimed else { panic!("{claimed:?}") };
     // The claim hands back the operation as it wrote it.
     assert_eq!(
-        (operation.outbox.lease_owner.as_deref(), operation.outbox.attempt_count),
+        (
+            operation.outbox.lease_owner.as_ref().map(|owner| owner.as_str()),
+            operation.outbox.attempt_count
+        ),
         (Some("a"), 1)
     );
     assert_eq!(store.claim(&status_ref, &id("b"), at(NOW + 29), lease).unwrap(), Claim::LeaseHeld);
