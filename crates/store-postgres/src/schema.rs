@@ -11,7 +11,7 @@
 //! only when none of them exists.
 
 use tokio_postgres::IsolationLevel;
-use toolledger_store::audit::TABLES;
+use toolledger_store::{audit::TABLES, ddl, driver::Dialect};
 
 use crate::{
     StoreError,
@@ -26,166 +26,6 @@ pub const SCHEMA_VERSION: i64 = 4;
 /// Serializes creators of a store in one database: `pg_advisory_xact_lock` on this key
 /// (the first eight bytes of "toolledg", big-endian).
 const CREATE_LOCK: i64 = 0x746f_6f6c_6c65_6467;
-
-/// Every table, index, constraint and trigger of `toolledger-store-v4`.
-pub(crate) const DDL: &str = r#"
-CREATE TABLE meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-
-CREATE TABLE operations (
-    id                     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id              TEXT NOT NULL CHECK (length(tenant_id) BETWEEN 1 AND 128),
-    subject_id             TEXT NOT NULL CHECK (length(subject_id) BETWEEN 1 AND 128),
-    tool_name              TEXT NOT NULL CHECK (length(tool_name) BETWEEN 1 AND 128),
-    idempotency_key        TEXT NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 128),
-    status_ref             TEXT NOT NULL UNIQUE CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
-    downstream_request_ref TEXT NOT NULL UNIQUE CHECK (downstream_request_ref LIKE 'dr\_%' AND length(downstream_request_ref) = 35),
-    request_sha256         TEXT NOT NULL CHECK (length(request_sha256) = 64),
-    arguments_json         TEXT NOT NULL CHECK (arguments_json::json IS NOT NULL),
-    input_revision         TEXT NOT NULL,
-    output_revision        TEXT NOT NULL,
-    effect_revision        TEXT NOT NULL,
-    handler_revision       TEXT NOT NULL,
-    producer_revision      TEXT NOT NULL,
-    policy_revision        TEXT NOT NULL,
-    provider               TEXT NOT NULL,
-    api_family             TEXT NOT NULL,
-    adapter_revision       TEXT NOT NULL,
-    provider_response_id   TEXT NOT NULL,
-    provider_call_id       TEXT NOT NULL,
-    operation_id           TEXT NOT NULL,
-    approval_id            TEXT,
-    approver_id            TEXT,
-    approval_sha256        TEXT CHECK (approval_sha256 IS NULL OR length(approval_sha256) = 64),
-    approved_at            BIGINT CHECK (approved_at IS NULL OR approved_at BETWEEN 0 AND 253402300799),
-    approval_expires_at    BIGINT CHECK (approval_expires_at IS NULL OR approval_expires_at BETWEEN 0 AND 253402300799),
-    downstream_name        TEXT NOT NULL CHECK (length(downstream_name) BETWEEN 1 AND 128),
-    downstream_revision    TEXT NOT NULL CHECK (length(downstream_revision) BETWEEN 1 AND 128),
-    status                 TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'succeeded', 'failed', 'quarantined', 'dead')),
-    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
-    updated_at             BIGINT NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
-    CHECK ((approval_id IS NULL) = (approver_id IS NULL) AND (approval_id IS NULL) = (approval_sha256 IS NULL)
-           AND (approval_id IS NULL) = (approved_at IS NULL) AND (approval_id IS NULL) = (approval_expires_at IS NULL)),
-    CHECK (approved_at IS NULL OR approved_at < approval_expires_at),
-    UNIQUE (tenant_id, subject_id, tool_name, idempotency_key)
-);
-
-CREATE TABLE outbox (
-    op_id           BIGINT PRIMARY KEY REFERENCES operations (id),
-    state           TEXT NOT NULL CHECK (state IN ('pending', 'processing', 'delivered', 'failed', 'quarantined', 'dead')),
-    lease_owner     TEXT CHECK (lease_owner IS NULL OR length(lease_owner) BETWEEN 1 AND 128),
-    lease_until     BIGINT CHECK (lease_until IS NULL OR lease_until BETWEEN 0 AND 253402300799),
-    attempt_count   BIGINT NOT NULL CHECK (attempt_count >= 0),
-    next_attempt_at BIGINT NOT NULL CHECK (next_attempt_at BETWEEN 0 AND 253402300799),
-    last_reason     TEXT CHECK (last_reason IS NULL OR length(last_reason) BETWEEN 1 AND 512),
-    attempts_before BIGINT NOT NULL CHECK (attempts_before BETWEEN 0 AND attempt_count),
-    created_at      BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
-    updated_at      BIGINT NOT NULL CHECK (updated_at BETWEEN 0 AND 253402300799),
-    CHECK (state NOT IN ('pending', 'dead') OR (lease_owner IS NULL AND lease_until IS NULL)),
-    CHECK (state <> 'processing' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL AND attempt_count > 0
-           AND next_attempt_at = lease_until)),
-    CHECK (state <> 'dead' OR last_reason IS NOT NULL)
-);
-
-CREATE INDEX outbox_due ON outbox (next_attempt_at, op_id) WHERE state IN ('pending', 'processing');
-
-CREATE TABLE downstream_receipts (
-    downstream_request_ref TEXT PRIMARY KEY CHECK (downstream_request_ref LIKE 'dr\_%' AND length(downstream_request_ref) = 35),
-    request_sha256         TEXT NOT NULL CHECK (length(request_sha256) = 64),
-    receipt_ref            TEXT NOT NULL UNIQUE CHECK (receipt_ref LIKE 'rc\_%' AND length(receipt_ref) = 35),
-    receipt_json           TEXT NOT NULL CHECK (receipt_json::json IS NOT NULL),
-    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
-);
-
-CREATE TABLE local_receipts (
-    op_id                  BIGINT PRIMARY KEY REFERENCES operations (id),
-    downstream_request_ref TEXT NOT NULL UNIQUE,
-    receipt_ref            TEXT NOT NULL UNIQUE CHECK (receipt_ref LIKE 'rc\_%' AND length(receipt_ref) = 35),
-    receipt_json           TEXT NOT NULL CHECK (receipt_json::json IS NOT NULL),
-    output_json            TEXT NOT NULL CHECK (output_json::json IS NOT NULL),
-    result_sha256          TEXT NOT NULL CHECK (length(result_sha256) = 64),
-    finalized_by           TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
-    created_at             BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799)
-);
-
-CREATE TABLE terminal_outcomes (
-    op_id        BIGINT PRIMARY KEY REFERENCES operations (id),
-    kind         TEXT NOT NULL CHECK (kind IN ('failed', 'quarantined')),
-    reason       TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
-    receipt_json TEXT CHECK (receipt_json IS NULL OR receipt_json::json IS NOT NULL),
-    finalized_by TEXT NOT NULL CHECK (finalized_by IN ('worker', 'status_query', 'operator')),
-    created_at   BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
-    CHECK ((kind = 'quarantined') = (receipt_json IS NOT NULL))
-);
-
-CREATE TABLE call_identities (
-    id                   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    provider             TEXT NOT NULL,
-    api_family           TEXT NOT NULL,
-    adapter_revision     TEXT NOT NULL,
-    provider_response_id TEXT NOT NULL,
-    provider_call_id     TEXT NOT NULL,
-    purpose              TEXT NOT NULL CHECK (purpose IN ('dispatch', 'query_status')),
-    op_id                BIGINT NOT NULL REFERENCES operations (id),
-    created_at           BIGINT NOT NULL CHECK (created_at BETWEEN 0 AND 253402300799),
-    UNIQUE (provider, api_family, provider_response_id, provider_call_id)
-);
-
-CREATE INDEX call_identities_op ON call_identities (op_id);
-
-CREATE INDEX operations_status ON operations (status, updated_at);
-
-CREATE TABLE operator_log (
-    id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    status_ref TEXT NOT NULL CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
-    action     TEXT NOT NULL CHECK (action IN ('requeue', 'resolve')),
-    from_state TEXT NOT NULL CHECK (from_state IN ('failed', 'dead', 'pending', 'processing')),
-    reason     TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 512),
-    was        TEXT NOT NULL CHECK (length(was) BETWEEN 1 AND 512),
-    at         BIGINT NOT NULL CHECK (at BETWEEN 0 AND 253402300799)
-);
-
-CREATE INDEX operator_log_ref ON operator_log (status_ref);
-
-CREATE FUNCTION operator_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $body$
-BEGIN
-    RAISE EXCEPTION 'the operator log is append-only' USING ERRCODE = 'integrity_constraint_violation';
-END;
-$body$;
-
-CREATE TRIGGER operator_log_no_update BEFORE UPDATE ON operator_log
-FOR EACH ROW EXECUTE FUNCTION operator_log_append_only();
-
-CREATE TRIGGER operator_log_no_delete BEFORE DELETE ON operator_log
-FOR EACH ROW EXECUTE FUNCTION operator_log_append_only();
-
-CREATE TRIGGER operator_log_no_truncate BEFORE TRUNCATE ON operator_log
-FOR EACH STATEMENT EXECUTE FUNCTION operator_log_append_only();
-
-CREATE TABLE tombstones (
-    status_ref     TEXT PRIMARY KEY CHECK (status_ref LIKE 'sr\_%' AND length(status_ref) = 35),
-    request_sha256 TEXT NOT NULL CHECK (length(request_sha256) = 64),
-    final_status   TEXT NOT NULL CHECK (final_status IN ('succeeded', 'failed', 'quarantined', 'dead')),
-    retired_at     BIGINT NOT NULL CHECK (retired_at BETWEEN 0 AND 253402300799)
-);
-
-CREATE TABLE counters (
-    name  TEXT NOT NULL CHECK (name IN ('claims', 'lease_reclaims', 'fenced_writes', 'reconciliations', 'retired')),
-    shard INTEGER NOT NULL CHECK (shard BETWEEN 0 AND 15),
-    value BIGINT NOT NULL CHECK (value >= 0),
-    PRIMARY KEY (name, shard)
-);
-
-CREATE TABLE migrations (
-    version     BIGINT PRIMARY KEY,
-    from_schema TEXT NOT NULL,
-    to_schema   TEXT NOT NULL,
-    started_at  BIGINT NOT NULL CHECK (started_at BETWEEN 0 AND 253402300799),
-    finished_at BIGINT NOT NULL CHECK (finished_at BETWEEN 0 AND 253402300799)
-);
-"#;
 
 /// The rows a new store starts with: its schema id, and its creation recorded as the
 /// step to the current version (from no schema), stamped with the database's clock.
@@ -297,7 +137,8 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
     let mut db = Db::new(&mut tx, cache);
     match classify(&mut db)? {
         Contents::Empty => {
-            db.c.batch_execute(DDL)?;
+            // Every table, index, constraint and trigger of `toolledger-store-v4`.
+            db.c.batch_execute(ddl::all(Dialect::Postgres))?;
             db.exec(SEED_META, &[&SCHEMA_ID])?;
             db.exec(SEED_MIGRATION, &[&SCHEMA_VERSION, &SCHEMA_ID])?;
         }

@@ -21,7 +21,7 @@ use toolledger_contract::DownstreamIdentity;
 use crate::{
     Now, StoreError, Waits,
     error::sqlite,
-    schema::{self, Contents, META_DDL, SCHEMA_ID, TABLES_DDL, USER_VERSION},
+    schema::{self, Contents, SCHEMA_ID, USER_VERSION},
 };
 
 /// The schema ids of the older versions, by `user_version`.
@@ -206,8 +206,8 @@ fn remove_empty_backups(path: &Path, stem: &str) {
 fn schema_of(version: i64) -> Result<Vec<schema::SchemaRow>, StoreError> {
     let ddl = match version {
         1 => V1_DDL.to_owned(),
-        2 => format!("{META_DDL}{V2_TABLES}"),
-        3 => format!("{META_DDL}{V3_TABLES}"),
+        2 => format!("{}{V2_TABLES}", schema::meta_ddl()),
+        3 => format!("{}{V3_TABLES}", schema::meta_ddl()),
         _ => return Err(StoreError::SchemaUnsupported),
     };
     let conn = Connection::open_in_memory().map_err(sqlite)?;
@@ -257,6 +257,7 @@ fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
 /// v2 → v3 in SQL, the same way, with version 3's DDL. An event's due time is its lease end while it is processing
 /// (it is reclaimable then), its last change otherwise.
 fn v2_to_v3() -> String {
+    let tables = schema::tables_ddl();
     format!(
         "DROP INDEX call_identities_op;
          ALTER TABLE migrations RENAME TO v2_migrations;
@@ -266,7 +267,7 @@ fn v2_to_v3() -> String {
          ALTER TABLE downstream_receipts RENAME TO v2_downstream_receipts;
          ALTER TABLE outbox RENAME TO v2_outbox;
          ALTER TABLE operations RENAME TO v2_operations;
-         {TABLES_DDL}
+         {tables}
          INSERT INTO operations SELECT * FROM v2_operations;
          INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at,
              last_reason, attempts_before, created_at, updated_at)
@@ -314,6 +315,7 @@ fn v3_to_v4() -> String {
         .map(|table| format!("INSERT INTO {table} SELECT * FROM v3_{table};\n"))
         .collect();
     let dropped: String = TABLES.iter().map(|table| format!("DROP TABLE v3_{table};\n")).collect();
+    let tables = schema::tables_ddl();
     format!(
         "DROP INDEX outbox_due;
          DROP INDEX call_identities_op;
@@ -321,7 +323,7 @@ fn v3_to_v4() -> String {
          DROP INDEX operator_log_ref;
          DROP TRIGGER operator_log_no_update;
          DROP TRIGGER operator_log_no_delete;
-         {renamed}{TABLES_DDL}{copied}{dropped}
+         {renamed}{tables}{copied}{dropped}
          UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
          PRAGMA user_version = {USER_VERSION};"
     )

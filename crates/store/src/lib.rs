@@ -54,6 +54,7 @@ macro_rules! operation_from {
 pub mod actions;
 pub mod audit;
 pub mod crash;
+pub mod ddl;
 pub mod driver;
 mod error;
 pub mod ledger;
