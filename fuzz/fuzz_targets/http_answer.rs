@@ -28,7 +28,11 @@ use toolledger_store::DownstreamReceipt;
 const REASON_CHARS_MAX: usize = "HTTP 65535: ".len() + 400;
 
 static REQUEST: LazyLock<DownstreamRequest> = LazyLock::new(|| DownstreamRequest {
-    downstream_request_ref: format!("dr_{}", "0a".repeat(16)),
+    downstream_request_ref: toolledger_contract::DownstreamRequestRef::new(&format!(
+        "dr_{}",
+        "0a".repeat(16)
+    ))
+    .expect("dr_ and 32 lowercase hex digits"),
     request_sha256: Sha256Hex::new(&"1f".repeat(32)).expect("64 lowercase hex digits"),
     tool_name: "refund_order".to_owned(),
     output_revision: "refund_order.output.v1".to_owned(),
