@@ -118,7 +118,7 @@ fn valid_row() -> RawOperation {
         &arguments,
         &revisions,
     );
-    let dr_ref = downstream_request_ref(&scope, &request).as_str().to_owned();
+    let dr_ref = String::from(downstream_request_ref(&scope, &request));
     let mut intent = NewOperation {
         status_ref: status_ref(&scope),
         request_sha256: request.clone(),
@@ -374,7 +374,7 @@ fn check(data: &[u8]) -> Result<()> {
                 [u.arbitrary()?, u.arbitrary()?, u.arbitrary()?, u.arbitrary()?, u.arbitrary()?];
             let [purpose, status_ref, tenant, subject, status] = texts;
             let _ = verify::recorded_call(purpose, status_ref, tenant, subject, status);
-            let _ = verify::downstream(tenant, subject, status_ref, purpose);
+            let _ = verify::downstream(tenant, subject, status_ref.to_owned(), purpose);
         }
     }
     Ok(())

@@ -35,6 +35,21 @@ macro_rules! validated_string {
             }
         }
 
+        impl TryFrom<String> for $name {
+            type Error = InvalidValue;
+
+            /// Checks `text` and keeps it as it is, without copying it.
+            fn try_from(text: String) -> Result<$name, InvalidValue> {
+                if $rule(&text) { Ok($name(text)) } else { Err(InvalidValue { what: $what }) }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)

@@ -176,8 +176,7 @@ impl Loaded {
                 scope.idempotency_key.as_str().to_owned(),
                 intent.status_ref.as_str().to_owned(),
                 toolledger_contract::digest::downstream_request_ref(scope, &intent.request_sha256)
-                    .as_str()
-                    .to_owned(),
+                    .into(),
                 intent.request_sha256.as_str().to_owned(),
                 canonicalize(&intent.arguments),
                 revisions.input.clone(),

@@ -232,7 +232,7 @@ impl Findings {
         {
             return;
         }
-        match verify::downstream(&row.dr_ref, &row.request, &row.receipt_ref, &row.receipt_json) {
+        match verify::downstream(&row.dr_ref, &row.request, row.receipt_ref, &row.receipt_json) {
             Ok(_) => {}
             Err(Flaw::NotCanonical(_)) => self.add("json_canonical", receipt_ref),
             Err(Flaw::Contradiction(_) | Flaw::OutOfStep(_)) => {

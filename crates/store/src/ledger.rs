@@ -359,7 +359,7 @@ pub fn downstream_receipt(
             verify::downstream(
                 downstream_request_ref.as_str(),
                 &request,
-                &receipt_ref,
+                receipt_ref,
                 &receipt_json,
             )
         })

@@ -404,7 +404,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         let receipt = downstream(
             operation.downstream_request_ref.as_str(),
             operation.intent.request_sha256.as_str(),
-            &raw_local.receipt_ref,
+            raw_local.receipt_ref,
             &raw_local.receipt_json,
         )?;
         operation.receipt =
@@ -500,7 +500,7 @@ fn outcome(raw: RawOutcome) -> Result<TerminalOutcome, Flaw> {
 pub fn downstream(
     downstream_request_ref: &str,
     request: &str,
-    receipt_ref: &str,
+    receipt_ref: String,
     receipt_json: &str,
 ) -> Result<DownstreamReceipt, Flaw> {
     let receipt = canonical_json(receipt_json)?;
@@ -528,7 +528,7 @@ pub fn downstream(
             .map_err(|_| violation("stored downstream request ref is malformed"))?,
         request_sha256: digest(request)?,
         receipt,
-        receipt_ref: ReceiptRef::new(receipt_ref)
+        receipt_ref: ReceiptRef::try_from(receipt_ref)
             .map_err(|_| violation("stored receipt ref is malformed"))?,
     })
 }
