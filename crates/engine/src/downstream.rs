@@ -66,9 +66,9 @@ impl<B: Backend> StandInReceipts for B {
         receipt: &DownstreamReceipt,
         now: Now,
     ) -> Result<DownstreamReceipt, StoreError> {
-        let mut stored =
+        let (stored, command) =
             self.commit(ledger::RecordReceipts::new(std::slice::from_ref(receipt), now))?;
-        stored.pop().ok_or(StoreError::Internal("the receipt vanished"))
+        command.answer(stored).pop().ok_or(StoreError::Internal("the receipt vanished"))
     }
 
     fn downstream_receipt(

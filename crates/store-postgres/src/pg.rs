@@ -597,6 +597,16 @@ impl<C: GenericClient> LedgerDb for Pg<'_, C> {
         self.db.exec(sql.text(Dialect::Postgres), &params)
     }
 
+    fn insert(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<Option<i64>, StoreError> {
+        // The statement's `RETURNING id` answers the row, when one was inserted.
+        let mut id = None;
+        self.query(sql, args, &mut |row| {
+            id = Some(row.int(0)?);
+            Ok(false)
+        })?;
+        Ok(id)
+    }
+
     fn query(
         &mut self,
         sql: &Sql,
@@ -752,8 +762,9 @@ impl Backend for PgStore {
         self.with_conn(|conn| read(&mut Pg { db: conn.db(), clock }))
     }
 
-    fn commit<C: Commit>(&mut self, command: C) -> Result<C::Output, StoreError> {
-        self.transact(|pg| command.run(pg))
+    fn commit<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
+        let output = self.transact(|pg| command.run(pg))?;
+        Ok((output, command))
     }
 
     fn audit_snapshot(&mut self) -> Result<AuditReport, StoreError> {

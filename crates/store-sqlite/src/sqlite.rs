@@ -186,12 +186,14 @@ impl SqliteStore {
     /// the transaction holding it has committed (durable under `synchronous=FULL`), or
     /// with its error — then nothing of it was written. It may run on another thread's
     /// connection, inside that thread's transaction and its own savepoint.
-    fn batched<C: Commit>(&mut self, command: C) -> Result<C::Output, StoreError> {
+    fn batched<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.arm()?;
         let SqliteStore { gate, waits, .. } = self;
         let job: Job = Box::new(move |conn| {
             let (value, keep) = command.run(&mut Sqlite(conn))?;
-            Ok((Box::new(value) as Box<dyn Any + Send>, keep))
+            // The command goes back with the answer: the caller frees it, or moves what
+            // it owns into its answer, outside the group commit.
+            Ok((Box::new((value, command)) as Box<dyn Any + Send>, keep))
         });
         let wait = waits.next_wait();
         let answer = gate.run(job, wait, |writer, combining| {
@@ -215,7 +217,7 @@ impl SqliteStore {
         });
         answer.and_then(|value| {
             value
-                .downcast::<C::Output>()
+                .downcast::<(C::Output, C)>()
                 .map(|value| *value)
                 .map_err(|_| StoreError::Internal("a group commit answered another write"))
         })
@@ -349,6 +351,13 @@ impl Db for Sqlite<'_> {
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
 
+    fn insert(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<Option<i64>, StoreError> {
+        // The statement has no `RETURNING` in SQLite's dialect: the rowid the insert just
+        // gave its row, when it inserted one (`ON CONFLICT DO NOTHING` may insert none,
+        // and then the last rowid is another statement's).
+        Ok((self.execute(sql, args)? == 1).then(|| self.0.last_insert_rowid()))
+    }
+
     fn query(
         &mut self,
         sql: &Sql,
@@ -418,7 +427,7 @@ impl Backend for SqliteStore {
         read(&mut Sqlite(&self.conn))
     }
 
-    fn commit<C: Commit>(&mut self, command: C) -> Result<C::Output, StoreError> {
+    fn commit<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.batched(command)
     }
 

@@ -17,7 +17,7 @@ use crate::{
     FailureKind, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now, OPERATION_WIDTH,
     Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
     StoreError,
-    driver::{Arg, Commit, Db, Row, Sql, locked},
+    driver::{Arg, Commit, Db, Row, Sql, locked, returning_id},
     not_claimed,
     verify::{self, RawOperation},
 };
@@ -39,7 +39,7 @@ pub(crate) static SELECT_CALL: Sql = Sql::new(
 /// No conflict target: a racer holding the scope, or any row holding this intent's refs,
 /// makes it insert nothing (in PostgreSQL a targeted `ON CONFLICT` still raises on another
 /// unique index when two inserts race). Which one it was is read afterwards.
-pub(crate) static INSERT_OPERATION: Sql = Sql::new(
+pub(crate) static INSERT_OPERATION: Sql = returning_id!(
     "INSERT INTO operations (tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
      downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
      effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
@@ -48,7 +48,7 @@ pub(crate) static INSERT_OPERATION: Sql = Sql::new(
      created_at, updated_at) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
      $21, $22, $23, $24, $25, $27, $28, $29, $26, $26) \
-     ON CONFLICT DO NOTHING RETURNING id",
+     ON CONFLICT DO NOTHING"
 );
 pub(crate) static INSERT_OUTBOX_CLAIMED: Sql = Sql::new(
     "INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, \
@@ -592,7 +592,7 @@ fn record_downstream_in(
     receipt: &DownstreamReceipt,
     receipt_json: &str,
     now: Now,
-) -> Result<DownstreamReceipt, StoreError> {
+) -> Result<Option<DownstreamReceipt>, StoreError> {
     let inserted = db.execute(
         &INSERT_DOWNSTREAM,
         &[
@@ -604,12 +604,14 @@ fn record_downstream_in(
         ],
     )?;
     if inserted == 1 {
-        // This call wrote it: what is stored is exactly `receipt`.
-        return Ok(receipt.clone());
+        // This call wrote it: what is stored is exactly `receipt` (`None`: the caller has
+        // it).
+        return Ok(None);
     }
     // Nothing stored under this ref, yet something refused the row: another ref holds
     // its receipt ref.
-    downstream_receipt(db, &receipt.downstream_request_ref)?.ok_or_else(|| {
+    let stored = downstream_receipt(db, &receipt.downstream_request_ref)?;
+    stored.map(Some).ok_or_else(|| {
         StoreError::of_kind(
             db.backend(),
             FailureKind::Refused,
@@ -628,16 +630,16 @@ fn reserve_in(
     call: &CallIdentity,
     now: Now,
     claim: Option<(&Identifier, Now)>,
-) -> Result<(Reservation, bool), StoreError> {
+) -> Result<(Reserved, bool), StoreError> {
     let downstream_request_ref =
         toolledger_contract::digest::downstream_request_ref(&intent.scope, &intent.request_sha256);
     match recorded_call(db, call)? {
         Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
-            return Ok((Reservation::CallPurposeConflict, false));
+            return Ok((Reserved::Answered(Reservation::CallPurposeConflict), false));
         }
         // One model call is one intent: its identity already names another operation.
         Some(recorded) if recorded.status_ref != intent.status_ref => {
-            return Ok((Reservation::CallReused(Box::new(recorded)), false));
+            return Ok((Reserved::Answered(Reservation::CallReused(Box::new(recorded))), false));
         }
         _ => {}
     }
@@ -678,7 +680,7 @@ fn reserve_in(
         intent.downstream.revision().into(),
         status.as_str().into(),
     ];
-    let inserted = db.int(&INSERT_OPERATION, &args).map_err(|err| match err {
+    let inserted = db.insert(&INSERT_OPERATION, &args).map_err(|err| match err {
         // A row the table's constraints refuse (not the scope: that conflict inserts
         // nothing) contradicts the stored rows.
         StoreError::Backend { kind: FailureKind::Refused, .. } => StoreError::ContractViolation(
@@ -691,8 +693,12 @@ fn reserve_in(
         // another row holds this intent's refs. Read the authoritative row; nothing
         // was written.
         return match by_scope(db, scope)? {
-            Some(existing) => Ok((Reservation::Exists(Box::new(existing)), false)),
-            None if retired(db, &intent.status_ref)? => Ok((Reservation::Retired, false)),
+            Some(existing) => {
+                Ok((Reserved::Answered(Reservation::Exists(Box::new(existing))), false))
+            }
+            None if retired(db, &intent.status_ref)? => {
+                Ok((Reserved::Answered(Reservation::Retired), false))
+            }
             None => Err(StoreError::ContractViolation(
                 "a stored row holds this intent's refs under another scope",
             )),
@@ -702,7 +708,7 @@ fn reserve_in(
     // the removal, so visible now, even to an insert that waited for the removal) says
     // it may not be reserved again, and the insert is rolled back.
     if retired(db, &intent.status_ref)? {
-        return Ok((Reservation::Retired, false));
+        return Ok((Reserved::Answered(Reservation::Retired), false));
     }
     match claim {
         None => db.execute(&INSERT_OUTBOX, &[id.into(), now.get().into()])?,
@@ -715,26 +721,27 @@ fn reserve_in(
         bump(db, "claims")?;
     }
     insert_call(db, call, Purpose::Dispatch, id, now)?;
-    // What was just written, as a read would return it: pending and unclaimed, or
-    // processing under the claim's lease at attempt 1.
-    let reserved = Operation {
-        intent: intent.clone(),
-        downstream_request_ref,
-        status,
-        outbox: OutboxEvent {
-            state: status.outbox_state(),
-            lease_owner: claim.map(|(owner, _)| owner.clone()),
-            lease_until: claim.map(|(_, until)| until.get()),
-            attempt_count: i64::from(claim.is_some()),
-            next_attempt_at: claim.map_or(now.get(), |(_, until)| until.get()),
-            last_reason: None,
-            attempts_before: 0,
-        },
-        receipt: None,
-        outcome: None,
-        created_at: now.get(),
-    };
-    Ok((Reservation::Reserved(Box::new(reserved)), true))
+    let lease_until = claim.map(|(_, until)| until);
+    Ok((Reserved::Written { downstream_request_ref, now, lease_until }, true))
+}
+
+/// What a run of commit A answers: the answer itself, or — when it wrote the operation —
+/// what the written row holds beyond the intent the command owns, which
+/// [`Reserve::answer`] moves into the answer once the transaction has committed.
+#[derive(Debug)]
+pub enum Reserved {
+    /// Nothing was written: the answer as it is.
+    Answered(Reservation),
+    /// The operation was written at `now`; with the claim, its lease ends at
+    /// `lease_until`.
+    Written {
+        /// The written row's downstream request ref.
+        downstream_request_ref: DownstreamRequestRef,
+        /// The instant it was written at.
+        now: Now,
+        /// The claim's lease end, when commit A claimed it.
+        lease_until: Option<Now>,
+    },
 }
 
 // ---- commit points --------------------------------------------------------------------
@@ -767,10 +774,44 @@ impl Reserve {
     }
 }
 
-impl Commit for Reserve {
-    type Output = Reservation;
+impl Reserve {
+    /// The reservation, from what the committed run answered: a written operation as a
+    /// read would return it — pending and unclaimed, or processing under the claim's
+    /// lease at attempt 1 — holding this command's intent, moved rather than copied.
+    pub fn answer(self, reserved: Reserved) -> Reservation {
+        let (downstream_request_ref, now, lease_until) = match reserved {
+            Reserved::Answered(answer) => return answer,
+            Reserved::Written { downstream_request_ref, now, lease_until } => {
+                (downstream_request_ref, now, lease_until)
+            }
+        };
+        let owner = self.claim.map(|(owner, _)| owner);
+        let claimed = owner.is_some();
+        let status = if claimed { OperationStatus::Processing } else { OperationStatus::Pending };
+        Reservation::Reserved(Box::new(Operation {
+            intent: self.intent,
+            downstream_request_ref,
+            status,
+            outbox: OutboxEvent {
+                state: status.outbox_state(),
+                lease_owner: owner,
+                lease_until: lease_until.map(Now::get),
+                attempt_count: i64::from(claimed),
+                next_attempt_at: lease_until.unwrap_or(now).get(),
+                last_reason: None,
+                attempts_before: 0,
+            },
+            receipt: None,
+            outcome: None,
+            created_at: now.get(),
+        }))
+    }
+}
 
-    fn run(&self, db: &mut dyn Db) -> Result<(Reservation, bool), StoreError> {
+impl Commit for Reserve {
+    type Output = Reserved;
+
+    fn run(&self, db: &mut dyn Db) -> Result<(Reserved, bool), StoreError> {
         let now = db.now(self.now)?;
         let claim = match &self.claim {
             Some((owner, lease)) => Some((owner, lease_end(db, now, *lease)?)),
@@ -1123,10 +1164,24 @@ impl RecordReceipts {
     }
 }
 
-impl Commit for RecordReceipts {
-    type Output = Vec<DownstreamReceipt>;
+impl RecordReceipts {
+    /// What is stored under each receipt's ref, in order, from what the committed run
+    /// answered: the receipt itself where this commit wrote it (moved, not copied), else
+    /// the one already stored.
+    pub fn answer(self, stored: Vec<Option<DownstreamReceipt>>) -> Vec<DownstreamReceipt> {
+        self.receipts
+            .into_iter()
+            .zip(stored)
+            .map(|((receipt, _), stored)| stored.unwrap_or(receipt))
+            .collect()
+    }
+}
 
-    fn run(&self, db: &mut dyn Db) -> Result<(Vec<DownstreamReceipt>, bool), StoreError> {
+impl Commit for RecordReceipts {
+    /// Per receipt, `None` where this commit wrote it, else the receipt already stored.
+    type Output = Vec<Option<DownstreamReceipt>>;
+
+    fn run(&self, db: &mut dyn Db) -> Result<(Self::Output, bool), StoreError> {
         let now = db.now(self.now)?;
         let stored = self
             .receipts
@@ -1166,7 +1221,7 @@ impl Commit for Load {
         for (intent, call, receipt) in &self.finished {
             let arguments = canonicalize(&intent.arguments);
             match reserve_in(db, (intent, &arguments), call, now, Some((&loader, lease_until)))? {
-                (Reservation::Reserved(_), true) => {}
+                (Reserved::Written { .. }, true) => {}
                 _ => return Err(StoreError::ContractViolation("a loaded operation is not new")),
             }
             let downstream = &receipt.downstream;
