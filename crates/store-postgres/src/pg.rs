@@ -599,12 +599,8 @@ impl<C: GenericClient> LedgerDb for Pg<'_, C> {
 
     fn insert(&mut self, sql: &Sql, args: &[Arg<'_>]) -> Result<Option<i64>, StoreError> {
         // The statement's `RETURNING id` answers the row, when one was inserted.
-        let mut id = None;
-        self.query(sql, args, &mut |row| {
-            id = Some(row.int(0)?);
-            Ok(false)
-        })?;
-        Ok(id)
+        let db: &mut dyn LedgerDb = self;
+        db.int(sql, args)
     }
 
     fn query(

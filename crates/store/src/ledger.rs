@@ -643,9 +643,7 @@ fn reserve_in(
         }
         _ => {}
     }
-    // Pending and unclaimed, or processing under the claim's lease at attempt 1.
-    let status =
-        if claim.is_some() { OperationStatus::Processing } else { OperationStatus::Pending };
+    let status = reserved_status(claim.is_some());
     let scope = &intent.scope;
     let revisions = &intent.revisions;
     let approval = intent.approval.as_ref();
@@ -725,6 +723,12 @@ fn reserve_in(
     Ok((Reserved::Written { downstream_request_ref, now, lease_until }, true))
 }
 
+/// The status commit A writes: pending and unclaimed, or processing under the claim's
+/// lease at attempt 1.
+fn reserved_status(claimed: bool) -> OperationStatus {
+    if claimed { OperationStatus::Processing } else { OperationStatus::Pending }
+}
+
 /// What a run of commit A answers: the answer itself, or — when it wrote the operation —
 /// what the written row holds beyond the intent the command owns, which
 /// [`Reserve::answer`] moves into the answer once the transaction has committed.
@@ -772,9 +776,7 @@ impl Reserve {
             claim: claim.map(|(owner, lease)| (owner.clone(), lease)),
         }
     }
-}
 
-impl Reserve {
     /// The reservation, from what the committed run answered: a written operation as a
     /// read would return it — pending and unclaimed, or processing under the claim's
     /// lease at attempt 1 — holding this command's intent, moved rather than copied.
@@ -787,7 +789,7 @@ impl Reserve {
         };
         let owner = self.claim.map(|(owner, _)| owner);
         let claimed = owner.is_some();
-        let status = if claimed { OperationStatus::Processing } else { OperationStatus::Pending };
+        let status = reserved_status(claimed);
         Reservation::Reserved(Box::new(Operation {
             intent: self.intent,
             downstream_request_ref,
@@ -1162,9 +1164,7 @@ impl RecordReceipts {
             .collect();
         RecordReceipts { receipts, now }
     }
-}
 
-impl RecordReceipts {
     /// What is stored under each receipt's ref, in order, from what the committed run
     /// answered: the receipt itself where this commit wrote it (moved, not copied), else
     /// the one already stored.
