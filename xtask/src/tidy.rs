@@ -121,8 +121,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         // PyO3, the Rust–Python bridge.
         "toolledger-python" => &["serde_json", "pyo3"],
         "toolledger-testkit" => &["postgres", "tempfile"],
+        // `nix`: getrusage for CPU per operation, without unsafe code.
         "toolledger-bench" => {
-            &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio"]
+            &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio", "nix"]
         }
         "toolledger-cli" => &[
             "serde",

@@ -23,9 +23,9 @@ use std::{
 use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 use toolledger_bench::{
-    Args, Contention, Work,
+    Args, Contention, Rate, Work,
     ledger::{CASE, Cases, Row, finished, row, worker},
-    median, sibling_binary, threads, timed_rate, write_report,
+    sibling_binary, threads, timed, write_report,
 };
 use toolledger_contract::{NoRoles, Registry, UnixSeconds};
 use toolledger_engine::{Engine, StandIn};
@@ -104,18 +104,23 @@ fn main() {
     for round in 0..settings.rounds {
         let first = round * settings.ops;
         let rows: Vec<Row> = (first..first + settings.ops).map(|i| row(&cases, i)).collect();
-        raw_rates.push(timed_rate(settings.ops, |index| {
+        raw_rates.push(timed(settings.ops, |index| {
             raw_operation(&mut raw_client, &raw_statements, &rows[index], false);
         }));
-        fresh_rates.push(timed_rate(settings.ops, |index| {
+        fresh_rates.push(timed(settings.ops, |index| {
             let answer = fresh.dispatch(&cases.get(first + index), &worker()).unwrap();
             assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
         }));
     }
-    let (raw_1, fresh_1) = (median(raw_rates), median(fresh_rates));
-    put("pg_raw_pipeline_1_ops_per_s", json!(raw_1));
-    put("pg_fresh_dispatch_1_ops_per_s", json!(fresh_1));
-    put("pg_pipeline_vs_raw_1", json!(fresh_1 / raw_1));
+    let (raw_1, fresh_1) = (Rate::median(&raw_rates), Rate::median(&fresh_rates));
+    put("pg_raw_pipeline_1_ops_per_s", json!(raw_1.per_s));
+    put("pg_fresh_dispatch_1_ops_per_s", json!(fresh_1.per_s));
+    put("pg_pipeline_vs_raw_1", json!(fresh_1.per_s / raw_1.per_s));
+    // The client's CPU alone (the server's processes are not this process's).
+    put("pg_raw_pipeline_1_client_cpu_us_per_op", json!(raw_1.cpu_us));
+    put("pg_fresh_dispatch_1_client_cpu_us_per_op", json!(fresh_1.cpu_us));
+    put("pg_cpu_fresh_vs_raw_pipeline_client", json!(fresh_1.cpu_us / raw_1.cpu_us));
+    let fresh_1 = fresh_1.per_s;
 
     // 2: eight clients, each its own connections.
     println!("pipeline, 8 clients: raw pipeline (SKIP LOCKED claims) vs fresh dispatch");
@@ -154,6 +159,8 @@ fn main() {
     put("pg_fresh_dispatch_8_p99_ms", json!(fresh_8.p99_ms));
     put("pg_raw_pipeline_8_p99_ms", json!(raw_8.p99_ms));
     put("pg_pipeline_vs_raw_8", json!(fresh_8.ops_per_s / raw_8.ops_per_s));
+    put("pg_raw_pipeline_8_client_cpu_us_per_op", json!(raw_8.cpu_us));
+    put("pg_fresh_dispatch_8_client_cpu_us_per_op", json!(fresh_8.cpu_us));
 
     // 3: replay of finished operations against a raw unique-key SELECT.
     println!("replay vs raw unique-key SELECT round trip");
@@ -172,7 +179,7 @@ fn main() {
     let scopes: Vec<Row> = (0..keys).map(|index| row(&cases, index)).collect();
     let (mut replays, mut selects) = (Vec::new(), Vec::new());
     for _ in 0..settings.rounds {
-        selects.push(timed_rate(keys, |index| {
+        selects.push(timed(keys, |index| {
             let scope = &scopes[index].scope;
             let found = raw_reader
                 .query_opt(
@@ -187,15 +194,18 @@ fn main() {
                 .unwrap();
             assert!(found.is_some());
         }));
-        replays.push(timed_rate(keys, |index| {
+        replays.push(timed(keys, |index| {
             let answer = replayer.dispatch(&prepared[index], &worker()).unwrap();
             assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
         }));
     }
-    let (replay, select) = (median(replays), median(selects));
-    put("pg_replay_per_s", json!(replay));
-    put("pg_raw_unique_select_per_s", json!(select));
-    put("pg_replay_vs_raw_select", json!(replay / select));
+    let (replay, select) = (Rate::median(&replays), Rate::median(&selects));
+    put("pg_replay_per_s", json!(replay.per_s));
+    put("pg_raw_unique_select_per_s", json!(select.per_s));
+    put("pg_replay_vs_raw_select", json!(replay.per_s / select.per_s));
+    put("pg_raw_unique_select_client_cpu_us_per_op", json!(select.cpu_us));
+    put("pg_replay_client_cpu_us_per_op", json!(replay.cpu_us));
+    put("pg_cpu_replay_vs_raw_select_client", json!(replay.cpu_us / select.cpu_us));
 
     // 4: four relay processes drain a backlog, batches of 64.
     println!("relay: 4 processes draining {} accepted events", settings.events);
@@ -254,9 +264,17 @@ fn main() {
     put("pg_audit_operations_per_s", json!(settings.audited as f64 / audit_s));
 
     write_report(&out, &report, &TARGETS);
-    for key in TARGETS {
+    let cpu = [
+        "pg_fresh_dispatch_1_client_cpu_us_per_op",
+        "pg_raw_pipeline_1_client_cpu_us_per_op",
+        "pg_cpu_fresh_vs_raw_pipeline_client",
+        "pg_replay_client_cpu_us_per_op",
+        "pg_raw_unique_select_client_cpu_us_per_op",
+        "pg_cpu_replay_vs_raw_select_client",
+    ];
+    for key in TARGETS.iter().chain(&cpu) {
         let value = report.iter().find(|(name, _)| name == key).map(|(_, value)| value.clone());
-        println!("{key:<28} {}", value.unwrap_or(Value::Null));
+        println!("{key:<42} {}", value.unwrap_or(Value::Null));
     }
 }
 

