@@ -226,11 +226,15 @@ fn main() {
                 .args(["--db", &relay_url, "--fixture"])
                 .arg(&case_file)
                 .args(["relay", "--once", "--concurrency", "2", "--batch", "64"])
-                .output()
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
+    // All four run at once: each is waited for only after every one has started.
     for relay in relays {
-        let output = relay.unwrap();
+        let output = relay.wait_with_output().unwrap();
         assert!(output.status.success(), "{output:?}");
     }
     let relay_s = started.elapsed().as_secs_f64();

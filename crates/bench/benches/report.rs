@@ -89,7 +89,7 @@ fn main() {
         return child_main(&child);
     }
     if let Some(flow) = flow {
-        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|audit`.
+        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|http|audit`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -574,7 +574,8 @@ fn profile(flow: &str) {
             for index in 0..100 {
                 engine.dispatch(&cases.get(index), &worker()).unwrap();
             }
-            let rate = replay(&mut engine, &cases, 100, 200_000);
+            let count = std::env::var("REPLAYS").map_or(200_000, |n| n.parse().unwrap());
+            let rate = replay(&mut engine, &cases, 100, count);
             println!("{:.0} replays/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "raw" => {
@@ -623,6 +624,18 @@ fn profile(flow: &str) {
             tools_as_data(&work, &cases, &settings, &mut |key, value| {
                 println!("{key}: {value}");
             });
+        }
+        "http" => {
+            // Fresh dispatches over loopback to the reference service (its own process):
+            // this process's CPU is the ledger's and the HTTP client's.
+            let service = Refundd::start(&work.file("refundd"));
+            let mut ledger = http_ledger(&path, &service.base);
+            let count = std::env::var("HTTP_OPS").map_or(3000, |n| n.parse().unwrap());
+            let rate = timed(count, |index| {
+                let answer = ledger.engine().dispatch(&cases.get(index), &worker()).unwrap();
+                assert!(matches!(answer, toolledger::Answer::Pass { .. }));
+            });
+            println!("{:.0} dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "validate" => {
             // Each tool's three validations alone; `VALIDATIONS` calls per loop, and
