@@ -22,6 +22,8 @@
 //! [`check_v2_domain`] narrows a value further to what toolledger stores and digests:
 //! integers within `±(2^53 - 1)` and no fractions or exponents. [`to_string_v2`] (and
 //! [`to_vec_v2`], [`to_writer_v2`]) apply the same narrowing while serializing.
+//! [`is_canonical_v2`] answers whether a text already is that canonical v2 form, in one
+//! pass over its bytes and without building a value.
 //!
 //! Errors carry a stable [`JsonError::code`] and, where it applies, a byte offset. They
 //! never carry input text or the serialized value's content, so they are safe to log and
@@ -72,6 +74,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
 mod canon;
+mod check;
 mod domain;
 mod error;
 mod number;
@@ -80,6 +83,7 @@ mod ser;
 
 pub use crate::{
     canon::{canonicalize, canonicalize_into, canonicalize_str_into},
+    check::is_canonical_v2,
     domain::{V2_INTEGER_MAX, V2_INTEGER_MIN, check_v2_domain},
     error::JsonError,
     parse::{Limits, parse_strict},

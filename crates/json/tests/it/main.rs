@@ -1,6 +1,7 @@
 //! The one integration-test binary of `toolledger-json`: conformance corpora, limits and
 //! properties.
 
+mod check;
 mod domain;
 mod limits;
 mod properties;

@@ -11,7 +11,7 @@ use crate::data;
 const DUPLICATE_KEY_FILES: [&str; 2] =
     ["y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"];
 
-fn corpus() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = data("jsontestsuite/test_parsing");
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .unwrap()
