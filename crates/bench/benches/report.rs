@@ -396,13 +396,7 @@ fn main() {
         }));
         let path = work.file(&format!("http-{round}"));
         let mut ledger = http_ledger(&path, &service.base);
-        over_http.push(timed(http_ops, |index| {
-            let answer = ledger
-                .engine()
-                .dispatch(&cases.get(800_000 + round * http_ops + index), &worker())
-                .unwrap();
-            assert!(matches!(answer, toolledger::Answer::Pass { .. }), "{}", answer.package());
-        }));
+        over_http.push(http_dispatches(&mut ledger, &cases, 800_000 + round * http_ops, http_ops));
     }
     let (raw_http, http_dispatch) = (Rate::median(&raw_http), Rate::median(&over_http));
     let over_http = http_dispatch.per_s;
@@ -574,7 +568,7 @@ fn profile(flow: &str) {
             for index in 0..100 {
                 engine.dispatch(&cases.get(index), &worker()).unwrap();
             }
-            let count = std::env::var("REPLAYS").map_or(200_000, |n| n.parse().unwrap());
+            let count = count_from_env("REPLAYS", 200_000);
             let rate = replay(&mut engine, &cases, 100, count);
             println!("{:.0} replays/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
@@ -594,18 +588,18 @@ fn profile(flow: &str) {
         }
         "relay" => {
             let mut engine = engine(&path);
-            let events = std::env::var("RELAY_EVENTS").map_or(5000, |n| n.parse().unwrap());
+            let events = count_from_env("RELAY_EVENTS", 5000);
             for index in 0..events {
                 engine.enqueue(&cases.get(index)).unwrap();
             }
             drop(engine);
             println!("relaying");
             let started = Instant::now();
-            let workers = std::env::var("RELAY_WORKERS").map_or(1, |n| n.parse().unwrap());
+            let workers = count_from_env("RELAY_WORKERS", 1);
             let drained = toolledger::Relay::new(&path)
                 .tool(toolledger::RefundOrder::default().tool())
                 .concurrency(workers)
-                .batch(std::env::var("RELAY_BATCH").map_or(64, |n| n.parse().unwrap()))
+                .batch(count_from_env("RELAY_BATCH", 64))
                 .at(cases.base.clock.now.get() + 1)
                 .run(
                     || toolledger::simulated(&path),
@@ -630,18 +624,14 @@ fn profile(flow: &str) {
             // this process's CPU is the ledger's and the HTTP client's.
             let service = Refundd::start(&work.file("refundd"));
             let mut ledger = http_ledger(&path, &service.base);
-            let count = std::env::var("HTTP_OPS").map_or(3000, |n| n.parse().unwrap());
-            let rate = timed(count, |index| {
-                let answer = ledger.engine().dispatch(&cases.get(index), &worker()).unwrap();
-                assert!(matches!(answer, toolledger::Answer::Pass { .. }));
-            });
+            let rate = http_dispatches(&mut ledger, &cases, 0, count_from_env("HTTP_OPS", 3000));
             println!("{:.0} dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "validate" => {
             // Each tool's three validations alone; `VALIDATIONS` calls per loop, and
             // `VALIDATE` (a key of the report's `validate_*` figures, e.g.
             // `refund_order_definition`) to run one tool only, as for callgrind.
-            let calls = std::env::var("VALIDATIONS").map_or(1_000_000, |n| n.parse().unwrap());
+            let calls = count_from_env("VALIDATIONS", 1_000_000);
             let only = std::env::var("VALIDATE").ok();
             for (tool, (label, key)) in validated(&cases).iter().zip(VALIDATED) {
                 if only.as_deref().is_some_and(|only| only != key) {
@@ -929,6 +919,24 @@ fn http_downstream(base: &str) -> toolledger::http::HttpDownstream {
     let identity = toolledger::DownstreamIdentity::new("refunds-http", "1").unwrap();
     toolledger::http::HttpDownstream::new(identity, toolledger::http::Timeouts::default())
         .endpoint("refund_order", toolledger::http::Endpoint::refunds(base))
+}
+
+/// `count` fresh dispatches from case `first` through `ledger`, each answered `Pass`.
+fn http_dispatches(
+    ledger: &mut toolledger::Ledger<toolledger::http::HttpDownstream, NoRoles>,
+    cases: &Cases,
+    first: usize,
+    count: usize,
+) -> Rate {
+    timed(count, |index| {
+        let answer = ledger.engine().dispatch(&cases.get(first + index), &worker()).unwrap();
+        assert!(matches!(answer, toolledger::Answer::Pass { .. }), "{}", answer.package());
+    })
+}
+
+/// A count a profiling run takes from the environment variable `name`, else `default`.
+fn count_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |count| count.parse().unwrap())
 }
 
 /// A ledger at `path` whose refunds go to the service at `base`.

@@ -565,7 +565,7 @@ fn local(
     // equal to the stored column proves the column canonical and the same.
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
     if !is_canonical_form(&output, output_json) {
-        return Err(if canonical_json(output_json).is_err() {
+        return Err(if !is_canonical_v2(output_json, &Limits::default()) {
             Flaw::NotCanonical("stored output is not canonical")
         } else {
             violation("local receipt output differs from its receipt")
