@@ -89,7 +89,7 @@ fn main() {
         return child_main(&child);
     }
     if let Some(flow) = flow {
-        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|http|audit`.
+        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|http|list|audit`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -646,6 +646,18 @@ fn profile(flow: &str) {
         "fresh" => {
             let rate = fresh_dispatch(&path, &cases, 0, 3000);
             println!("{:.0} fresh dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
+        }
+        "list" => {
+            // The report's list row alone, many times (it times three calls):
+            // `LIST_CALLS` calls of `list`, each opening the file as the command does, on a
+            // ledger of `LIST_ROWS` finished operations.
+            fill(&path, &cases, count_from_env("LIST_ROWS", 1_000_000));
+            let at = cases.base.clock.now.get() + 60;
+            let filter = toolledger::ListFilter { state: Some("succeeded"), ..Default::default() };
+            let rate = timed(count_from_env("LIST_CALLS", 300), |_| {
+                assert_eq!(toolledger::list(&path, &filter, false, Some(at)).unwrap().len(), 100);
+            });
+            println!("{:.1} us per list, {:.1} us CPU each", 1e6 / rate.per_s, rate.cpu_us);
         }
         "audit" => {
             fill_valid(&path, &cases, 20_000);
