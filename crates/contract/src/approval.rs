@@ -52,12 +52,64 @@ pub struct ApprovalBinding {
     pub revisions: Revisions,
 }
 
+/// [`ApprovalBinding`]'s members borrowed from wherever they are held (a stored intent),
+/// for checking an approval without copying each of them first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs, reason = "each field is the ApprovalBinding field of the same name")]
+pub struct ApprovalBindingRef<'a> {
+    pub tenant_id: &'a Identifier,
+    pub subject_id: &'a Identifier,
+    pub profile: &'a ProviderProfile,
+    pub provider_response_id: &'a Identifier,
+    pub provider_call_id: &'a Identifier,
+    pub operation_id: &'a Identifier,
+    pub idempotency_key: &'a IdempotencyKey,
+    pub tool_name: &'a str,
+    pub request_sha256: &'a Sha256Hex,
+    pub revisions: &'a Revisions,
+}
+
+impl ApprovalBinding {
+    /// The same binding, borrowed.
+    pub fn as_ref(&self) -> ApprovalBindingRef<'_> {
+        ApprovalBindingRef {
+            tenant_id: &self.tenant_id,
+            subject_id: &self.subject_id,
+            profile: &self.profile,
+            provider_response_id: &self.provider_response_id,
+            provider_call_id: &self.provider_call_id,
+            operation_id: &self.operation_id,
+            idempotency_key: &self.idempotency_key,
+            tool_name: &self.tool_name,
+            request_sha256: &self.request_sha256,
+            revisions: &self.revisions,
+        }
+    }
+}
+
+impl From<ApprovalBindingRef<'_>> for ApprovalBinding {
+    fn from(binding: ApprovalBindingRef<'_>) -> ApprovalBinding {
+        ApprovalBinding {
+            tenant_id: binding.tenant_id.clone(),
+            subject_id: binding.subject_id.clone(),
+            profile: binding.profile.clone(),
+            provider_response_id: binding.provider_response_id.clone(),
+            provider_call_id: binding.provider_call_id.clone(),
+            operation_id: binding.operation_id.clone(),
+            idempotency_key: binding.idempotency_key.clone(),
+            tool_name: binding.tool_name.to_owned(),
+            request_sha256: binding.request_sha256.clone(),
+            revisions: binding.revisions.clone(),
+        }
+    }
+}
+
 fn approval_members<'a>(
     approval_id: &'a Identifier,
     approver_id: &'a Identifier,
     approved_at: UnixSeconds,
     expires_at: UnixSeconds,
-    binding: &'a ApprovalBinding,
+    binding: ApprovalBindingRef<'a>,
 ) -> Members<'a> {
     vec![
         ("adapter_revision", Member::Str(&binding.profile.adapter_revision)),
@@ -72,10 +124,10 @@ fn approval_members<'a>(
         ("provider", Member::Str(&binding.profile.provider)),
         ("provider_call_id", Member::Str(binding.provider_call_id.as_str())),
         ("provider_response_id", Member::Str(binding.provider_response_id.as_str())),
-        ("revisions", revisions_member(&binding.revisions)),
+        ("revisions", revisions_member(binding.revisions)),
         ("subject_id", Member::Str(binding.subject_id.as_str())),
         ("tenant_id", Member::Str(binding.tenant_id.as_str())),
-        ("tool_name", Member::Str(&binding.tool_name)),
+        ("tool_name", Member::Str(binding.tool_name)),
         ("request_sha256", Member::Str(binding.request_sha256.as_str())),
     ]
 }
@@ -88,7 +140,13 @@ pub fn approval_preimage(
     expires_at: UnixSeconds,
     binding: &ApprovalBinding,
 ) -> Value {
-    object_value(&approval_members(approval_id, approver_id, approved_at, expires_at, binding))
+    object_value(&approval_members(
+        approval_id,
+        approver_id,
+        approved_at,
+        expires_at,
+        binding.as_ref(),
+    ))
 }
 
 /// `approval_sha256`.
@@ -99,7 +157,13 @@ pub fn approval_sha256(
     expires_at: UnixSeconds,
     binding: &ApprovalBinding,
 ) -> Sha256Hex {
-    hash_members(&approval_members(approval_id, approver_id, approved_at, expires_at, binding))
+    hash_members(&approval_members(
+        approval_id,
+        approver_id,
+        approved_at,
+        expires_at,
+        binding.as_ref(),
+    ))
 }
 
 /// Why an approval was refused.
@@ -159,6 +223,17 @@ impl Approval {
     /// Whether `approval_sha256` recomputes from this approval and `binding`. The worker
     /// uses this alone: the approval was consumed when the intent was accepted.
     pub fn is_bound_to(&self, binding: &ApprovalBinding) -> bool {
-        self.digest_for(binding) == self.approval_sha256
+        self.is_bound_to_ref(binding.as_ref())
+    }
+
+    /// [`Approval::is_bound_to`] of a borrowed binding.
+    pub fn is_bound_to_ref(&self, binding: ApprovalBindingRef<'_>) -> bool {
+        hash_members(&approval_members(
+            &self.approval_id,
+            &self.approver_id,
+            self.approved_at,
+            self.expires_at,
+            binding,
+        )) == self.approval_sha256
     }
 }

@@ -69,13 +69,35 @@ pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
     )
 }
 
+/// Members past this many are ordered through a vector; every preimage has fewer.
+const ORDER_ON_STACK: usize = 32;
+
 fn write_object(members: &[(&'static str, Member<'_>)], out: &mut String) {
-    let mut order: Vec<&(&'static str, Member<'_>)> = members.iter().collect();
-    if !order.is_sorted_by_key(|(name, _)| *name) {
-        order.sort_unstable_by_key(|(name, _)| *name);
-    }
     out.push('{');
-    for (index, (name, member)) in order.into_iter().enumerate() {
+    if members.is_sorted_by_key(|(name, _)| *name) {
+        write_members(members.iter(), out);
+    } else if members.len() <= ORDER_ON_STACK {
+        // The order of the members, sorted on the stack: no allocation per digest.
+        let mut order = [0_usize; ORDER_ON_STACK];
+        let order = order.get_mut(..members.len()).unwrap_or_default();
+        for (index, slot) in order.iter_mut().enumerate() {
+            *slot = index;
+        }
+        order.sort_unstable_by_key(|index| members.get(*index).map(|(name, _)| *name));
+        write_members(order.iter().filter_map(|index| members.get(*index)), out);
+    } else {
+        let mut order: Vec<&(&'static str, Member<'_>)> = members.iter().collect();
+        order.sort_unstable_by_key(|(name, _)| *name);
+        write_members(order.into_iter(), out);
+    }
+    out.push('}');
+}
+
+fn write_members<'m, 'a: 'm>(
+    members: impl Iterator<Item = &'m (&'static str, Member<'a>)>,
+    out: &mut String,
+) {
+    for (index, (name, member)) in members.enumerate() {
         if index > 0 {
             out.push(',');
         }
@@ -83,41 +105,67 @@ fn write_object(members: &[(&'static str, Member<'_>)], out: &mut String) {
         out.push(':');
         member.write(out);
     }
-    out.push('}');
 }
 
-fn hex(bytes: &[u8]) -> Sha256Hex {
+/// Appends `bytes` as lowercase hex digits.
+fn push_hex(bytes: &[u8], out: &mut String) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
     for byte in bytes {
         for nibble in [byte >> 4, byte & 0xF] {
-            text.push(char::from(DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0')));
+            out.push(char::from(DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0')));
         }
     }
-    Sha256Hex::new(&text).unwrap_or_else(|_| unreachable!("64 lowercase hex digits"))
+}
+
+fn hex(bytes: &[u8; 32]) -> Sha256Hex {
+    let mut text = String::with_capacity(64);
+    push_hex(bytes, &mut text);
+    Sha256Hex::try_from(text).unwrap_or_else(|_| unreachable!("64 lowercase hex digits"))
+}
+
+/// `prefix` and the first 32 hex digits of `digest`.
+fn short_hex(prefix: &str, digest: &[u8; 32]) -> String {
+    let mut text = String::with_capacity(prefix.len() + 32);
+    text.push_str(prefix);
+    push_hex(digest.get(..16).unwrap_or_default(), &mut text);
+    text
+}
+
+/// SHA-256 of a preimage given as members, written into one buffer per thread
+/// instead of a new string per digest (a replay recomputes six).
+fn sha256_members(members: &[(&'static str, Member<'_>)]) -> [u8; 32] {
+    thread_local! {
+        static PREIMAGE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    PREIMAGE.with_borrow_mut(|canonical| {
+        canonical.clear();
+        write_object(members, canonical);
+        let digest = Sha256::digest(canonical.as_bytes()).into();
+        // A huge preimage leaves no huge buffer behind.
+        if canonical.capacity() > 1 << 16 {
+            *canonical = String::new();
+        }
+        digest
+    })
 }
 
 /// `H(x)` of a preimage given as members.
 pub(crate) fn hash_members(members: &[(&'static str, Member<'_>)]) -> Sha256Hex {
-    let mut canonical = String::with_capacity(512);
-    write_object(members, &mut canonical);
-    hex(&Sha256::digest(canonical.as_bytes()))
+    hex(&sha256_members(members))
 }
 
 fn short_members(prefix: &str, members: &[(&'static str, Member<'_>)]) -> String {
-    let digest = hash_members(members);
-    format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
+    short_hex(prefix, &sha256_members(members))
 }
 
 /// `H(x)`: SHA-256 of the canonical form of `preimage`, as lowercase hex.
 pub fn sha256_canonical(preimage: &Value) -> Sha256Hex {
-    hex(&Sha256::digest(toolledger_json::canonicalize(preimage).as_bytes()))
+    hex(&Sha256::digest(toolledger_json::canonicalize(preimage).as_bytes()).into())
 }
 
 /// `prefix` + the first 32 hex digits of `H(preimage)`.
 pub fn short_ref(prefix: &str, preimage: &Value) -> String {
-    let digest = sha256_canonical(preimage);
-    format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
+    short_hex(prefix, &Sha256::digest(toolledger_json::canonicalize(preimage).as_bytes()).into())
 }
 
 pub(crate) fn revisions_member(revisions: &Revisions) -> Member<'_> {
@@ -406,8 +454,7 @@ pub fn downstream_receipt_ref(receipt: &Value) -> ReceiptRef {
 /// has already established is the canonical form of a preimage (a stored column read
 /// back and compared byte for byte): the same ref without canonicalizing again.
 pub fn short_ref_of_canonical(prefix: &str, canonical: &str) -> String {
-    let digest = hex(&Sha256::digest(canonical.as_bytes()));
-    format!("{prefix}{}", digest.as_str().get(..32).unwrap_or_default())
+    short_hex(prefix, &Sha256::digest(canonical.as_bytes()).into())
 }
 
 fn refund_id_members(downstream_request_ref: &str) -> Members<'_> {

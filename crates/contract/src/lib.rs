@@ -36,7 +36,10 @@ mod rules;
 mod schema;
 
 pub use crate::{
-    approval::{Approval, ApprovalBinding, ApprovalRefusal, approval_preimage, approval_sha256},
+    approval::{
+        Approval, ApprovalBinding, ApprovalBindingRef, ApprovalRefusal, approval_preimage,
+        approval_sha256,
+    },
     authz::{NoRoles, PrincipalResolver, ResolverError},
     call::{Clock, HostCall, HostContext, Principal, Proposal},
     case::{CASE_VERSION, Claims, load_case, load_claims},

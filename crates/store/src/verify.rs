@@ -7,9 +7,9 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    Approval, ApprovalBinding, DownstreamIdentity, DownstreamRequestRef, IdempotencyKey,
-    Identifier, ProviderProfile, Purpose, ReceiptRef, Revisions, Scope, Sha256Hex, StatusRef,
-    UnixSeconds,
+    Approval, ApprovalBinding, ApprovalBindingRef, DownstreamIdentity, DownstreamRequestRef,
+    IdempotencyKey, Identifier, ProviderProfile, Purpose, ReceiptRef, Revisions, Scope, Sha256Hex,
+    StatusRef, UnixSeconds,
     digest::{
         downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
         short_ref_of_canonical, status_ref,
@@ -262,12 +262,14 @@ pub struct RawLocal {
     pub finalized_by: String,
 }
 
-fn id(text: &str) -> Result<Identifier, Flaw> {
-    Identifier::new(text).map_err(|_| violation("stored identifier is malformed"))
+// The row's strings are moved into their checked types, not copied: a replay reads a
+// whole operation, and every copy is an allocation.
+fn id(text: String) -> Result<Identifier, Flaw> {
+    Identifier::try_from(text).map_err(|_| violation("stored identifier is malformed"))
 }
 
-fn digest(text: &str) -> Result<Sha256Hex, Flaw> {
-    Sha256Hex::new(text).map_err(|_| violation("stored digest is malformed"))
+fn digest(text: String) -> Result<Sha256Hex, Flaw> {
+    Sha256Hex::try_from(text).map_err(|_| violation("stored digest is malformed"))
 }
 
 fn instant(seconds: i64) -> Result<UnixSeconds, Flaw> {
@@ -279,14 +281,14 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     let [input, output, effect, handler, producer, policy] = raw.revisions;
     let revisions = Revisions { input, output, effect, handler, producer, policy };
     let scope = Scope {
-        tenant_id: id(&raw.tenant_id)?,
-        subject_id: id(&raw.subject_id)?,
+        tenant_id: id(raw.tenant_id)?,
+        subject_id: id(raw.subject_id)?,
         tool_name: raw.tool_name,
-        idempotency_key: IdempotencyKey::new(&raw.idempotency_key)
+        idempotency_key: IdempotencyKey::try_from(raw.idempotency_key)
             .map_err(|_| violation("stored idempotency key is malformed"))?,
     };
     let arguments = canonical_json(&raw.arguments_json)?;
-    let request = digest(&raw.request_sha256)?;
+    let request = digest(raw.request_sha256)?;
     // The column was just proven canonical: its bytes are the preimage's arguments.
     let recomputed = request_sha256_of_canonical(
         &scope.tenant_id,
@@ -298,8 +300,8 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     if recomputed != request {
         return Err(violation("stored request digest does not recompute"));
     }
-    let stored_ref =
-        StatusRef::new(&raw.status_ref).map_err(|_| violation("stored status ref is malformed"))?;
+    let stored_ref = StatusRef::try_from(raw.status_ref)
+        .map_err(|_| violation("stored status ref is malformed"))?;
     if status_ref(&scope) != stored_ref {
         return Err(violation("stored status ref does not recompute"));
     }
@@ -322,11 +324,11 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         (None, None, None, None, None) => None,
         (Some(approval_id), Some(approver_id), Some(approved_at), Some(expires_at), Some(sha)) => {
             Some(Approval {
-                approval_id: id(&approval_id)?,
-                approver_id: id(&approver_id)?,
+                approval_id: id(approval_id)?,
+                approver_id: id(approver_id)?,
                 approved_at: instant(approved_at)?,
                 expires_at: instant(expires_at)?,
-                approval_sha256: digest(&sha)?,
+                approval_sha256: digest(sha)?,
             })
         }
         _ => return Err(violation("stored approval is partly missing")),
@@ -339,9 +341,9 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         arguments,
         revisions,
         profile,
-        provider_response_id: id(&raw.provider_response_id)?,
-        provider_call_id: id(&raw.provider_call_id)?,
-        operation_id: id(&raw.operation_id)?,
+        provider_response_id: id(raw.provider_response_id)?,
+        provider_call_id: id(raw.provider_call_id)?,
+        operation_id: id(raw.operation_id)?,
         approval,
         downstream: performer,
         scope,
@@ -349,7 +351,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
     if intent
         .approval
         .as_ref()
-        .is_some_and(|approval| !approval.is_bound_to(&approval_binding(&intent)))
+        .is_some_and(|approval| !approval.is_bound_to_ref(approval_binding_ref(&intent)))
     {
         return Err(violation("stored approval digest does not recompute"));
     }
@@ -392,7 +394,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             state,
             lease_owner: raw
                 .lease_owner
-                .map(|owner| Identifier::new(&owner))
+                .map(Identifier::try_from)
                 .transpose()
                 .map_err(|_| violation("stored lease owner is malformed"))?,
             lease_until: raw.lease_until,
@@ -419,7 +421,7 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             &raw_local.receipt_json,
         )?;
         operation.receipt =
-            Some(local(&operation, receipt, &raw_local.output_json, &raw_local.result_sha256)?);
+            Some(local(&operation, receipt, &raw_local.output_json, raw_local.result_sha256)?);
     }
     Ok(operation)
 }
@@ -467,17 +469,22 @@ fn in_step(
 
 /// What the approval of a stored intent is bound to: everything from the ledger.
 pub fn approval_binding(intent: &NewOperation) -> ApprovalBinding {
-    ApprovalBinding {
-        tenant_id: intent.scope.tenant_id.clone(),
-        subject_id: intent.scope.subject_id.clone(),
-        profile: intent.profile.clone(),
-        provider_response_id: intent.provider_response_id.clone(),
-        provider_call_id: intent.provider_call_id.clone(),
-        operation_id: intent.operation_id.clone(),
-        idempotency_key: intent.scope.idempotency_key.clone(),
-        tool_name: intent.scope.tool_name.clone(),
-        request_sha256: intent.request_sha256.clone(),
-        revisions: intent.revisions.clone(),
+    approval_binding_ref(intent).into()
+}
+
+/// [`approval_binding`], borrowed: what a read checks a stored approval against.
+pub fn approval_binding_ref(intent: &NewOperation) -> ApprovalBindingRef<'_> {
+    ApprovalBindingRef {
+        tenant_id: &intent.scope.tenant_id,
+        subject_id: &intent.scope.subject_id,
+        profile: &intent.profile,
+        provider_response_id: &intent.provider_response_id,
+        provider_call_id: &intent.provider_call_id,
+        operation_id: &intent.operation_id,
+        idempotency_key: &intent.scope.idempotency_key,
+        tool_name: &intent.scope.tool_name,
+        request_sha256: &intent.request_sha256,
+        revisions: &intent.revisions,
     }
 }
 
@@ -537,7 +544,7 @@ pub fn downstream(
     Ok(DownstreamReceipt {
         downstream_request_ref: DownstreamRequestRef::new(downstream_request_ref)
             .map_err(|_| violation("stored downstream request ref is malformed"))?,
-        request_sha256: digest(request)?,
+        request_sha256: digest(request.to_owned())?,
         receipt,
         receipt_ref: ReceiptRef::try_from(receipt_ref)
             .map_err(|_| violation("stored receipt ref is malformed"))?,
@@ -549,7 +556,7 @@ fn local(
     operation: &Operation,
     receipt: DownstreamReceipt,
     output_json: &str,
-    result: &str,
+    result: String,
 ) -> Result<LocalReceipt, Flaw> {
     let intent = &operation.intent;
     if receipt.request_sha256 != intent.request_sha256
