@@ -587,6 +587,56 @@ impl HostView {
     pub fn to_json(&self) -> Value {
         object_value(&self.members())
     }
+
+    /// The `host_view` object made of this view's own strings, moved instead of copied:
+    /// the same value as [`HostView::to_json`].
+    ///
+    /// ```
+    /// # use toolledger_contract::{HostView, Purpose, Revisions, Identifier, IdempotencyKey,
+    /// #     DownstreamRequestRef, ReceiptRef, StatusRef};
+    /// # let id = |text: &str| Identifier::new(text).unwrap();
+    /// # let hex = "0123456789abcdef0123456789abcdef";
+    /// let view = HostView {
+    ///     provider: "openai".into(), api_family: "responses".into(), adapter_revision: "a1".into(),
+    ///     provider_response_id: id("resp-1"), provider_call_id: id("call-1"),
+    ///     purpose: Purpose::Dispatch, operation_id: id("op-1"),
+    ///     idempotency_key: IdempotencyKey::new("k-1").unwrap(),
+    ///     revisions: Revisions {
+    ///         input: "i".into(), output: "o".into(), effect: "e".into(),
+    ///         handler: "h".into(), producer: "p".into(), policy: "y".into(),
+    ///     },
+    ///     downstream_request_ref: DownstreamRequestRef::new(&format!("dr_{hex}")).unwrap(),
+    ///     downstream_receipt_ref: ReceiptRef::new(&format!("rc_{hex}")).unwrap(),
+    ///     status_ref: StatusRef::new(&format!("sr_{hex}")).unwrap(),
+    /// };
+    /// assert_eq!(view.to_json(), view.clone().into_json());
+    /// ```
+    pub fn into_json(self) -> Value {
+        let text = |text: String| Value::String(text);
+        let Revisions { input, output, effect, handler, producer, policy } = self.revisions;
+        let revisions = Map::from_iter([
+            ("effect".to_owned(), text(effect)),
+            ("handler".to_owned(), text(handler)),
+            ("input".to_owned(), text(input)),
+            ("output".to_owned(), text(output)),
+            ("policy".to_owned(), text(policy)),
+            ("producer".to_owned(), text(producer)),
+        ]);
+        Value::Object(Map::from_iter([
+            ("provider".to_owned(), text(self.provider)),
+            ("api_family".to_owned(), text(self.api_family)),
+            ("adapter_revision".to_owned(), text(self.adapter_revision)),
+            ("provider_response_id".to_owned(), text(self.provider_response_id.into())),
+            ("provider_call_id".to_owned(), text(self.provider_call_id.into())),
+            ("purpose".to_owned(), Value::from(self.purpose.as_str())),
+            ("operation_id".to_owned(), text(self.operation_id.into())),
+            ("idempotency_key".to_owned(), text(self.idempotency_key.into())),
+            ("revisions".to_owned(), Value::Object(revisions)),
+            ("downstream_request_ref".to_owned(), text(self.downstream_request_ref.into())),
+            ("downstream_receipt_ref".to_owned(), text(self.downstream_receipt_ref.into())),
+            ("status_ref".to_owned(), text(self.status_ref.into())),
+        ]))
+    }
 }
 
 /// The host view's members taken from a JSON object that has exactly the twelve names

@@ -55,8 +55,8 @@ pub use crate::{
         StatusRef, UnixSeconds,
     },
     package::{
-        CONTRACT, PackageError, block_package, pass_package, pass_package_with_result,
-        verify_package,
+        CONTRACT, PackageError, block_package, pass_package, pass_package_from_view,
+        pass_package_with_result, verify_package,
     },
     refund::{Order, REFUND_ORDER_DEFINITION, RefundOrder, SUPPORT_ADMIN, orders},
     registry::{

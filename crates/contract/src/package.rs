@@ -36,31 +36,57 @@ pub fn pass_package_with_result(
     host_view: &HostView,
     request_sha256: &Sha256Hex,
 ) -> Value {
+    // The view's strings are copied once either way: here by `clone`, in `to_json` by
+    // writing each into a `Value`.
+    pass_package_from_view(
+        delivery,
+        tool_name,
+        output,
+        result_sha256,
+        host_view.clone(),
+        request_sha256,
+    )
+}
+
+/// [`pass_package_with_result`] taking the host view by value: its strings become the
+/// package's own instead of being copied (a replay builds one view per answer).
+pub fn pass_package_from_view(
+    delivery: Delivery,
+    tool_name: &str,
+    output: &Value,
+    result_sha256: &Sha256Hex,
+    host_view: HostView,
+    request_sha256: &Sha256Hex,
+) -> Value {
     let call_binding =
-        call_binding_sha256(host_view, tool_name, request_sha256, result_sha256, delivery);
+        call_binding_sha256(&host_view, tool_name, request_sha256, result_sha256, delivery);
+    let status_ref = string(host_view.status_ref.as_str());
     // Built member by member: `json!` would re-serialize the output and the host view,
     // which are `Value`s already.
-    let text = |text: &str| Value::String(text.to_owned());
     let digests = Map::from_iter([
-        ("request_sha256".to_owned(), text(request_sha256.as_str())),
-        ("result_sha256".to_owned(), text(result_sha256.as_str())),
-        ("call_binding_sha256".to_owned(), text(call_binding.as_str())),
+        ("request_sha256".to_owned(), string(request_sha256.as_str())),
+        ("result_sha256".to_owned(), string(result_sha256.as_str())),
+        ("call_binding_sha256".to_owned(), string(call_binding.as_str())),
     ]);
     let result = Map::from_iter([
-        ("contract".to_owned(), text(CONTRACT)),
-        ("tool_name".to_owned(), text(tool_name)),
+        ("contract".to_owned(), string(CONTRACT)),
+        ("tool_name".to_owned(), string(tool_name)),
         ("model_view".to_owned(), output.clone()),
-        ("host_view".to_owned(), host_view.to_json()),
+        ("host_view".to_owned(), host_view.into_json()),
         ("digests".to_owned(), Value::Object(digests)),
     ]);
     Value::Object(Map::from_iter([
-        ("gate".to_owned(), text("PASS")),
-        ("code".to_owned(), text("OK")),
-        ("status".to_owned(), text("succeeded")),
-        ("delivery".to_owned(), text(delivery.as_str())),
-        ("status_ref".to_owned(), text(host_view.status_ref.as_str())),
+        ("gate".to_owned(), string("PASS")),
+        ("code".to_owned(), string("OK")),
+        ("status".to_owned(), string("succeeded")),
+        ("delivery".to_owned(), string(delivery.as_str())),
+        ("status_ref".to_owned(), status_ref),
         ("result".to_owned(), Value::Object(result)),
     ]))
+}
+
+fn string(text: &str) -> Value {
+    Value::String(text.to_owned())
 }
 
 /// Builds a BLOCK package. `status` and `status_ref` are the ledger's where the contract

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    BlockCode, Delivery, HostView, Identifier, Purpose, block_package, pass_package_with_result,
+    BlockCode, Delivery, HostView, Identifier, Purpose, block_package, pass_package_from_view,
 };
 use toolledger_store::{LocalReceipt, Operation, RecordedCall, StoreError};
 
@@ -162,12 +162,12 @@ pub(crate) fn pass(
         downstream_receipt_ref: receipt.downstream.receipt_ref.clone(),
         status_ref: intent.status_ref.clone(),
     };
-    let package = pass_package_with_result(
+    let package = pass_package_from_view(
         delivery,
         &intent.scope.tool_name,
         &receipt.output,
         &receipt.result_sha256,
-        &host_view,
+        host_view,
         &intent.request_sha256,
     );
     Answer::Pass { delivery, package }
