@@ -157,13 +157,18 @@ pub fn approval_sha256(
     expires_at: UnixSeconds,
     binding: &ApprovalBinding,
 ) -> Sha256Hex {
-    hash_members(&approval_members(
-        approval_id,
-        approver_id,
-        approved_at,
-        expires_at,
-        binding.as_ref(),
-    ))
+    approval_digest(approval_id, approver_id, approved_at, expires_at, binding.as_ref())
+}
+
+/// [`approval_sha256`] of a borrowed binding: the one place its digest is computed.
+fn approval_digest(
+    approval_id: &Identifier,
+    approver_id: &Identifier,
+    approved_at: UnixSeconds,
+    expires_at: UnixSeconds,
+    binding: ApprovalBindingRef<'_>,
+) -> Sha256Hex {
+    hash_members(&approval_members(approval_id, approver_id, approved_at, expires_at, binding))
 }
 
 /// Why an approval was refused.
@@ -211,7 +216,11 @@ impl Approval {
     /// The `approval_sha256` this approval's own fields yield when bound to `binding`:
     /// what an approver of that exact call signs off on.
     pub fn digest_for(&self, binding: &ApprovalBinding) -> Sha256Hex {
-        approval_sha256(
+        self.digest_for_ref(binding.as_ref())
+    }
+
+    fn digest_for_ref(&self, binding: ApprovalBindingRef<'_>) -> Sha256Hex {
+        approval_digest(
             &self.approval_id,
             &self.approver_id,
             self.approved_at,
@@ -228,12 +237,6 @@ impl Approval {
 
     /// [`Approval::is_bound_to`] of a borrowed binding.
     pub fn is_bound_to_ref(&self, binding: ApprovalBindingRef<'_>) -> bool {
-        hash_members(&approval_members(
-            &self.approval_id,
-            &self.approver_id,
-            self.approved_at,
-            self.expires_at,
-            binding,
-        )) == self.approval_sha256
+        self.digest_for_ref(binding) == self.approval_sha256
     }
 }
