@@ -89,7 +89,7 @@ fn main() {
         return child_main(&child);
     }
     if let Some(flow) = flow {
-        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|http|list|audit`.
+        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|pipeline|http|list|audit`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -642,6 +642,33 @@ fn profile(flow: &str) {
                     "{label}: input {input:.3} us, output {output:.3} us, invalid {invalid:.3} us"
                 );
             }
+        }
+        "pipeline" => {
+            // The report's first rows alone, at the full run's sizes: rounds of the raw
+            // 4-commit pipeline and fresh dispatches alternating, their medians.
+            let settings = Settings::of(false);
+            let (mut raw_rates, mut fresh_rates) = (Vec::new(), Vec::new());
+            for round in 0..settings.rounds {
+                let (raw_rate, fresh_rate) = pipeline_round(
+                    &work.file(&format!("raw-{round}")),
+                    &work.file(&format!("fresh-{round}")),
+                    &cases,
+                    round * settings.ops,
+                    settings.ops,
+                );
+                raw_rates.push(raw_rate);
+                fresh_rates.push(fresh_rate);
+            }
+            let (raw, fresh) = (Rate::median(&raw_rates), Rate::median(&fresh_rates));
+            println!(
+                "raw {:.0}/s {:.1} us CPU, fresh {:.0}/s {:.1} us CPU: pipeline_vs_raw {:.3}, cpu_fresh_vs_raw_pipeline {:.3}",
+                raw.per_s,
+                raw.cpu_us,
+                fresh.per_s,
+                fresh.cpu_us,
+                fresh.per_s / raw.per_s,
+                fresh.cpu_us / raw.cpu_us
+            );
         }
         "fresh" => {
             let rate = fresh_dispatch(&path, &cases, 0, 3000);

@@ -13,6 +13,8 @@
 //! it takes the jobs queued behind it, up to [`MAX_BATCH`] in all and never past a solo
 //! writer, runs each in its own savepoint, commits once, and only then answers each
 //! caller. Nobody waits for company: a lone caller's batch is itself, committed at once.
+//! A batch whose combiner's job is lazy (a success's commit C) holds only lazy jobs and
+//! commits without a sync; the first job that needs one waits for the next batch.
 //! Releasing hands the gate to the next queued writer (a job's thread becomes the next
 //! combiner). Writers in other processes still rely on `busy_timeout`.
 
@@ -43,7 +45,13 @@ pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
 pub(crate) type Ran = Result<(Box<dyn Any + Send>, bool), StoreError>;
 
 /// One commit point's work, run inside the combiner's transaction.
-pub(crate) type Job = Box<dyn FnOnce(&Connection) -> Ran + Send>;
+pub(crate) struct Job {
+    /// Whether its commit may reach the disk with a later one
+    /// (`toolledger_store::driver::Durability::Lazy`).
+    pub(crate) lazy: bool,
+    /// The work.
+    pub(crate) run: Box<dyn FnOnce(&Connection) -> Ran + Send>,
+}
 
 /// What a queued writer is told.
 enum Reply {
@@ -232,22 +240,32 @@ impl Combining<'_> {
         }
     }
 
+    /// Whether the batch is lazy (its commit need not be synced): so when the combiner's
+    /// own job is, and [`Combining::jobs`] then takes only lazy jobs. Known before the
+    /// transaction begins, since SQLite changes its sync level only between
+    /// transactions.
+    pub(crate) fn lazy(&self) -> bool {
+        self.own.as_ref().is_some_and(|job| job.lazy)
+    }
+
     /// The batch: the combiner's own job first, then the jobs queued behind it in
-    /// arrival order, at most [`MAX_BATCH`] in all, stopping at a solo writer. Called
-    /// once the combiner holds the database's write lock, so writers that arrived while
-    /// it waited for the lock share its commit. The answers `commit` returns must follow
-    /// this order.
+    /// arrival order, at most [`MAX_BATCH`] in all, stopping at a solo writer — and, in
+    /// a lazy batch, at the first job that must be synced, which waits for the next
+    /// batch. Called once the combiner holds the database's write lock, so writers that
+    /// arrived while it waited for the lock share its commit. The answers `commit`
+    /// returns must follow this order.
     pub(crate) fn jobs(&mut self) -> Vec<Job> {
+        let lazy = self.lazy();
         let mut jobs: Vec<Job> = self.own.take().into_iter().collect();
         let mut state = self.entered.0.state();
         while jobs.len() < MAX_BATCH {
             match state.queue.pop_front() {
-                Some((_, Waiting::Job(job, reply))) => {
+                Some((_, Waiting::Job(job, reply))) if job.lazy || !lazy => {
                     jobs.push(job);
                     self.replies.push(reply);
                 }
-                Some(solo) => {
-                    state.queue.push_front(solo);
+                Some(other) => {
+                    state.queue.push_front(other);
                     break;
                 }
                 None => break,
@@ -318,7 +336,7 @@ mod tests {
         time::Duration,
     };
 
-    use super::Gate;
+    use super::{Answer, Gate, Job};
 
     #[test]
     fn writers_hold_the_gate_one_at_a_time() {
@@ -367,5 +385,56 @@ mod tests {
         drop(held);
         assert!(waiter.join().unwrap());
         assert!(gate.enter(Duration::ZERO).is_some());
+    }
+
+    /// A lazy combiner commits only the lazy jobs queued behind it, up to the first that
+    /// must be synced; that one leads the next batch, which takes lazy jobs too.
+    #[test]
+    fn a_lazy_batch_stops_at_the_first_job_that_must_be_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Gate::of(&dir.path().join("gate.sqlite3"));
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let held = gate.enter(Duration::ZERO).unwrap();
+        let mut threads = Vec::new();
+        for (name, lazy) in [("lazy-1", true), ("synced", false), ("lazy-2", true)] {
+            let waiting = gate.waiting();
+            let (queued, batches) = (gate.clone(), Arc::clone(&batches));
+            threads.push(thread::spawn(move || {
+                let job = Job {
+                    lazy,
+                    run: Box::new(move |_| {
+                        Ok((Box::new(name) as Box<dyn std::any::Any + Send>, true))
+                    }),
+                };
+                queued
+                    .run(job, Duration::from_secs(60), |_, combining| {
+                        let lazy = combining.lazy();
+                        let conn = rusqlite::Connection::open_in_memory().unwrap();
+                        let answers: Vec<Answer> = combining
+                            .jobs()
+                            .into_iter()
+                            .map(|job| (job.run)(&conn).map(|(value, _)| value))
+                            .collect();
+                        let names: Vec<&str> = answers
+                            .iter()
+                            .map(|answer| *answer.as_ref().unwrap().downcast_ref::<&str>().unwrap())
+                            .collect();
+                        batches.lock().unwrap().push((lazy, names));
+                        answers
+                    })
+                    .unwrap();
+            }));
+            while gate.waiting() == waiting {
+                thread::yield_now();
+            }
+        }
+        drop(held);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(
+            *batches.lock().unwrap(),
+            [(true, vec!["lazy-1"]), (false, vec!["synced", "lazy-2"])]
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! toolledger's embedded store: one SQLite file in WAL mode, `synchronous=FULL`.
+//! toolledger's embedded store: one SQLite file in WAL mode, `synchronous=FULL` (but for
+//! a success's commit C, which is lazy: `Durability::Lazy` of `toolledger-store`).
 //!
 //! [`SqliteStore`] is a [`Backend`](toolledger_store::driver::Backend) of
 //! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore) and an

@@ -16,7 +16,7 @@ use rusqlite::{
 };
 use toolledger_store::{
     actions,
-    driver::{Arg, Backend, Commit, Db, Dialect, Row, Sql},
+    driver::{Arg, Backend, Commit, Db, Dialect, Durability, Row, Sql},
     ledger,
 };
 
@@ -183,18 +183,20 @@ impl SqliteStore {
     }
 
     /// Runs `command` as one commit point in a group commit (see `gate`): answered once
-    /// the transaction holding it has committed (durable under `synchronous=FULL`), or
-    /// with its error — then nothing of it was written. It may run on another thread's
+    /// the transaction holding it has committed (durable under `synchronous=FULL`, or
+    /// written to the OS for a lazy commit: `Durability::Lazy`), or with its error — then nothing of it was written. It may run on another thread's
     /// connection, inside that thread's transaction and its own savepoint.
     fn batched<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.arm()?;
         let SqliteStore { gate, waits, .. } = self;
-        let job: Job = Box::new(move |conn| {
+        let lazy = command.durability() == Durability::Lazy;
+        let run = Box::new(move |conn: &Connection| {
             let (value, keep) = command.run(&mut Sqlite(conn))?;
             // The command goes back with the answer: the caller frees it, or moves what
             // it owns into its answer, outside the group commit.
             Ok((Box::new((value, command)) as Box<dyn Any + Send>, keep))
         });
+        let job = Job { lazy, run };
         let wait = waits.next_wait();
         let answer = gate.run(job, wait, |writer, combining| {
             let connection = match writer.connection.take() {
@@ -262,6 +264,24 @@ impl SqliteStore {
 /// commit, a savepoint, SQLite ending the transaction on an I/O error) every job is
 /// answered that error and nothing of the batch was written.
 fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<Answer>, bool) {
+    if !combining.lazy() {
+        return commit_jobs(conn, combining);
+    }
+    // A lazy batch (`Durability::Lazy`) commits under `synchronous=NORMAL`: its WAL
+    // frames reach the OS, not the disk, and the next synced commit's fsync of the WAL
+    // takes them along. SQLite changes the level only outside a transaction, so it is
+    // set before `BEGIN` and set back after the transaction ended; a connection that
+    // cannot be set back is dropped (the next opens with `FULL`).
+    if let Err(err) = cached(conn, "PRAGMA synchronous = NORMAL") {
+        return (vec![Err(err)], false);
+    }
+    let (answers, healthy) = commit_jobs(conn, combining);
+    let restored = cached(conn, "PRAGMA synchronous = FULL").is_ok();
+    (answers, healthy && restored)
+}
+
+/// [`commit_batch`] at the connection's sync level.
+fn commit_jobs(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<Answer>, bool) {
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         // Only the combiner's own job is refused; the queued ones wait for the next.
@@ -271,7 +291,7 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
     let count = jobs.len();
     let mut answers = Vec::with_capacity(count);
     if count == 1 {
-        let (answer, keep) = kept(jobs.into_iter().map(|job| job(&tx)).next());
+        let (answer, keep) = kept(jobs.into_iter().map(|job| (job.run)(&tx)).next());
         answers.push(answer);
         if !keep {
             // Dropping `tx` rolls it back; the connection is out of it unless SQLite
@@ -282,19 +302,18 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
         }
     } else {
         for job in jobs {
-            if let Err(err) = savepoint(&tx, "SAVEPOINT batched") {
+            if let Err(err) = cached(&tx, "SAVEPOINT batched") {
                 return ((0..count).map(|_| Err(err.clone())).collect(), false);
             }
-            let (answer, keep) = kept(Some(job(&tx)));
+            let (answer, keep) = kept(Some((job.run)(&tx)));
             // SQLite itself ends the transaction on some errors (a full disk, I/O): then
             // the whole batch is gone.
             let kept = if tx.is_autocommit() {
                 Err(error::failed("the transaction ended under a group commit"))
             } else if keep {
-                savepoint(&tx, "RELEASE batched")
+                cached(&tx, "RELEASE batched")
             } else {
-                savepoint(&tx, "ROLLBACK TO batched")
-                    .and_then(|()| savepoint(&tx, "RELEASE batched"))
+                cached(&tx, "ROLLBACK TO batched").and_then(|()| cached(&tx, "RELEASE batched"))
             };
             if let Err(err) = kept {
                 return ((0..count).map(|_| Err(err.clone())).collect(), false);
@@ -314,7 +333,8 @@ fn commit_batch(conn: &mut Connection, combining: &mut Combining<'_>) -> (Vec<An
     }
 }
 
-fn savepoint(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+/// Runs `sql`, a statement that answers no rows, from the connection's cache.
+fn cached(conn: &Connection, sql: &str) -> Result<(), StoreError> {
     conn.prepare_cached(sql).map_err(sqlite)?.execute([]).map(drop).map_err(sqlite)
 }
 

@@ -259,6 +259,25 @@ impl dyn Db + '_ {
     }
 }
 
+/// How durable a commit must be before its caller is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On disk before anyone learns of it (SQLite's `synchronous=FULL`: the WAL is
+    /// fsynced at `COMMIT`). Every commit point but one.
+    Synced,
+    /// May reach the disk with the next synced commit instead of its own: written to the
+    /// operating system before its caller is answered, so a killed process loses
+    /// nothing, but a power loss before the next synced commit may take it back. Only
+    /// commit C ending an operation *succeeded* asks for it: what it records is the
+    /// downstream's receipt, which the downstream itself holds durably under the
+    /// operation's downstream request ref, so losing it leaves the operation exactly as
+    /// a crash just after commit B would, and the status query (or a worker after the
+    /// lease) reconciles it to the same receipt and the same result digest
+    /// (`docs/schema.md`, "Commit points"). A backend may treat it as
+    /// [`Durability::Synced`] (PostgreSQL does).
+    Lazy,
+}
+
 /// One commit point or operator action, as an owned value a backend can carry: into a
 /// group commit on another thread (SQLite), or into a transaction run again after a
 /// serialization failure (PostgreSQL). [`Commit::run`] may therefore run more than once,
@@ -274,6 +293,12 @@ pub trait Commit: Send + 'static {
     ///
     /// [`StoreError`]; the backend then rolls back what it wrote.
     fn run(&self, db: &mut dyn Db) -> Result<(Self::Output, bool), StoreError>;
+
+    /// How durable the commit must be before it is answered: [`Durability::Synced`]
+    /// unless the commit point says otherwise.
+    fn durability(&self) -> Durability {
+        Durability::Synced
+    }
 }
 
 /// What a database backend provides for the ledger to run on it.

@@ -17,7 +17,7 @@ use crate::{
     FailureKind, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now, OPERATION_WIDTH,
     Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
     StoreError,
-    driver::{Arg, Commit, Db, Row, Sql, locked, returning_id},
+    driver::{Arg, Commit, Db, Durability, Row, Sql, locked, returning_id},
     not_claimed,
     verify::{self, RawOperation},
 };
@@ -929,6 +929,15 @@ impl Commit for End {
         let now = db.now(self.now)?;
         end_in(db, &self.status_ref, &self.by, now, &self.ending).map(|end| (end, true))
     }
+
+    /// Lazy for a success (the downstream holds its receipt); a refusal or a quarantine
+    /// is synced: nothing outside the ledger is sure to say the same again.
+    fn durability(&self) -> Durability {
+        match self.ending {
+            Written::Succeeded(..) => Durability::Lazy,
+            Written::Failed(_) | Written::Quarantined(..) => Durability::Synced,
+        }
+    }
 }
 
 /// Commit C of several operations in one transaction, answered in order.
@@ -962,6 +971,15 @@ impl Commit for Ends {
             .map(|(status_ref, by, ending)| end_in(db, status_ref, by, now, ending))
             .collect::<Result<_, _>>()?;
         Ok((ends, true))
+    }
+
+    /// Lazy when every ending of the batch is a success, as [`End`]'s.
+    fn durability(&self) -> Durability {
+        if self.items.iter().all(|(_, _, ending)| matches!(ending, Written::Succeeded(..))) {
+            Durability::Lazy
+        } else {
+            Durability::Synced
+        }
     }
 }
 

@@ -15,16 +15,24 @@
  *                                           (a disk that stays broken), not just the Nth
  *   IOFAULT_ERRNO  EIO | ENOSPC             the error a failed call reports (EIO)
  *   IOFAULT_REPORT FILE                     at exit, the count is written there
+ *   IOFAULT_SYNCED FILE                     after each counted sync that succeeds, the
+ *                                           synced file's size is written there: what
+ *                                           a power loss would leave of it (the tail
+ *                                           past it reached the OS, not the disk)
  *
  * A failed call does nothing and returns -1 with errno set, as the kernel would.
- * The shim does no I/O of its own on the counted path until the process exits.
+ * The shim does no I/O of its own on the counted path until the process exits, but
+ * for IOFAULT_SYNCED's file, which is rewritten at once: a process killed with SIGKILL
+ * runs no exit handler.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -82,14 +90,40 @@ ssize_t pwrite64(int fd, const void *buf, size_t count, off64_t offset)
     return should_fail(fd, 0) ? -1 : REAL(pwrite64)(fd, buf, count, offset);
 }
 
+/* After a counted sync of `fd` succeeded: its size, to IOFAULT_SYNCED's file. */
+static void synced(int fd)
+{
+    const char *file = getenv("IOFAULT_SYNCED");
+    struct stat st;
+    if (file == NULL || fstat(fd, &st) != 0)
+        return;
+    char text[32];
+    int len = snprintf(text, sizeof text, "%lld\n", (long long)st.st_size);
+    int out = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0)
+        return;
+    (void)!REAL(write)(out, text, (size_t)len);
+    close(out);
+}
+
 int fsync(int fd)
 {
-    return should_fail(fd, 1) ? -1 : REAL(fsync)(fd);
+    if (should_fail(fd, 1))
+        return -1;
+    int done = REAL(fsync)(fd);
+    if (done == 0 && matches(fd, 1))
+        synced(fd);
+    return done;
 }
 
 int fdatasync(int fd)
 {
-    return should_fail(fd, 1) ? -1 : REAL(fdatasync)(fd);
+    if (should_fail(fd, 1))
+        return -1;
+    int done = REAL(fdatasync)(fd);
+    if (done == 0 && matches(fd, 1))
+        synced(fd);
+    return done;
 }
 
 /* Reports the count once the process ends (exit or return from main). */

@@ -580,3 +580,169 @@ fn a_long_reader_stalls_the_wal_checkpoint_but_no_dispatch() {
     drop(observer);
     assert_nothing_lost(&dir, &acknowledged, acknowledged.len());
 }
+
+// --- Power loss ---------------------------------------------------------------------
+
+/// Set in the power-loss test's child process: the directory its host works in.
+const POWER_LOSS_HOST: &str = "TOOLLEDGER_TEST_POWER_LOSS_HOST";
+
+/// What the power-loss host prints before each answer, among the test harness's lines.
+const HOST_SAYS: &str = "power-loss-host: ";
+
+/// Refund `key` of the power-loss test: one order per key, under the approval threshold.
+fn power_loss_refund(key: usize) -> toolledger::Call {
+    let order = format!("ord-{key}");
+    toolledger::Call::new(
+        "refund_order",
+        serde_json::json!({"order_id": order, "amount_minor": 2599, "currency": "USD", "reason": "damaged"}),
+    )
+    .principal("tenant-a", "user-1")
+    .idempotency_key(&format!("refund-{order}"))
+    .model_call(toolledger::ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        &format!("resp-{key}"),
+        &format!("call-{key}"),
+    ))
+    .context(serde_json::json!({"orders": [{"order_id": order, "tenant_id": "tenant-a",
+        "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]}))
+    .at(1_767_225_600)
+}
+
+/// The power-loss test's ledger in `dir`: the refund tool (no approval under 50.00) and
+/// the simulation's downstream, whose receipts (commit B) go to the same file.
+fn power_loss_ledger(dir: &Path) -> toolledger::Ledger<toolledger::Simulated, toolledger::NoRoles> {
+    toolledger::Ledger::builder(dir.join("toolledger.sqlite3"))
+        .tool(toolledger::RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+        .open_simulated(toolledger::NoRoles)
+        .unwrap()
+}
+
+/// The host the power-loss test runs in a child process: three refunds dispatched and
+/// acknowledged on stdout, then it holds the ledger open (a clean close would
+/// checkpoint, and so sync, the WAL) until it is killed.
+fn power_loss_host(dir: &Path) -> ! {
+    let mut ledger = power_loss_ledger(dir);
+    for key in 1..=3 {
+        let reply = ledger.dispatch(&power_loss_refund(key)).unwrap();
+        println!("{HOST_SAYS}{}", reply.canonical());
+    }
+    println!("{HOST_SAYS}done");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// The power-loss test's host process, killed with SIGKILL (and reaped) when dropped,
+/// whatever the test's end.
+struct Host(std::process::Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A success's commit C is lazy (`docs/schema.md`, "Commit points"): it reaches the OS
+/// before the caller is answered, the disk with the next synced commit. Here the power
+/// is cut after three acknowledged refunds: a host process (this test binary again,
+/// with the shim preloaded to record the WAL's size at each of its real syncs)
+/// dispatches them and is killed with SIGKILL, and the WAL is cut back to its size at
+/// the last sync — exactly what a power loss keeps. The first two commits C were synced
+/// by the next refund's commit A; the third is lost, leaving that refund as a crash
+/// just after commit B would. Nothing contradicts an acknowledgement: the two replay
+/// as answered, the third answers `OUTCOME_UNKNOWN` (never "nothing happened" nor
+/// another receipt) until the status query reconciles it to the same receipt and
+/// result digest, which every later replay repeats; the audit passes.
+#[test]
+fn an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss() {
+    if let Some(dir) = std::env::var_os(POWER_LOSS_HOST) {
+        power_loss_host(Path::new(&dir));
+    }
+    let dir = Dir::new();
+    let synced = dir.path().with_file_name("synced-wal-bytes");
+    let mut host = Host(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "iofaults::an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(POWER_LOSS_HOST, dir.path())
+            .env("LD_PRELOAD", shim())
+            .env("IOFAULT_OP", "sync")
+            .env("IOFAULT_PATH", "toolledger.sqlite3-wal")
+            .env("IOFAULT_AFTER", "0")
+            .env("IOFAULT_SYNCED", &synced)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut acknowledged = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(host.0.stdout.take().unwrap())) {
+        // The harness's own `test … ... ` may open the first line.
+        let line = line.unwrap();
+        let Some(said) = line.find(HOST_SAYS).map(|at| &line[at + HOST_SAYS.len()..]) else {
+            continue;
+        };
+        if said == "done" {
+            break;
+        }
+        let package: Value = serde_json::from_str(said).unwrap();
+        assert_eq!((&package["code"], &package["delivery"]), (&"OK".into(), &"fresh".into()));
+        acknowledged.push(package);
+    }
+    assert_eq!(acknowledged.len(), 3, "the host ended before its three refunds");
+    drop(host);
+
+    // The power loss: what the disk holds is the WAL up to its last sync.
+    let wal = dir.join("toolledger.sqlite3-wal");
+    let kept: u64 = std::fs::read_to_string(&synced).unwrap().trim().parse().unwrap();
+    let written = std::fs::metadata(&wal).unwrap().len();
+    assert!(kept < written, "the last commit C was synced ({kept} of {written} bytes)");
+    std::fs::OpenOptions::new().write(true).open(&wal).unwrap().set_len(kept).unwrap();
+    std::fs::remove_file(dir.join("toolledger.sqlite3-shm")).unwrap();
+    let statuses = || {
+        dir.db_rows("SELECT status FROM operations ORDER BY id")
+            .into_iter()
+            .map(|row| row[0].clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(statuses(), ["succeeded", "succeeded", "processing"]);
+    assert_eq!(dir.db_int("SELECT count(*) FROM downstream_receipts"), 3);
+
+    let mut ledger = power_loss_ledger(dir.path());
+    let same = |reply: &toolledger::Reply, package: &Value| {
+        let (toolledger::Outcome::Replayed(receipt) | toolledger::Outcome::Reconciled(receipt)) =
+            reply.outcome()
+        else {
+            panic!("not the acknowledged receipt: {:?}", reply.outcome());
+        };
+        assert_eq!(receipt.status_ref().as_str(), package["status_ref"]);
+        assert_eq!(receipt.result_sha256(), package["result"]["digests"]["result_sha256"]);
+        assert_eq!(receipt.receipt_ref(), package["result"]["host_view"]["downstream_receipt_ref"]);
+        assert_eq!(receipt.output(), &package["result"]["model_view"]);
+    };
+    for (key, package) in [1, 2].into_iter().zip(&acknowledged) {
+        same(&ledger.dispatch(&power_loss_refund(key)).unwrap(), package);
+    }
+    let lost = &acknowledged[2];
+    let call = power_loss_refund(3);
+    let unknown = ledger.dispatch(&call).unwrap();
+    let toolledger::Outcome::Unknown { status_ref } = unknown.outcome() else {
+        panic!("the refund whose commit C was lost: {:?}", unknown.outcome());
+    };
+    assert_eq!(status_ref.as_str(), lost["status_ref"]);
+    let reconciled = ledger.status(&call, status_ref).unwrap();
+    assert!(matches!(reconciled.outcome(), toolledger::Outcome::Reconciled(_)));
+    same(&reconciled, lost);
+    same(&ledger.dispatch(&call).unwrap(), lost);
+    drop(ledger);
+    assert_eq!(statuses(), ["succeeded", "succeeded", "succeeded"]);
+    assert_eq!(dir.db_int("SELECT count(*) FROM downstream_receipts"), 3);
+    assert_eq!(dir.run(&["audit"]).code, 0);
+}
