@@ -9,6 +9,10 @@
 //! [`Rule::CrashAfterCall`], [`Rule::CommitUnknownCall`]) or every call of one method
 //! ([`Rule::Method`]). The ledger
 //! and the stand-in's storage of one engine share a plan, as they share a process.
+//!
+//! A plan may also carry a [`Disk`]: told before each lazy commit (a success's commit C,
+//! `Durability::Lazy`) and after each synced write that answered, it keeps what a power
+//! loss would leave of the ledger (the simulation's power-loss step).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,7 +23,7 @@ use toolledger_engine::StandInReceipts;
 use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, NewOperation, Now, Operation,
-    RecordedCall, Release, Reservation, StoreError,
+    RecordedCall, Release, Reservation, StoreError, driver::Durability,
 };
 
 /// What a plan does to the calls it sees.
@@ -51,9 +55,22 @@ struct Plan {
     crashed: bool,
 }
 
-/// The plan shared by the stores of one simulated process.
+/// What a simulated power loss keeps of a ledger, told of every write a [`Faulty`]
+/// store makes: the state as of the last synced commit.
+pub trait Disk: Send + Sync + std::fmt::Debug {
+    /// A lazy commit is about to run: what is written now is what a power loss keeps,
+    /// unless an earlier lazy commit is still unsynced.
+    fn before_lazy(&self);
+
+    /// A synced write answered: everything written before it is on the disk. (A write
+    /// that answered but changed nothing is counted too: the power loss then keeps a
+    /// little more than it could, never less.)
+    fn synced(&self);
+}
+
+/// The plan shared by the stores of one simulated process, and the disk under them.
 #[derive(Debug, Clone, Default)]
-pub struct Faults(Arc<Mutex<Plan>>);
+pub struct Faults(Arc<Mutex<Plan>>, Option<Arc<dyn Disk>>);
 
 impl Faults {
     /// A plan following `rule`.
@@ -65,6 +82,29 @@ impl Faults {
 
     fn plan(&self) -> std::sync::MutexGuard<'_, Plan> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A plan that tells `disk` of every write, following no rule yet.
+    pub fn on_disk(disk: Arc<dyn Disk>) -> Faults {
+        Faults(Arc::default(), Some(disk))
+    }
+
+    /// Runs one write of `durability`, telling the disk.
+    fn write<T>(
+        &self,
+        durability: Durability,
+        call: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let Some(disk) = &self.1 else { return call() };
+        if durability == Durability::Lazy {
+            disk.before_lazy();
+            return call();
+        }
+        let result = call();
+        if result.is_ok() {
+            disk.synced();
+        }
+        result
     }
 
     /// A new process: no call counted, not crashed, following `rule`.
@@ -148,11 +188,17 @@ impl<S> Faulty<S> {
     }
 }
 
-/// One faulted call: `method` names it for [`Rule::Method`].
+/// One faulted call: `method` names it for [`Rule::Method`]; a write names its
+/// durability too, for the disk.
 macro_rules! faulted {
     ($self:ident, $method:expr, $call:expr) => {{
         let crash = $self.faults.before($method)?;
         let result = $call;
+        $self.faults.after(crash, result)
+    }};
+    ($self:ident, $method:expr, $durability:expr, $call:expr) => {{
+        let crash = $self.faults.before($method)?;
+        let result = $self.faults.write($durability, || $call);
         $self.faults.after(crash, result)
     }};
 }
@@ -187,7 +233,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         call: &CallIdentity,
         now: Now,
     ) -> Result<Reservation, StoreError> {
-        faulted!(self, "reserve", self.inner.reserve(intent, call, now))
+        faulted!(self, "reserve", Durability::Synced, self.inner.reserve(intent, call, now))
     }
 
     fn reserve_claimed(
@@ -201,6 +247,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         faulted!(
             self,
             "reserve_claimed",
+            Durability::Synced,
             self.inner.reserve_claimed(intent, call, now, owner, lease)
         )
     }
@@ -212,7 +259,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         now: Now,
         lease: LeaseSeconds,
     ) -> Result<Claim, StoreError> {
-        faulted!(self, "claim", self.inner.claim(status_ref, owner, now, lease))
+        faulted!(self, "claim", Durability::Synced, self.inner.claim(status_ref, owner, now, lease))
     }
 
     fn record_status_query(
@@ -221,7 +268,12 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         status_ref: &StatusRef,
         now: Now,
     ) -> Result<Option<RecordedCall>, StoreError> {
-        faulted!(self, "record_status_query", self.inner.record_status_query(call, status_ref, now))
+        faulted!(
+            self,
+            "record_status_query",
+            Durability::Synced,
+            self.inner.record_status_query(call, status_ref, now)
+        )
     }
 
     fn end(
@@ -237,7 +289,11 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
             Ending::Failed(_) => "fail",
             Ending::Quarantined { .. } => "quarantine",
         };
-        faulted!(self, point, self.inner.end(status_ref, by, ending, now))
+        let durability = match ending {
+            Ending::Succeeded(_) => Durability::Lazy,
+            Ending::Failed(_) | Ending::Quarantined { .. } => Durability::Synced,
+        };
+        faulted!(self, point, durability, self.inner.end(status_ref, by, ending, now))
     }
 
     fn finalize_many(
@@ -245,7 +301,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         items: &[(StatusRef, Finalizer, LocalReceipt)],
         now: Now,
     ) -> Result<Vec<Finalize>, StoreError> {
-        faulted!(self, "finalize", self.inner.finalize_many(items, now))
+        faulted!(self, "finalize", Durability::Lazy, self.inner.finalize_many(items, now))
     }
 
     fn release(
@@ -255,7 +311,12 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         release: &Release<'_>,
         now: Now,
     ) -> Result<Finalize, StoreError> {
-        faulted!(self, "release", self.inner.release(status_ref, lease, release, now))
+        faulted!(
+            self,
+            "release",
+            Durability::Synced,
+            self.inner.release(status_ref, lease, release, now)
+        )
     }
 
     fn claim_due(
@@ -266,7 +327,12 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         lease: LeaseSeconds,
         limit: usize,
     ) -> Result<ClaimedBatch, StoreError> {
-        faulted!(self, "claim_due", self.inner.claim_due(owner, downstream, now, lease, limit))
+        faulted!(
+            self,
+            "claim_due",
+            Durability::Synced,
+            self.inner.claim_due(owner, downstream, now, lease, limit)
+        )
     }
 
     fn retired(&mut self, status_ref: &StatusRef) -> Result<bool, StoreError> {
@@ -279,7 +345,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
         now: Now,
         lease: LeaseSeconds,
     ) -> Result<usize, StoreError> {
-        faulted!(self, "heartbeat", self.inner.heartbeat(owner, now, lease))
+        faulted!(self, "heartbeat", Durability::Synced, self.inner.heartbeat(owner, now, lease))
     }
 
     fn audit(&mut self) -> Result<AuditReport, StoreError> {
@@ -296,6 +362,7 @@ impl<S: StandInReceipts> StandInReceipts for Faulty<S> {
         faulted!(
             self,
             "record_downstream_receipt",
+            Durability::Synced,
             self.inner.record_downstream_receipt(receipt, now)
         )
     }
@@ -315,6 +382,7 @@ impl<S: StandInReceipts> StandInReceipts for Faulty<S> {
         faulted!(
             self,
             "record_downstream_receipt",
+            Durability::Synced,
             self.inner.record_downstream_receipts(receipts, now)
         )
     }

@@ -31,7 +31,7 @@ use toolledger_store::{AuditReport, LedgerStore, OperatorStore};
 use toolledger_store_sqlite::SqliteStore;
 
 pub use crate::{
-    faulty::{Faults, Faulty, Rule},
+    faulty::{Disk, Faults, Faulty, Rule},
     postgres::Postgres,
 };
 
@@ -61,6 +61,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Runs `sql` (one or more statements) on a raw connection.
     fn execute(&self, sql: &str);
+
+    /// The disk under this ledger for a simulated power loss: `Some` where a commit may
+    /// be lazy (SQLite), `None` where every commit is synced (PostgreSQL: a power loss
+    /// loses nothing that was answered).
+    fn power_loss(&self) -> Option<Arc<PowerLoss>> {
+        None
+    }
 
     /// A new connection; panics when it cannot be opened.
     fn store(&self) -> Self::Store {
@@ -160,6 +167,80 @@ impl Sqlite {
     }
 }
 
+/// A power loss of a SQLite ledger, simulated over its files: a [`Disk`] that copies the
+/// file and its WAL before the first lazy commit that follows a synced one (what a power
+/// loss would keep from then on, since the lazy commit's WAL frames are not fsynced),
+/// forgets the copy after the next synced write, and, at the loss, puts the copy back.
+#[derive(Debug)]
+pub struct PowerLoss {
+    path: PathBuf,
+    /// Whether a copy is kept: an unsynced lazy commit may be lost.
+    kept: Mutex<bool>,
+}
+
+impl PowerLoss {
+    /// Over the ledger at `path`.
+    pub fn new(path: &Path) -> PowerLoss {
+        PowerLoss { path: path.to_path_buf(), kept: Mutex::new(false) }
+    }
+
+    fn file(&self, suffix: &str) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The power fails: the ledger's files become what the disk held. Every connection
+    /// to them must be closed. Whether a lazy commit was lost.
+    pub fn cut(&self) -> bool {
+        let mut kept = self.kept();
+        if !*kept {
+            return false;
+        }
+        // The WAL index is rebuilt from the WAL on the next open.
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(self.file(suffix));
+        }
+        for (from, to) in [(".power-kept", ""), ("-wal.power-kept", "-wal")] {
+            if self.file(from).exists() {
+                std::fs::rename(self.file(from), self.file(to)).unwrap();
+            }
+        }
+        *kept = false;
+        true
+    }
+}
+
+impl Disk for PowerLoss {
+    fn before_lazy(&self) {
+        let mut kept = self.kept();
+        if *kept {
+            return;
+        }
+        // Between commits nothing is half written: the file and its WAL are one state.
+        for (from, to) in [("", ".power-kept"), ("-wal", "-wal.power-kept")] {
+            if self.file(from).exists() {
+                std::fs::copy(self.file(from), self.file(to)).unwrap();
+            }
+        }
+        *kept = true;
+    }
+
+    fn synced(&self) {
+        let mut kept = self.kept();
+        if *kept {
+            for suffix in [".power-kept", "-wal.power-kept"] {
+                let _ = std::fs::remove_file(self.file(suffix));
+            }
+            *kept = false;
+        }
+    }
+}
+
 /// Every row `sql` answers in the SQLite file at `path`, each value as text (`None` for
 /// NULL), through a raw connection.
 pub fn sqlite_rows(path: &Path, sql: &str) -> Vec<Vec<Option<String>>> {
@@ -215,6 +296,10 @@ impl Backend for Sqlite {
 
     fn open(&self) -> Result<SqliteStore, EngineError> {
         Ok(SqliteStore::open(&self.path)?)
+    }
+
+    fn power_loss(&self) -> Option<Arc<PowerLoss>> {
+        Some(Arc::new(PowerLoss::new(&self.path)))
     }
 
     fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {

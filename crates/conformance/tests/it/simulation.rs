@@ -2,7 +2,9 @@
 //! passes, lease expiry, role changes and stale finalizes over a few keys, with store
 //! faults injected at any call ([`Rule::FailCall`]: the call fails before the store
 //! sees it; [`Rule::CrashAfterCall`]: it commits and the process dies;
-//! [`Rule::CommitUnknownCall`]: it fails while committing, held or not), each step
+//! [`Rule::CommitUnknownCall`]: it fails while committing, held or not), and power
+//! losses (SQLite: the files go back to their last synced commit, taking back a
+//! success's lazy commit C made since; `docs/schema.md`, "Lazy commit C"), each step
 //! checked against a model of what the ledger promises:
 //!
 //! - an intent the store accepted stays accepted, and a call that accepted it never
@@ -10,7 +12,10 @@
 //! - `OUTCOME_UNKNOWN` names an operation the store holds, unless its status is null
 //!   after a commit A that failed while committing;
 //! - an ended operation never changes: its status and result digest stay what the
-//!   first answer or the store said, and every later answer repeats them;
+//!   first answer or the store said, and every later answer repeats them — but for a
+//!   success whose commit C a power loss took back: it is open again (answered
+//!   `OUTCOME_UNKNOWN`) until it ends with the same status and result digest;
+//! - a power loss takes back no accepted intent and nothing but a success's commit C;
 //! - a key is finalized freshly at most once; one downstream receipt per scope, none
 //!   without its operation; succeeded means a local receipt; the audit passes.
 //!
@@ -22,13 +27,13 @@
 //! `cargo xtask simulate` and `cargo xtask ci` run 2,000) and PostgreSQL one in fifty. A failure is shrunk
 //! to a minimal sequence of steps and printed with the seed that reproduces it.
 
-use std::{cell::Cell, collections::BTreeMap};
+use std::{cell::Cell, collections::BTreeMap, sync::Arc};
 
 use proptest::{
     prelude::*,
     test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner},
 };
-use toolledger_conformance::{Backend, Faults, Faulty, Roles, Rule, setting};
+use toolledger_conformance::{Backend, Faults, Faulty, PowerLoss, Roles, Rule, setting};
 use toolledger_contract::{
     Clock, HostCall, IdempotencyKey, LeaseSeconds, Registry, Scope,
     digest::{downstream_request_ref, result_sha256, status_ref},
@@ -81,6 +86,8 @@ enum Step {
     StaleFinalize {
         key: usize,
     },
+    /// The machine loses power: every process dies, and the disk keeps what was synced.
+    PowerLoss,
 }
 
 fn drill() -> impl Strategy<Value = Option<FailurePoint>> {
@@ -116,6 +123,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..45i64).prop_map(|seconds| Step::Advance { seconds }),
         1 => any::<bool>().prop_map(|granted| Step::Roles { granted }),
         1 => (0..KEYS).prop_map(|key| Step::StaleFinalize { key }),
+        1 => Just(Step::PowerLoss),
     ]
 }
 
@@ -129,6 +137,8 @@ struct Key {
     /// How it ended: status and result digest (empty when it has none).
     ended: Option<(String, String)>,
     fresh: usize,
+    /// A power loss took its ending back: open until it ends again, the same.
+    lost: bool,
 }
 
 /// What one run counted, summed over the runs.
@@ -140,6 +150,8 @@ struct Tally {
     crashes: Cell<u64>,
     answers: Cell<u64>,
     ended: Cell<u64>,
+    power_losses: Cell<u64>,
+    lost_commits: Cell<u64>,
 }
 
 fn bump(cell: &Cell<u64>) {
@@ -149,6 +161,8 @@ fn bump(cell: &Cell<u64>) {
 struct Sim<B: Backend> {
     backend: B,
     faults: Faults,
+    /// The disk under the ledger where a commit may be lazy.
+    power: Option<Arc<PowerLoss>>,
     roles: Roles,
     engine: Simulated<B>,
     /// The audit's own connection, clean of faults.
@@ -213,12 +227,16 @@ fn terminal(status: &str) -> bool {
 impl<B: Backend> Sim<B> {
     fn new() -> Sim<B> {
         let backend = B::fresh();
-        let faults = Faults::default();
+        let power = backend.power_loss();
+        let faults = match &power {
+            Some(power) => Faults::on_disk(power.clone()),
+            None => Faults::default(),
+        };
         let roles = Roles::default();
         roles.grant("tenant-a", "user-1", "support_agent");
         let engine = engine(&backend, &faults, &roles);
         let auditor = backend.store();
-        Sim { backend, faults, roles, engine, auditor, now: NOW, model: Default::default() }
+        Sim { backend, faults, power, roles, engine, auditor, now: NOW, model: Default::default() }
     }
 
     fn clock(&self) -> Clock {
@@ -301,6 +319,10 @@ impl<B: Backend> Sim<B> {
                 self.stale_finalize(key);
                 (None, None)
             }
+            Step::PowerLoss => {
+                self.cut_power(tally);
+                (None, None)
+            }
         };
         if self.faults.crashed() {
             // The process is gone with whatever it was about to answer; a new one
@@ -311,6 +333,39 @@ impl<B: Backend> Sim<B> {
         }
         self.faults.restart(Rule::Clean);
         (answer, key)
+    }
+
+    /// Every process dies, and the ledger's files go back to what the disk held: a
+    /// success's commit C made since the last synced commit is lost, and the model
+    /// expects that success to be open until it ends again, the same.
+    fn cut_power(&mut self, tally: &Tally) {
+        bump(&tally.power_losses);
+        let Some(power) = self.power.clone() else {
+            // Every commit was synced: the machine comes back as a new process would.
+            self.engine = engine(&self.backend, &self.faults, &self.roles);
+            return;
+        };
+        // Every connection to the files closes before they change.
+        let elsewhere = B::fresh();
+        drop(std::mem::replace(
+            &mut self.engine,
+            engine(&elsewhere, &Faults::default(), &self.roles),
+        ));
+        drop(std::mem::replace(&mut self.auditor, elsewhere.store()));
+        if power.cut() {
+            bump(&tally.lost_commits);
+        }
+        self.engine = engine(&self.backend, &self.faults, &self.roles);
+        self.auditor = self.backend.store();
+        let store = held(&self.backend);
+        for (index, model) in self.model.iter_mut().enumerate() {
+            let open =
+                store.get(&format!("key-{index}")).is_some_and(|(status, _)| !terminal(status));
+            if open && model.ended.is_some() {
+                model.lost = true;
+                model.fresh = 0;
+            }
+        }
     }
 
     fn stale_finalize(&mut self, key: usize) {
@@ -429,13 +484,21 @@ impl<B: Backend> Sim<B> {
                 Some((status, result)) => {
                     model.accepted = true;
                     if let Some(ended) = &model.ended {
-                        if (status, result) != (&ended.0, &ended.1)
+                        let lost = model.lost && !terminal(status);
+                        if !lost
+                            && (status, result) != (&ended.0, &ended.1)
                             && !(ended.1.is_empty() && status == &ended.0)
                         {
                             return Err(format!(
                                 "key-{index} ended {ended:?} and the store now holds {status}/{result}"
                             ));
                         }
+                        if ended.0 != "succeeded" && model.lost && !terminal(status) {
+                            return Err(format!(
+                                "a power loss took back key-{index}'s ending {ended:?}"
+                            ));
+                        }
+                        model.lost = lost;
                     } else if terminal(status) {
                         model.ended = Some((status.clone(), result.clone()));
                     }
@@ -573,12 +636,14 @@ fn interleavings_keep_every_promise<B: Backend>() {
     }
     println!(
         "simulation: store {}, seed {seed}, {} interleavings, {} steps, {} injected failures, {} crashes, \
-         {} answers checked, {} operations ended by recovery",
+         {} power losses ({} taking back a commit C), {} answers checked, {} operations ended by recovery",
         B::NAME,
         tally.runs.get(),
         tally.steps.get(),
         tally.fails.get(),
         tally.crashes.get(),
+        tally.power_losses.get(),
+        tally.lost_commits.get(),
         tally.answers.get(),
         tally.ended.get()
     );
