@@ -89,7 +89,8 @@ fn main() {
         return child_main(&child);
     }
     if let Some(flow) = flow {
-        // A loop of one flow alone, for a profiler: `--profile replay|fresh|raw|pipeline|http|list|audit`.
+        // A loop of one flow alone, for a profiler:
+        // `--profile replay|fresh|raw|pipeline|http|list|audit`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);

@@ -184,8 +184,9 @@ impl SqliteStore {
 
     /// Runs `command` as one commit point in a group commit (see `gate`): answered once
     /// the transaction holding it has committed (durable under `synchronous=FULL`, or
-    /// written to the OS for a lazy commit: `Durability::Lazy`), or with its error — then nothing of it was written. It may run on another thread's
-    /// connection, inside that thread's transaction and its own savepoint.
+    /// written to the OS for a lazy commit: `Durability::Lazy`), or with its error —
+    /// then nothing of it was written. It may run on another thread's connection, inside
+    /// that thread's transaction and its own savepoint.
     fn batched<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.arm()?;
         let SqliteStore { gate, waits, .. } = self;
