@@ -109,21 +109,11 @@ fn main() {
         settings.rounds, settings.ops
     );
     let cases = Cases::new();
-    let (mut raw_rates, mut fresh_rates, mut commit_rates) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..settings.rounds {
+    let mut commit_rates = Vec::new();
+    let (raw_pipeline, fresh) = pipeline_rounds(&work, &cases, &settings, |round| {
         commit_rates
             .push(raw_commit_rate(&work.file(&format!("commit-{round}")), settings.ops * 2));
-        let (raw_rate, fresh_rate) = pipeline_round(
-            &work.file(&format!("raw-{round}")),
-            &work.file(&format!("fresh-{round}")),
-            &cases,
-            round * settings.ops,
-            settings.ops,
-        );
-        raw_rates.push(raw_rate);
-        fresh_rates.push(fresh_rate);
-    }
-    let (raw_pipeline, fresh) = (Rate::median(&raw_rates), Rate::median(&fresh_rates));
+    });
     let (raw_pipeline_ops, fresh_ops) = (raw_pipeline.per_s, fresh.per_s);
     put("raw_commit_per_s", json!(median(commit_rates)));
     put("raw_pipeline_ops_per_s", json!(raw_pipeline_ops));
@@ -647,20 +637,7 @@ fn profile(flow: &str) {
         "pipeline" => {
             // The report's first rows alone, at the full run's sizes: rounds of the raw
             // 4-commit pipeline and fresh dispatches alternating, their medians.
-            let settings = Settings::of(false);
-            let (mut raw_rates, mut fresh_rates) = (Vec::new(), Vec::new());
-            for round in 0..settings.rounds {
-                let (raw_rate, fresh_rate) = pipeline_round(
-                    &work.file(&format!("raw-{round}")),
-                    &work.file(&format!("fresh-{round}")),
-                    &cases,
-                    round * settings.ops,
-                    settings.ops,
-                );
-                raw_rates.push(raw_rate);
-                fresh_rates.push(fresh_rate);
-            }
-            let (raw, fresh) = (Rate::median(&raw_rates), Rate::median(&fresh_rates));
+            let (raw, fresh) = pipeline_rounds(&work, &cases, &Settings::of(false), |_| {});
             println!(
                 "raw {:.0}/s {:.1} us CPU, fresh {:.0}/s {:.1} us CPU: pipeline_vs_raw {:.3}, cpu_fresh_vs_raw_pipeline {:.3}",
                 raw.per_s,
@@ -1102,6 +1079,31 @@ const INSERT_OPERATION: &str = "INSERT INTO operations (tenant_id, subject_id, t
 /// tables (the same rows and transactions as a fresh dispatch, with no validation, JSON
 /// or hashing) against fresh dispatch through the engine, each on its own warmed file,
 /// alternating in batches so that drift in the disk hits both alike.
+/// The report's pipeline rows: `settings.rounds` rounds of [`pipeline_round`], each
+/// after `before(round)`; the medians of the raw pipeline's rates and of the fresh
+/// dispatches'.
+fn pipeline_rounds(
+    work: &Work,
+    cases: &Cases,
+    settings: &Settings,
+    mut before: impl FnMut(usize),
+) -> (Rate, Rate) {
+    let (mut raw_rates, mut fresh_rates) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        before(round);
+        let (raw_rate, fresh_rate) = pipeline_round(
+            &work.file(&format!("raw-{round}")),
+            &work.file(&format!("fresh-{round}")),
+            cases,
+            round * settings.ops,
+            settings.ops,
+        );
+        raw_rates.push(raw_rate);
+        fresh_rates.push(fresh_rate);
+    }
+    (Rate::median(&raw_rates), Rate::median(&fresh_rates))
+}
+
 fn pipeline_round(
     raw_path: &Path,
     fresh_path: &Path,

@@ -289,11 +289,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
             Ending::Failed(_) => "fail",
             Ending::Quarantined { .. } => "quarantine",
         };
-        let durability = match ending {
-            Ending::Succeeded(_) => Durability::Lazy,
-            Ending::Failed(_) | Ending::Quarantined { .. } => Durability::Synced,
-        };
-        faulted!(self, point, durability, self.inner.end(status_ref, by, ending, now))
+        faulted!(self, point, ending.durability(), self.inner.end(status_ref, by, ending, now))
     }
 
     fn finalize_many(

@@ -268,7 +268,8 @@ pub enum Durability {
     /// May reach the disk with the next synced commit instead of its own: written to the
     /// operating system before its caller is answered, so a killed process loses
     /// nothing, but a power loss before the next synced commit may take it back. Only
-    /// commit C ending an operation *succeeded* asks for it: what it records is the
+    /// commit C ending an operation *succeeded* asks for it
+    /// ([`Ending::durability`](crate::Ending::durability)): what it records is the
     /// downstream's receipt, which the downstream itself holds durably under the
     /// operation's downstream request ref, so losing it leaves the operation exactly as
     /// a crash just after commit B would, and the status query (or a worker after the

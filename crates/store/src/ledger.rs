@@ -912,13 +912,21 @@ pub struct End {
     status_ref: StatusRef,
     by: Finalizer,
     ending: Written,
+    /// The ending's ([`Ending::durability`]).
+    durability: Durability,
     now: Now,
 }
 
 impl End {
     /// The end of `status_ref` by `by`.
     pub fn new(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> End {
-        End { status_ref: status_ref.clone(), by: by.clone(), ending: Written::of(ending), now }
+        End {
+            status_ref: status_ref.clone(),
+            by: by.clone(),
+            ending: Written::of(ending),
+            durability: ending.durability(),
+            now,
+        }
     }
 }
 
@@ -930,13 +938,8 @@ impl Commit for End {
         end_in(db, &self.status_ref, &self.by, now, &self.ending).map(|end| (end, true))
     }
 
-    /// Lazy for a success (the downstream holds its receipt); a refusal or a quarantine
-    /// is synced: nothing outside the ledger is sure to say the same again.
     fn durability(&self) -> Durability {
-        match self.ending {
-            Written::Succeeded(..) => Durability::Lazy,
-            Written::Failed(_) | Written::Quarantined(..) => Durability::Synced,
-        }
+        self.durability
     }
 }
 
@@ -973,13 +976,10 @@ impl Commit for Ends {
         Ok((ends, true))
     }
 
-    /// Lazy when every ending of the batch is a success, as [`End`]'s.
+    /// Lazy: [`Ends::succeeded`], its one constructor, holds successes only, whose
+    /// commit C is lazy ([`Ending::durability`]).
     fn durability(&self) -> Durability {
-        if self.items.iter().all(|(_, _, ending)| matches!(ending, Written::Succeeded(..))) {
-            Durability::Lazy
-        } else {
-            Durability::Synced
-        }
+        Durability::Lazy
     }
 }
 

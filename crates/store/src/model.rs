@@ -6,7 +6,7 @@ use toolledger_contract::{
     ReceiptRef, Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
 };
 
-use crate::StoreError;
+use crate::{StoreError, driver::Durability};
 
 /// An operation's place in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -350,6 +350,17 @@ impl Ending<'_> {
             Ending::Succeeded(_) => OperationStatus::Succeeded,
             Ending::Failed(_) => OperationStatus::Failed,
             Ending::Quarantined { .. } => OperationStatus::Quarantined,
+        }
+    }
+
+    /// How durable its commit C must be: lazy for a success (the downstream holds its
+    /// receipt, from which a status query recovers a lost commit); a refusal or a
+    /// quarantine is synced, since nothing outside the ledger is sure to say the same
+    /// again.
+    pub fn durability(&self) -> Durability {
+        match self {
+            Ending::Succeeded(_) => Durability::Lazy,
+            Ending::Failed(_) | Ending::Quarantined { .. } => Durability::Synced,
         }
     }
 }

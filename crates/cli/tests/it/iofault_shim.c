@@ -106,24 +106,22 @@ static void synced(int fd)
     close(out);
 }
 
-int fsync(int fd)
+/* A sync of `fd` that answered `done`: reported when it succeeded on a counted file. */
+static int after_sync(int fd, int done)
 {
-    if (should_fail(fd, 1))
-        return -1;
-    int done = REAL(fsync)(fd);
     if (done == 0 && matches(fd, 1))
         synced(fd);
     return done;
 }
 
+int fsync(int fd)
+{
+    return should_fail(fd, 1) ? -1 : after_sync(fd, REAL(fsync)(fd));
+}
+
 int fdatasync(int fd)
 {
-    if (should_fail(fd, 1))
-        return -1;
-    int done = REAL(fdatasync)(fd);
-    if (done == 0 && matches(fd, 1))
-        synced(fd);
-    return done;
+    return should_fail(fd, 1) ? -1 : after_sync(fd, REAL(fdatasync)(fd));
 }
 
 /* Reports the count once the process ends (exit or return from main). */

@@ -493,7 +493,7 @@ impl<B: Backend> Sim<B> {
                                 "key-{index} ended {ended:?} and the store now holds {status}/{result}"
                             ));
                         }
-                        if ended.0 != "succeeded" && model.lost && !terminal(status) {
+                        if lost && ended.0 != "succeeded" {
                             return Err(format!(
                                 "a power loss took back key-{index}'s ending {ended:?}"
                             ));
