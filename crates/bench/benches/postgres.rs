@@ -506,13 +506,62 @@ fn profile_flow(flow: &str) {
                 done += 1;
             }
         }
+        "select" | "onerow" => {
+            // The baseline's one-row read, and the same read of one row holding every
+            // column dispatch's join returns: the floor a one-row replay layout would meet.
+            load(&url, &cases, 0, keys, 1);
+            let mut client = connect(&url);
+            let sql = if flow == "select" {
+                "SELECT * FROM operations WHERE tenant_id = $1 AND subject_id = $2 \
+                 AND tool_name = $3 AND idempotency_key = $4"
+                    .to_owned()
+            } else {
+                client
+                    .batch_execute(&format!(
+                        "CREATE TABLE replay_probe AS SELECT {} {}; \
+                         CREATE UNIQUE INDEX ON replay_probe (tenant_id, subject_id, tool_name, idempotency_key); \
+                         ANALYZE replay_probe",
+                        // Columns named twice in the join get their own names.
+                        toolledger_store::OPERATION_COLUMNS
+                            .replace("l.downstream_request_ref", "l.downstream_request_ref AS l_ref")
+                            .replace("t.receipt_json", "t.receipt_json AS t_receipt")
+                            .replace("t.finalized_by", "t.finalized_by AS t_by"),
+                        "FROM operations o JOIN outbox b ON b.op_id = o.id \
+                         LEFT JOIN local_receipts l ON l.op_id = o.id \
+                         LEFT JOIN terminal_outcomes t ON t.op_id = o.id"
+                    ))
+                    .unwrap();
+                "SELECT * FROM replay_probe WHERE tenant_id = $1 AND subject_id = $2 \
+                 AND tool_name = $3 AND idempotency_key = $4"
+                    .to_owned()
+            };
+            let statement = client.prepare(&sql).unwrap();
+            let rows: Vec<Row> = (0..keys).map(|index| row(&cases, index)).collect();
+            let started = Instant::now();
+            while started.elapsed().as_secs() < 10 {
+                let scope = &rows[done % keys].scope;
+                let found = client
+                    .query_opt(
+                        &statement,
+                        &[
+                            &scope.tenant_id.as_str(),
+                            &scope.subject_id.as_str(),
+                            &scope.tool_name,
+                            &scope.idempotency_key.as_str(),
+                        ],
+                    )
+                    .unwrap();
+                assert!(found.is_some());
+                done += 1;
+            }
+        }
         "fresh" => {
             while started.elapsed().as_secs() < 10 {
                 engine.dispatch(&cases.get(done), &worker()).unwrap();
                 done += 1;
             }
         }
-        other => panic!("unknown flow {other}: replay, lookup or fresh"),
+        other => panic!("unknown flow {other}: replay, lookup, rawlookup, select, onerow or fresh"),
     }
     println!("{flow}: {:.0} per second", done as f64 / started.elapsed().as_secs_f64());
 }
