@@ -282,6 +282,29 @@ fn main() {
     }
 }
 
+/// A driver row read by position, for `verify::operation` (`--profile record`).
+struct Columns<'r>(&'r postgres::Row);
+
+impl toolledger_store::verify::Columns for Columns<'_> {
+    type Error = postgres::Error;
+
+    fn text(&self, index: usize) -> Result<String, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn optional_text(&self, index: usize) -> Result<Option<String>, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, postgres::Error> {
+        self.0.try_get(index)
+    }
+
+    fn int(&self, index: usize) -> Result<i64, postgres::Error> {
+        self.0.try_get(index)
+    }
+}
+
 fn connect(url: &str) -> Client {
     Client::connect(url, NoTls).unwrap()
 }
@@ -506,11 +529,13 @@ fn profile_flow(flow: &str) {
                 done += 1;
             }
         }
-        "select" | "onerow" => {
+        "select" | "onerow" | "record" => {
             // The baseline's one-row read, and the same read of one row holding every
             // column dispatch's join returns: the floor a one-row replay layout would meet.
             load(&url, &cases, 0, keys, 1);
             let mut client = connect(&url);
+            // `record`: the one row read as a replay reads its join today, decoded and
+            // verified by `verify::operation`: what a one-row replay record would cost.
             let sql = if flow == "select" {
                 "SELECT * FROM operations WHERE tenant_id = $1 AND subject_id = $2 \
                  AND tool_name = $3 AND idempotency_key = $4"
@@ -551,7 +576,13 @@ fn profile_flow(flow: &str) {
                         ],
                     )
                     .unwrap();
-                assert!(found.is_some());
+                let found = found.unwrap();
+                if flow == "record" {
+                    let raw =
+                        toolledger_store::verify::RawOperation::decode(&Columns(&found)).unwrap();
+                    let operation = toolledger_store::verify::operation(raw).unwrap();
+                    assert!(operation.receipt.is_some());
+                }
                 done += 1;
             }
         }
@@ -561,7 +592,9 @@ fn profile_flow(flow: &str) {
                 done += 1;
             }
         }
-        other => panic!("unknown flow {other}: replay, lookup, rawlookup, select, onerow or fresh"),
+        other => panic!(
+            "unknown flow {other}: replay, lookup, rawlookup, select, onerow, record or fresh"
+        ),
     }
     println!("{flow}: {:.0} per second", done as f64 / started.elapsed().as_secs_f64());
 }

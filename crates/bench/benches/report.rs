@@ -90,7 +90,7 @@ fn main() {
     }
     if let Some(flow) = flow {
         // A loop of one flow alone, for a profiler:
-        // `--profile replay|fresh|raw|pipeline|http|list|audit`.
+        // `--profile replay|fresh|raw|pipeline|http|list|audit|lookup|record|select`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -562,6 +562,72 @@ fn profile(flow: &str) {
             let count = count_from_env("REPLAYS", 200_000);
             let rate = replay(&mut engine, &cases, 100, count);
             println!("{:.0} replays/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
+        }
+        "lookup" | "record" | "select" => {
+            // A replay's read alone, over 1,000 finished operations: `lookup` is the
+            // store's `dispatch_lookup` (the seven-table join, decoded and verified);
+            // `record` reads one row holding every column of that join, by the same
+            // key, decoded and verified by `verify::operation` as the join's row is:
+            // what a one-row replay record would cost.
+            // `LEDGER_ROWS` more operations first (keys `fill-<n>`), as the report's 1M
+            // ledger; `select` is then the report's raw select over them.
+            let rows = count_from_env("LEDGER_ROWS", 0);
+            if rows > 0 {
+                fill(&path, &cases, rows);
+            }
+            let keys: Vec<String> = (0..1000).map(|index| format!("k-{index}")).collect();
+            let inputs: Vec<_> = keys.iter().map(|key| finished(&cases, key)).collect();
+            let mut store = SqliteStore::open(&path).unwrap();
+            assert_eq!(store.load_finished(&inputs, cases.base.clock.now).unwrap(), inputs.len());
+            let count = count_from_env("REPLAYS", 200_000);
+            let rate = if flow == "select" {
+                assert!(rows > 0, "--profile select reads the LEDGER_ROWS operations: set it");
+                raw_select(&path, rows, count)
+            } else if flow == "lookup" {
+                timed(count, |index| {
+                    let (intent, call, _) = &inputs[index % inputs.len()];
+                    let found = store.dispatch_lookup(&intent.scope, call).unwrap();
+                    assert!(found.operation.is_some_and(|operation| operation.receipt.is_some()));
+                })
+            } else {
+                let conn = raw(&path);
+                conn.execute_batch(&format!(
+                    "CREATE TABLE replay_probe AS SELECT {} FROM operations o \
+                     JOIN outbox b ON b.op_id = o.id LEFT JOIN local_receipts l ON l.op_id = o.id \
+                     LEFT JOIN terminal_outcomes t ON t.op_id = o.id; \
+                     CREATE UNIQUE INDEX replay_probe_scope ON replay_probe \
+                     (tenant_id, subject_id, tool_name, idempotency_key)",
+                    // Columns named twice in the join get their own names.
+                    toolledger_store::OPERATION_COLUMNS
+                        .replace("l.downstream_request_ref", "l.downstream_request_ref AS l_ref")
+                        .replace("t.receipt_json", "t.receipt_json AS t_receipt")
+                        .replace("t.finalized_by", "t.finalized_by AS t_by"),
+                ))
+                .unwrap();
+                let mut select = conn
+                    .prepare(
+                        "SELECT * FROM replay_probe WHERE tenant_id = ?1 AND subject_id = ?2 \
+                         AND tool_name = ?3 AND idempotency_key = ?4",
+                    )
+                    .unwrap();
+                timed(count, |index| {
+                    let scope = &inputs[index % inputs.len()].0.scope;
+                    let raw = select
+                        .query_row(
+                            params![
+                                scope.tenant_id.as_str(),
+                                scope.subject_id.as_str(),
+                                scope.tool_name,
+                                scope.idempotency_key.as_str()
+                            ],
+                            |row| toolledger_store::verify::RawOperation::decode(&Columns(row)),
+                        )
+                        .unwrap();
+                    let operation = toolledger_store::verify::operation(raw).unwrap();
+                    assert!(operation.receipt.is_some());
+                })
+            };
+            println!("{flow}: {:.0} reads/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "raw" => {
             drop(SqliteStore::open(&path).unwrap());
@@ -1231,6 +1297,29 @@ fn raw_commit_c(ledger: &Connection, id: i64, row: &Row) {
 }
 
 /// Random unique-key lookups of operations rows by scope on the big ledger.
+/// A driver row read by position, for `verify::operation` (`--profile record`).
+struct Columns<'r, 's>(&'r rusqlite::Row<'s>);
+
+impl toolledger_store::verify::Columns for Columns<'_, '_> {
+    type Error = rusqlite::Error;
+
+    fn text(&self, index: usize) -> rusqlite::Result<String> {
+        self.0.get(index)
+    }
+
+    fn optional_text(&self, index: usize) -> rusqlite::Result<Option<String>> {
+        self.0.get(index)
+    }
+
+    fn optional_int(&self, index: usize) -> rusqlite::Result<Option<i64>> {
+        self.0.get(index)
+    }
+
+    fn int(&self, index: usize) -> rusqlite::Result<i64> {
+        self.0.get(index)
+    }
+}
+
 fn raw_select(path: &Path, rows: usize, count: usize) -> Rate {
     let conn = raw(path);
     let mut select = conn
