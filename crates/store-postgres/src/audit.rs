@@ -29,7 +29,7 @@ use crate::{
 pub const HEALTH: [&str; 3] = ["synchronous_commit_on", "fsync_on", "schema_matches"];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 15] = toolledger_store::audit::checks(HEALTH);
+pub const CHECKS: [&str; 16] = toolledger_store::audit::checks(HEALTH);
 
 type Tx<'d, 't> = Db<'d, Transaction<'t>>;
 

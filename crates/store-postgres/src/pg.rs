@@ -431,6 +431,7 @@ impl PgStore {
                 return Err(StoreError::ContractViolation("a loaded receipt is not new"));
             }
             local.insert(db, now)?;
+            db.exec(ledger::INSERT_REPLAYS, &[&op_ids])?;
             ledger::bump_by(pg, "claims", count)?;
             Ok(finished.len())
         })
@@ -802,6 +803,7 @@ impl Backend for PgStore {
             }
             local.insert(&mut pg.db, now)?;
             pg.db.exec(MARK_SUCCEEDED_MANY, &[&local.ids, &now.get()])?;
+            pg.db.exec(ledger::INSERT_REPLAYS, &[&local.ids])?;
             ledger::bump_by(pg, "reconciliations", reconciled)?;
             items
                 .iter()

@@ -1,8 +1,8 @@
-//! The `toolledger-store-v4` schema in PostgreSQL, and how a database is judged,
-//! initialised and upgraded from v3.
+//! The `toolledger-store-v5` schema in PostgreSQL, and how a database is judged,
+//! initialised and upgraded from v3 or v4.
 //!
 //! The tables, columns, CHECKs, unique constraints and indexes are SQLite's
-//! `toolledger-store-v4`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
+//! `toolledger-store-v5`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
 //! GENERATED ALWAYS AS IDENTITY`, `GLOB 'sr_*'` is `LIKE 'sr\_%'`, `json_valid(x)` is
 //! `x::json IS NOT NULL` (a cast that refuses text that is not JSON), instants are
 //! `BIGINT` Unix seconds, and the operator log's append-only triggers call one plpgsql
@@ -19,9 +19,9 @@ use crate::{
 };
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v4";
+pub const SCHEMA_ID: &str = "toolledger-store-v5";
 /// The schema's version, recorded in `migrations` when a store is created.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Serializes creators of a store in one database: `pg_advisory_xact_lock` on this key
 /// (the first eight bytes of "toolledg", big-endian).
@@ -37,6 +37,10 @@ const SEED_MIGRATION: &str = "INSERT INTO migrations (version, from_schema, to_s
 /// database is compared with. Regenerate it from a new store when the DDL changes
 /// (`tests/it/schema.rs` fails until it matches).
 pub(crate) const EXPECTED: &[&str] = &include!("expected.in");
+
+/// Every object of `toolledger-store-v4`, as [`CATALOG`] lists it, sorted: what a
+/// migration from version 4 starts from. Frozen.
+const EXPECTED_V4: &[&str] = &include!("expected_v4.in");
 
 /// Toolledger's own objects in the current schema, one line each: its tables, their
 /// columns (type and nullability), indexes, constraints (name, kind and a digest of the
@@ -112,6 +116,9 @@ pub(crate) fn classify<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Contents,
     if schema_id.as_deref() == Some(V3_SCHEMA_ID) {
         return Err(StoreError::SchemaOutdated { version: 3 });
     }
+    if schema_id.as_deref() == Some(V4_SCHEMA_ID) {
+        return Err(StoreError::SchemaOutdated { version: 4 });
+    }
     if schema_id.as_deref() != Some(SCHEMA_ID) {
         return Err(StoreError::SchemaUnsupported);
     }
@@ -137,7 +144,7 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
     let mut db = Db::new(&mut tx, cache);
     match classify(&mut db)? {
         Contents::Empty => {
-            // Every table, index, constraint and trigger of `toolledger-store-v4`.
+            // Every table, index, constraint and trigger of `toolledger-store-v5`.
             db.c.batch_execute(ddl::all(Dialect::Postgres))?;
             db.exec(SEED_META, &[&SCHEMA_ID])?;
             db.exec(SEED_MIGRATION, &[&SCHEMA_VERSION, &SCHEMA_ID])?;
@@ -148,8 +155,9 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
     tx.commit()
 }
 
-/// The schema id of the one older version, `toolledger-store-v3`.
+/// The schema ids of the older versions a store is migrated from.
 const V3_SCHEMA_ID: &str = "toolledger-store-v3";
+const V4_SCHEMA_ID: &str = "toolledger-store-v4";
 
 /// v3 → v4: only CHECKs widen (`operator` as a finalizer; `resolve` in the operator log,
 /// from `pending` or `processing`). Each is replaced under its own name, so the result
@@ -169,49 +177,68 @@ INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at
     floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
 ";
 
-/// Upgrades a `toolledger-store-v3` store on `conn` to the current schema, in one
-/// transaction (PostgreSQL's DDL is transactional: on any error the store is as it
+/// v4 → v5 after the DDL of [`ddl::added_in_v5`]: the store says so, and records the step.
+const V4_TO_V5: &str = "\
+UPDATE meta SET value = 'toolledger-store-v5' WHERE key = 'schema_id';
+INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+    VALUES (5, 'toolledger-store-v4', 'toolledger-store-v5', \
+    floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
+";
+
+/// Upgrades a `toolledger-store-v3` or `-v4` store on `conn` to the current schema, in
+/// one transaction (PostgreSQL's DDL is transactional: on any error the store is as it
 /// was), under the creators' advisory lock. The version it had and the operations it
 /// carried over, or `None` when it was current already.
 ///
 /// # Errors
 ///
 /// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
-/// when it is not a v3 or v4 store with exactly the objects that version made.
+/// when it is not a v3, v4 or v5 store with exactly the objects that version made.
 pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError> {
     let Conn { client, cache } = conn;
     let mut tx = client.begin(IsolationLevel::ReadCommitted, false)?;
     tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({CREATE_LOCK})"))?;
     let mut db = Db::new(&mut tx, cache);
-    match classify(&mut db) {
+    let from = match classify(&mut db) {
         Ok(Contents::Store) => return Ok(None),
         Ok(Contents::Empty) => return Err(StoreError::Missing),
         Ok(Contents::Damaged) => return Err(StoreError::SchemaUnsupported),
-        Err(StoreError::SchemaOutdated { version: 3 }) => {}
+        Err(StoreError::SchemaOutdated { version: version @ (3 | 4) }) => version,
         Err(err) => return Err(err),
-    }
-    // A v3 store's objects are a v4 store's but for the four CHECKs this step replaces.
-    let widened = [
-        "local_receipts.local_receipts_finalized_by_check",
-        "terminal_outcomes.terminal_outcomes_finalized_by_check",
-        "operator_log.operator_log_action_check",
-        "operator_log.operator_log_from_state_check",
-    ];
-    let unwidened = |lines: &[String]| -> Vec<String> {
-        lines
-            .iter()
-            .filter(|line| {
-                !widened.iter().any(|name| line.starts_with(&format!("constraint {name} ")))
-            })
-            .cloned()
-            .collect()
     };
-    let expected: Vec<String> = EXPECTED.iter().map(|line| (*line).to_owned()).collect();
-    let before = catalog(&mut db)?;
-    if unwidened(&before) != unwidened(&expected) || before.len() != expected.len() {
-        return Err(StoreError::SchemaUnsupported);
+    let expected_v4: Vec<String> = EXPECTED_V4.iter().map(|line| (*line).to_owned()).collect();
+    if from == 3 {
+        // A v3 store's objects are a v4 store's but for the four CHECKs this step replaces.
+        let widened = [
+            "local_receipts.local_receipts_finalized_by_check",
+            "terminal_outcomes.terminal_outcomes_finalized_by_check",
+            "operator_log.operator_log_action_check",
+            "operator_log.operator_log_from_state_check",
+        ];
+        let unwidened = |lines: &[String]| -> Vec<String> {
+            lines
+                .iter()
+                .filter(|line| {
+                    !widened.iter().any(|name| line.starts_with(&format!("constraint {name} ")))
+                })
+                .cloned()
+                .collect()
+        };
+        let before = catalog(&mut db)?;
+        if unwidened(&before) != unwidened(&expected_v4) || before.len() != expected_v4.len() {
+            return Err(StoreError::SchemaUnsupported);
+        }
+        db.c.batch_execute(V3_TO_V4)?;
     }
-    db.c.batch_execute(V3_TO_V4)?;
+    if catalog(&mut db)? != expected_v4 {
+        return Err(if from == 3 {
+            crate::error::failed("the migrated store does not hold together")
+        } else {
+            StoreError::SchemaUnsupported
+        });
+    }
+    db.c.batch_execute(ddl::added_in_v5(Dialect::Postgres))?;
+    db.c.batch_execute(V4_TO_V5)?;
     if catalog(&mut db)? != EXPECTED {
         return Err(crate::error::failed("the migrated store does not hold together"));
     }
@@ -219,7 +246,7 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
         .value("SELECT count(*) FROM operations", &[])?
         .ok_or(StoreError::Internal("a count answered no row"))?;
     tx.commit()?;
-    Ok(Some((3, operations)))
+    Ok(Some((from, operations)))
 }
 
 #[cfg(test)]

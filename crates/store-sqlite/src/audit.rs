@@ -30,7 +30,7 @@ pub const HEALTH: [&str; 5] = [
 ];
 
 /// The checks, in the order they are reported: [`HEALTH`], then the invariants.
-pub const CHECKS: [&str; 17] = toolledger_store::audit::checks(HEALTH);
+pub const CHECKS: [&str; 18] = toolledger_store::audit::checks(HEALTH);
 
 fn strings(tx: &Connection, sql: &str) -> Result<Vec<Option<String>>, StoreError> {
     strings_with(tx, sql, &[])

@@ -11,7 +11,8 @@
 //! the operation's downstream identity; `terminal_outcomes`; `migrations`); v2 → v3
 //! (the relay's due time, last reason and `dead` state; the operator log, tombstones
 //! and counters); v3 → v4 (an operator may settle an unknown outcome by hand: `operator`
-//! as a finalizer, `resolve` in the operator log). A later schema appends one step.
+//! as a finalizer, `resolve` in the operator log); v4 → v5 (a finished operation's
+//! replay record, and the triggers that invalidate it). A later schema appends one step.
 
 use std::path::{Path, PathBuf};
 
@@ -25,8 +26,12 @@ use crate::{
 };
 
 /// The schema ids of the older versions, by `user_version`.
-const OLDER: [(i64, &str); 3] =
-    [(1, "toolledger-store-v1"), (2, "toolledger-store-v2"), (3, "toolledger-store-v3")];
+const OLDER: [(i64, &str); 4] = [
+    (1, "toolledger-store-v1"),
+    (2, "toolledger-store-v2"),
+    (3, "toolledger-store-v3"),
+    (4, "toolledger-store-v4"),
+];
 
 /// The schema of `toolledger-store-v1`, as version 1 of this crate created it: a file is
 /// migrated only if its schema is exactly this.
@@ -114,7 +119,7 @@ pub fn migrate(
     let tx =
         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite)?;
     // Every step of the chain, in order, each recorded as it is applied.
-    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3()), (4, v3_to_v4())] {
+    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3()), (4, v3_to_v4()), (5, v4_to_v5())] {
         if to <= from {
             continue;
         }
@@ -208,6 +213,7 @@ fn schema_of(version: i64) -> Result<Vec<schema::SchemaRow>, StoreError> {
         1 => V1_DDL.to_owned(),
         2 => format!("{}{V2_TABLES}", schema::meta_ddl()),
         3 => format!("{}{V3_TABLES}", schema::meta_ddl()),
+        4 => format!("{}{}", schema::meta_ddl(), schema::v4_tables_ddl()),
         _ => return Err(StoreError::SchemaUnsupported),
     };
     let conn = Connection::open_in_memory().map_err(sqlite)?;
@@ -257,7 +263,6 @@ fn v1_to_v2(legacy: &DownstreamIdentity) -> String {
 /// v2 → v3 in SQL, the same way, with version 3's DDL. An event's due time is its lease end while it is processing
 /// (it is reclaimable then), its last change otherwise.
 fn v2_to_v3() -> String {
-    let tables = schema::tables_ddl();
     format!(
         "DROP INDEX call_identities_op;
          ALTER TABLE migrations RENAME TO v2_migrations;
@@ -267,7 +272,7 @@ fn v2_to_v3() -> String {
          ALTER TABLE downstream_receipts RENAME TO v2_downstream_receipts;
          ALTER TABLE outbox RENAME TO v2_outbox;
          ALTER TABLE operations RENAME TO v2_operations;
-         {tables}
+         {V3_TABLES}
          INSERT INTO operations SELECT * FROM v2_operations;
          INSERT INTO outbox (op_id, state, lease_owner, lease_until, attempt_count, next_attempt_at,
              last_reason, attempts_before, created_at, updated_at)
@@ -291,7 +296,7 @@ fn v2_to_v3() -> String {
     )
 }
 
-/// v3 → v4 in SQL, the same way, with the current DDL (so the schema text is a new
+/// v3 → v4 in SQL, the same way, with version 4's DDL (so the schema text is a new v4
 /// store's, byte for byte): every row is copied as it is; only the checks of the
 /// finalizer and the operator log's action and state widen.
 fn v3_to_v4() -> String {
@@ -315,7 +320,7 @@ fn v3_to_v4() -> String {
         .map(|table| format!("INSERT INTO {table} SELECT * FROM v3_{table};\n"))
         .collect();
     let dropped: String = TABLES.iter().map(|table| format!("DROP TABLE v3_{table};\n")).collect();
-    let tables = schema::tables_ddl();
+    let tables = schema::v4_tables_ddl();
     format!(
         "DROP INDEX outbox_due;
          DROP INDEX call_identities_op;
@@ -324,7 +329,20 @@ fn v3_to_v4() -> String {
          DROP TRIGGER operator_log_no_update;
          DROP TRIGGER operator_log_no_delete;
          {renamed}{tables}{copied}{dropped}
+         UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id';
+         PRAGMA user_version = 4;"
+    )
+}
+
+/// v4 → v5 in SQL: the replay records' table and the triggers that invalidate a record,
+/// created after version 4's (so the schema text is a new store's, byte for byte). No
+/// record is written for an operation that finished before: a replay of it reads the
+/// join, as before, which a missing record always means.
+fn v4_to_v5() -> String {
+    format!(
+        "{}
          UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
-         PRAGMA user_version = {USER_VERSION};"
+         PRAGMA user_version = {USER_VERSION};",
+        toolledger_store::ddl::added_in_v5(toolledger_store::driver::Dialect::Sqlite)
     )
 }

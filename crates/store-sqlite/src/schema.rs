@@ -17,9 +17,9 @@ use toolledger_store::{ddl, driver::Dialect};
 use crate::{StoreError, Waits, error::sqlite};
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v4";
+pub const SCHEMA_ID: &str = "toolledger-store-v5";
 /// The `PRAGMA user_version` of this schema.
-pub const USER_VERSION: i64 = 4;
+pub const USER_VERSION: i64 = 5;
 
 /// The `meta` table: the same in every version (the store crate's DDL, written once
 /// for every backend, in SQLite's spelling).
@@ -27,10 +27,15 @@ pub(crate) fn meta_ddl() -> &'static str {
     ddl::meta(Dialect::Sqlite)
 }
 
-/// Every other table and index of `toolledger-store-v4`. Migrations create exactly
+/// Every other table and index of `toolledger-store-v5`. Migrations create exactly
 /// these, so a migrated store and a new one have byte-identical schemas.
 pub(crate) fn tables_ddl() -> &'static str {
     ddl::tables(Dialect::Sqlite)
+}
+
+/// The tables of `toolledger-store-v4`, frozen: what a migration from it starts from.
+pub(crate) fn v4_tables_ddl() -> &'static str {
+    ddl::tables_v4(Dialect::Sqlite)
 }
 
 /// What a new store is made of, in one transaction.

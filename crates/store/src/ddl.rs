@@ -1,4 +1,4 @@
-//! The current schema's DDL (version 4), written once for every backend.
+//! The current schema's DDL (version 5), written once for every backend.
 //!
 //! It is written in PostgreSQL's spelling, and SQLite's text is derived from it by five
 //! rules: an identity key is `INTEGER PRIMARY KEY`, `BIGINT` is `INTEGER`, a ref's
@@ -208,6 +208,137 @@ const AFTER_COUNTERS: &str = r#"CREATE TABLE migrations (
 );
 "#;
 
+/// Version 5's one table: a finished operation's replay record, every column dispatch's
+/// join reads (`OPERATION_COLUMNS`, but a terminal outcome's, which a success has not),
+/// written by commit C with the local receipt. A replay reads this one row and verifies
+/// it as it verifies the join's row. Its columns carry no CHECKs: nothing is trusted
+/// because it was let in, every read re-verifies it.
+const REPLAYS: &str = r#"
+CREATE TABLE replays (
+    op_id                  BIGINT PRIMARY KEY REFERENCES operations (id),
+    tenant_id              TEXT NOT NULL,
+    subject_id             TEXT NOT NULL,
+    tool_name              TEXT NOT NULL,
+    idempotency_key        TEXT NOT NULL,
+    status_ref             TEXT NOT NULL,
+    downstream_request_ref TEXT NOT NULL,
+    request_sha256         TEXT NOT NULL,
+    arguments_json         TEXT NOT NULL,
+    input_revision         TEXT NOT NULL,
+    output_revision        TEXT NOT NULL,
+    effect_revision        TEXT NOT NULL,
+    handler_revision       TEXT NOT NULL,
+    producer_revision      TEXT NOT NULL,
+    policy_revision        TEXT NOT NULL,
+    provider               TEXT NOT NULL,
+    api_family             TEXT NOT NULL,
+    adapter_revision       TEXT NOT NULL,
+    provider_response_id   TEXT NOT NULL,
+    provider_call_id       TEXT NOT NULL,
+    operation_id           TEXT NOT NULL,
+    approval_id            TEXT,
+    approver_id            TEXT,
+    approval_sha256        TEXT,
+    approved_at            BIGINT,
+    approval_expires_at    BIGINT,
+    status                 TEXT NOT NULL,
+    created_at             BIGINT NOT NULL,
+    outbox_state           TEXT NOT NULL,
+    lease_owner            TEXT,
+    lease_until            BIGINT,
+    attempt_count          BIGINT NOT NULL,
+    receipt_ref            TEXT NOT NULL,
+    receipt_json           TEXT NOT NULL,
+    output_json            TEXT NOT NULL,
+    result_sha256          TEXT NOT NULL,
+    receipt_request_ref    TEXT NOT NULL,
+    finalized_by           TEXT NOT NULL,
+    downstream_name        TEXT NOT NULL,
+    downstream_revision    TEXT NOT NULL,
+    next_attempt_at        BIGINT NOT NULL,
+    last_reason            TEXT,
+    attempts_before        BIGINT NOT NULL,
+    UNIQUE (tenant_id, subject_id, tool_name, idempotency_key)
+);
+
+"#;
+
+/// PostgreSQL's invalidation of a replay record: any change to a row it was copied from
+/// deletes it, so a replay of a changed row finds none, reads the join, and refuses.
+/// The operation's function answers `OLD`: its `BEFORE DELETE` trigger (the record goes
+/// before the row it references) would cancel the delete on `NULL`.
+const POSTGRES_REPLAY_TRIGGERS: &str = r#"CREATE FUNCTION replays_forget_operation() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    DELETE FROM replays WHERE op_id = OLD.id;
+    RETURN OLD;
+END;
+$body$;
+
+CREATE FUNCTION replays_forget_old() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    DELETE FROM replays WHERE op_id = OLD.op_id;
+    RETURN NULL;
+END;
+$body$;
+
+CREATE FUNCTION replays_forget_new() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    DELETE FROM replays WHERE op_id = NEW.op_id;
+    RETURN NULL;
+END;
+$body$;
+
+CREATE TRIGGER replays_operation_changed AFTER UPDATE ON operations
+FOR EACH ROW WHEN (OLD.status = 'succeeded') EXECUTE FUNCTION replays_forget_operation();
+
+CREATE TRIGGER replays_operation_deleted BEFORE DELETE ON operations
+FOR EACH ROW EXECUTE FUNCTION replays_forget_operation();
+
+CREATE TRIGGER replays_event_changed AFTER UPDATE ON outbox
+FOR EACH ROW WHEN (OLD.state = 'delivered') EXECUTE FUNCTION replays_forget_old();
+
+CREATE TRIGGER replays_event_deleted AFTER DELETE ON outbox
+FOR EACH ROW EXECUTE FUNCTION replays_forget_old();
+
+CREATE TRIGGER replays_receipt_changed AFTER UPDATE OR DELETE ON local_receipts
+FOR EACH ROW EXECUTE FUNCTION replays_forget_old();
+
+CREATE TRIGGER replays_call_changed AFTER UPDATE OR DELETE ON call_identities
+FOR EACH ROW EXECUTE FUNCTION replays_forget_old();
+
+CREATE TRIGGER replays_outcome_added AFTER INSERT ON terminal_outcomes
+FOR EACH ROW EXECUTE FUNCTION replays_forget_new();
+"#;
+
+/// SQLite's invalidation of a replay record, the same rules as PostgreSQL's.
+const SQLITE_REPLAY_TRIGGERS: &str = r#"CREATE TRIGGER replays_operation_changed AFTER UPDATE ON operations
+WHEN OLD.status = 'succeeded' BEGIN DELETE FROM replays WHERE op_id = OLD.id; END;
+
+CREATE TRIGGER replays_operation_deleted BEFORE DELETE ON operations
+BEGIN DELETE FROM replays WHERE op_id = OLD.id; END;
+
+CREATE TRIGGER replays_event_changed AFTER UPDATE ON outbox
+WHEN OLD.state = 'delivered' BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_event_deleted AFTER DELETE ON outbox
+BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_receipt_changed AFTER UPDATE ON local_receipts
+BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_receipt_deleted AFTER DELETE ON local_receipts
+BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_call_changed AFTER UPDATE ON call_identities
+BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_call_deleted AFTER DELETE ON call_identities
+BEGIN DELETE FROM replays WHERE op_id = OLD.op_id; END;
+
+CREATE TRIGGER replays_outcome_added AFTER INSERT ON terminal_outcomes
+BEGIN DELETE FROM replays WHERE op_id = NEW.op_id; END;
+"#;
+
 /// The `meta` table's DDL in `dialect`'s spelling.
 pub fn meta(dialect: Dialect) -> &'static str {
     static SQLITE: OnceLock<String> = OnceLock::new();
@@ -217,8 +348,34 @@ pub fn meta(dialect: Dialect) -> &'static str {
     }
 }
 
-/// Every table, index and trigger but `meta`, in `dialect`'s spelling.
+/// Every table, index and trigger but `meta`, in `dialect`'s spelling: version 4's and
+/// the replay records of version 5, after them (so a store migrated from version 4 gets
+/// the same schema text as a new one).
 pub fn tables(dialect: Dialect) -> &'static str {
+    static POSTGRES: OnceLock<String> = OnceLock::new();
+    static SQLITE: OnceLock<String> = OnceLock::new();
+    let cell = match dialect {
+        Dialect::Postgres => &POSTGRES,
+        Dialect::Sqlite => &SQLITE,
+    };
+    cell.get_or_init(|| [tables_v4(dialect), added_in_v5(dialect)].concat())
+}
+
+/// What version 5 adds to version 4, in `dialect`'s spelling: a migration's step.
+pub fn added_in_v5(dialect: Dialect) -> &'static str {
+    static SQLITE: OnceLock<String> = OnceLock::new();
+    static POSTGRES: OnceLock<String> = OnceLock::new();
+    match dialect {
+        Dialect::Postgres => POSTGRES.get_or_init(|| [REPLAYS, POSTGRES_REPLAY_TRIGGERS].concat()),
+        Dialect::Sqlite => {
+            SQLITE.get_or_init(|| [sqlite(REPLAYS).as_str(), SQLITE_REPLAY_TRIGGERS].concat())
+        }
+    }
+}
+
+/// Version 4's tables, indexes and triggers but `meta`, frozen: what a migration from
+/// version 4 starts from.
+pub fn tables_v4(dialect: Dialect) -> &'static str {
     static POSTGRES: OnceLock<String> = OnceLock::new();
     static SQLITE: OnceLock<String> = OnceLock::new();
     match dialect {
@@ -288,26 +445,38 @@ mod tests {
     use serde_json::Value;
     use toolledger_contract::digest::sha256_canonical;
 
-    use super::{Dialect, all, json_valid, meta, tables};
+    use super::{Dialect, added_in_v5, all, json_valid, meta, tables_v4};
 
     /// The SHA-256 of `text` as a canonical JSON string.
     fn sha256(text: &str) -> String {
         sha256_canonical(&Value::from(text)).as_str().to_owned()
     }
 
-    /// Version 4's DDL as both backends have created it since it was released: a SQLite
-    /// store compares its own schema's text with this one's, so not a byte may move.
+    /// Version 4's DDL as both backends created it while it was current, and version 5's
+    /// as they create it now: a SQLite store compares its own schema's text with these,
+    /// so not a byte may move.
     #[test]
     fn the_texts_are_frozen() {
+        let v4 = |dialect| [meta(dialect), tables_v4(dialect)].concat();
         assert_eq!(
-            sha256(all(Dialect::Postgres)),
+            sha256(&v4(Dialect::Postgres)),
             "7a356f5d258b86fd0d1109726c382852f972dc2b144b5d11080e1818a6b20c34"
         );
         assert_eq!(
-            sha256(all(Dialect::Sqlite)),
+            sha256(&v4(Dialect::Sqlite)),
             "47522162315b2f0d58b0cc0f425d5a6e7b664612a52e1ded96bc308f2cff7ea1"
         );
-        assert_eq!(all(Dialect::Sqlite), [meta(Dialect::Sqlite), tables(Dialect::Sqlite)].concat());
+        assert_eq!(
+            sha256(all(Dialect::Postgres)),
+            "9d24021c1d67f17c8dc494de18921f481571523ecd9bd8aab31a42a7118e8a3e"
+        );
+        assert_eq!(
+            sha256(all(Dialect::Sqlite)),
+            "135808fcda5b419f3b50206ee987fdfdb5ccd218e5a5f30dce407c8ec0377c16"
+        );
+        for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+            assert_eq!(all(dialect), [v4(dialect).as_str(), added_in_v5(dialect)].concat());
+        }
     }
 
     #[test]

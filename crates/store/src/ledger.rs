@@ -180,6 +180,61 @@ pub(crate) static BY_SCOPE: Sql = Sql::new(select_operation!(
 ));
 pub(crate) static BY_STATUS_REF: Sql = Sql::new(select_operation!("o.status_ref = $1"));
 pub(crate) static BY_ID: Sql = Sql::new(select_operation!("o.id = $1"));
+/// A replay record's columns in [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS) order;
+/// a success has no terminal outcome, whose four columns are NULL.
+macro_rules! replay_columns {
+    () => {
+        "r.tenant_id, r.subject_id, r.tool_name, r.idempotency_key, r.status_ref, \
+         r.downstream_request_ref, r.request_sha256, r.arguments_json, r.input_revision, r.output_revision, \
+         r.effect_revision, r.handler_revision, r.producer_revision, r.policy_revision, r.provider, r.api_family, \
+         r.adapter_revision, r.provider_response_id, r.provider_call_id, r.operation_id, r.approval_id, \
+         r.approver_id, r.approval_sha256, r.approved_at, r.approval_expires_at, r.status, r.created_at, \
+         r.outbox_state, r.lease_owner, r.lease_until, r.attempt_count, \
+         r.receipt_ref, r.receipt_json, r.output_json, r.result_sha256, r.receipt_request_ref, r.finalized_by, \
+         r.downstream_name, r.downstream_revision, NULL, NULL, NULL, NULL, \
+         r.next_attempt_at, r.last_reason, r.attempts_before"
+    };
+}
+/// A replay's read: the scope's replay record, when its operation succeeded and no row
+/// it was copied from has changed since (the schema's triggers delete it then).
+pub(crate) static REPLAY_BY_SCOPE: Sql = Sql::new(concat!(
+    "SELECT ",
+    replay_columns!(),
+    " FROM replays r WHERE r.tenant_id = $1 AND r.subject_id = $2 AND r.tool_name = $3 \
+     AND r.idempotency_key = $4"
+));
+/// `INSERT` the replay records of the operations `WHERE` the filter that follows selects,
+/// copied from the rows commit C has just written, in the same transaction.
+macro_rules! insert_replay {
+    ($filter:literal) => {
+        concat!(
+            "INSERT INTO replays (op_id, tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
+     downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
+     effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
+     adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
+     approval_sha256, approved_at, approval_expires_at, status, created_at, outbox_state, lease_owner, \
+     lease_until, attempt_count, receipt_ref, receipt_json, output_json, result_sha256, \
+     receipt_request_ref, finalized_by, downstream_name, downstream_revision, next_attempt_at, \
+     last_reason, attempts_before) \
+     SELECT o.id, o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
+     o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
+     o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
+     o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
+     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
+     b.state, b.lease_owner, b.lease_until, b.attempt_count, l.receipt_ref, l.receipt_json, \
+     l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, o.downstream_name, \
+     o.downstream_revision, b.next_attempt_at, b.last_reason, b.attempts_before \
+     FROM operations o JOIN outbox b ON b.op_id = o.id JOIN local_receipts l ON l.op_id = o.id \
+     WHERE ",
+            $filter
+        )
+    };
+}
+/// The replay record of operation `$1`.
+pub(crate) static INSERT_REPLAY: Sql = Sql::new(insert_replay!("o.id = $1"));
+/// The replay records of the operations whose ids the array `$1` holds (PostgreSQL's
+/// batch commit C).
+pub const INSERT_REPLAYS: &str = insert_replay!("o.id = ANY($1)");
 /// Dispatch's one read: the scope's operation and the call's identity. The one-row
 /// subquery `$one` makes it one row whether or not either exists.
 macro_rules! dispatch_lookup {
@@ -207,7 +262,8 @@ pub(crate) static DISPATCH_LOOKUP: Sql =
 /// Every statement a dispatch, a worker, a replay or a status query runs, by name.
 pub fn statements() -> Vec<(&'static str, &'static Sql)> {
     vec![
-        ("dispatch lookup (replay)", &DISPATCH_LOOKUP),
+        ("replay record", &REPLAY_BY_SCOPE),
+        ("dispatch lookup", &DISPATCH_LOOKUP),
         ("operation by scope", &BY_SCOPE),
         ("operation by status_ref", &BY_STATUS_REF),
         ("call identity", &SELECT_CALL),
@@ -225,6 +281,7 @@ pub fn statements() -> Vec<(&'static str, &'static Sql)> {
         ("C: insert local receipt", &INSERT_LOCAL_RECEIPT),
         ("C: insert terminal outcome", &INSERT_OUTCOME),
         ("C: mark ended", &MARK_ENDED),
+        ("C: replay record", &INSERT_REPLAY),
         ("release: outbox", &RELEASE),
         ("release: mark pending, dead or still processing", &MARK_RELEASED),
         ("release: set an attempt aside", &SET_ASIDE),
@@ -273,12 +330,46 @@ pub(crate) fn by_status_ref(
     operation(db, &BY_STATUS_REF, &[status_ref.as_str().into()])
 }
 
-/// Dispatch's one read (see [`DISPATCH_LOOKUP`]).
+/// Dispatch's read: a finished operation's replay record and, when `call` is not the
+/// operation's own, what is recorded of it; otherwise (no record) [`DISPATCH_LOOKUP`].
+///
+/// An operation's own call identity was recorded for it, purpose `dispatch`, by the
+/// commit A that created it; a change to that row deletes the record. So a record read
+/// with its own call answers the call without reading it.
 pub(crate) fn dispatch_lookup(
     db: &mut dyn Db,
     scope: &Scope,
     call: &CallIdentity,
 ) -> Result<DispatchLookup, StoreError> {
+    let keys = [
+        scope.tenant_id.as_str().into(),
+        scope.subject_id.as_str().into(),
+        scope.tool_name.as_str().into(),
+        scope.idempotency_key.as_str().into(),
+    ];
+    if let Some(raw) = db.first(&REPLAY_BY_SCOPE, &keys, |row| RawOperation::decode(row))? {
+        let operation = verify::operation(raw)?;
+        if operation.status != OperationStatus::Succeeded {
+            return Err(StoreError::ContractViolation("replay record is not a success"));
+        }
+        let intent = &operation.intent;
+        let own = intent.profile.provider == call.profile.provider
+            && intent.profile.api_family == call.profile.api_family
+            && intent.provider_response_id == call.provider_response_id
+            && intent.provider_call_id == call.provider_call_id;
+        let call = if own {
+            Some(RecordedCall {
+                purpose: Purpose::Dispatch,
+                status_ref: intent.status_ref.clone(),
+                tenant_id: intent.scope.tenant_id.clone(),
+                subject_id: intent.scope.subject_id.clone(),
+                status: operation.status,
+            })
+        } else {
+            recorded_call(db, call)?
+        };
+        return Ok(DispatchLookup { call, operation: Some(operation) });
+    }
     let args = [
         scope.tenant_id.as_str().into(),
         scope.subject_id.as_str().into(),
@@ -582,6 +673,9 @@ pub(crate) fn end_in(
         }
     }
     db.execute(&MARK_ENDED, &[id.into(), now.get().into(), status.as_str().into()])?;
+    if matches!(ending, Written::Succeeded(..)) {
+        db.execute(&INSERT_REPLAY, &[id.into()])?;
+    }
     Ok(Finalize::Finalized)
 }
 

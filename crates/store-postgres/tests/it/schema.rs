@@ -168,8 +168,50 @@ fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
     assert_eq!(operations.1, Some(0));
 }
 
+/// A new store taken back to version 4: no replay records, nor the triggers and
+/// functions that invalidate them; its id and creation step.
+const AS_V4: &str = "\
+DROP TRIGGER replays_operation_changed ON operations;
+DROP TRIGGER replays_operation_deleted ON operations;
+DROP TRIGGER replays_event_changed ON outbox;
+DROP TRIGGER replays_event_deleted ON outbox;
+DROP TRIGGER replays_receipt_changed ON local_receipts;
+DROP TRIGGER replays_call_changed ON call_identities;
+DROP TRIGGER replays_outcome_added ON terminal_outcomes;
+DROP FUNCTION replays_forget_operation();
+DROP FUNCTION replays_forget_old();
+DROP FUNCTION replays_forget_new();
+DROP TABLE replays;
+UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id';
+UPDATE migrations SET version = 4, to_schema = 'toolledger-store-v4';
+";
+
+/// A v4 store is refused until migrated; `migrate` upgrades it in one transaction to
+/// exactly a new store's objects and records the step, and leaves a current store alone.
+#[test]
+fn a_v4_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
+    let url = fresh("v4_migrated");
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    let mut client = raw(&url);
+    client.batch_execute(AS_V4).unwrap();
+    let refused = PgStore::connect_existing(&url, Waits::default()).map(drop);
+    assert!(matches!(refused, Err(StoreError::SchemaOutdated { version: 4 })), "{refused:?}");
+    let migrate = || toolledger_store_postgres::migrate(&url, Waits::default());
+    assert_eq!(migrate().unwrap(), Some((4, 0)));
+    assert_eq!(migrate().unwrap(), None);
+    let mut store = PgStore::connect_existing(&url, Waits::default()).unwrap();
+    assert_audit_passes(&mut store);
+    let steps: Vec<String> = client
+        .query("SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(steps, ["none>toolledger-store-v4", "toolledger-store-v4>toolledger-store-v5"]);
+}
+
 /// What a v3 store holds that a v4 one does not: its four CHECKs, its id and its
-/// creation step (the only differences between the two versions).
+/// creation step (the only differences between the two versions), after [`AS_V4`].
 const AS_V3: &str = "\
 ALTER TABLE local_receipts DROP CONSTRAINT local_receipts_finalized_by_check, \
     ADD CONSTRAINT local_receipts_finalized_by_check CHECK (finalized_by IN ('worker', 'status_query'));
@@ -191,6 +233,7 @@ fn a_v3_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
     let url = fresh("v3_migrated");
     drop(PgStore::connect(&url, Waits::default()).unwrap());
     let mut client = raw(&url);
+    client.batch_execute(AS_V4).unwrap();
     client.batch_execute(AS_V3).unwrap();
     let refused = PgStore::connect_existing(&url, Waits::default()).map(drop);
     assert!(matches!(refused, Err(StoreError::SchemaOutdated { version: 3 })), "{refused:?}");
@@ -205,11 +248,19 @@ fn a_v3_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(steps, ["none>toolledger-store-v3", "toolledger-store-v3>toolledger-store-v4"]);
+    assert_eq!(
+        steps,
+        [
+            "none>toolledger-store-v3",
+            "toolledger-store-v3>toolledger-store-v4",
+            "toolledger-store-v4>toolledger-store-v5"
+        ]
+    );
 
     let changed = fresh("v3_changed");
     drop(PgStore::connect(&changed, Waits::default()).unwrap());
     let mut client = raw(&changed);
+    client.batch_execute(AS_V4).unwrap();
     client.batch_execute(AS_V3).unwrap();
     client
         .batch_execute("ALTER TABLE operator_log DROP CONSTRAINT operator_log_was_check")

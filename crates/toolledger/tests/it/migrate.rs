@@ -79,7 +79,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (1, 4, 5));
+    assert_eq!((from, to, operations), (1, 5, 5));
     // The backup is the v1 store, beside it.
     assert_eq!(backup.parent(), path.parent());
     assert_eq!(int(&backup, "PRAGMA user_version"), 1);
@@ -88,7 +88,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     // Every row and every digest kept; the downstream recorded; the step logged.
     let after: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
     assert_eq!(after, kept);
-    assert_eq!(int(&path, "PRAGMA user_version"), 4);
+    assert_eq!(int(&path, "PRAGMA user_version"), 5);
     assert_eq!(text(&path, "PRAGMA journal_mode"), "wal");
     assert_eq!(
         int(
@@ -103,7 +103,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
             &path,
             "SELECT group_concat(from_schema || '>' || to_schema, ' ') FROM (SELECT * FROM migrations ORDER BY version)"
         ),
-        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3 toolledger-store-v3>toolledger-store-v4"
+        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3 toolledger-store-v3>toolledger-store-v4 toolledger-store-v4>toolledger-store-v5"
     );
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
@@ -196,7 +196,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (2, 4, 8));
+    assert_eq!((from, to, operations), (2, 5, 8));
     assert_eq!(dump(&backup), dump(&workspace("fixtures/v2-store.sqlite3")));
     assert_eq!(KEPT.iter().map(|sql| text(&path, sql)).collect::<Vec<_>>(), kept);
     assert_eq!(text(&path, states), before_states);
@@ -223,7 +223,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
             &path,
             "SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version DESC LIMIT 1"
         ),
-        "toolledger-store-v3>toolledger-store-v4"
+        "toolledger-store-v4>toolledger-store-v5"
     );
     // The one quarantined receipt is the audit's only finding, as it was under v2.
     let audit = toolledger::audit(&path).unwrap();
@@ -341,9 +341,10 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
     let path = dir.join("ledger.sqlite3");
     std::fs::copy(workspace("fixtures/v3-store.sqlite3"), &path).unwrap();
     let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
-    // v3 is refused until migrated; the step to v4 only widens checks, every row kept.
+    // v3 is refused until migrated; the steps to v4 and v5 only widen checks and add the
+    // replay records (none for what finished before), every row kept.
     assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
-    let Migrated::Upgraded { from: 3, to: 4, operations: 4.., .. } =
+    let Migrated::Upgraded { from: 3, to: 5, operations: 4.., .. } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded from v3")
@@ -399,4 +400,55 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
     assert!(audit.passed(), "{}", audit.package());
     assert_eq!(audit.package()["unreconciled_downstream_receipts"], json!([]));
     assert_eq!(int(&path, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 4);
+}
+
+/// A v4 store (here a new store taken back to version 4: its replay records, their
+/// triggers and its id removed) is refused until migrated; the step to v5 adds the
+/// replay records' table and triggers, byte for byte a new store's, and writes no
+/// record: an operation that finished before replays through its own rows, unchanged,
+/// and one that finishes after gets its record.
+#[test]
+fn a_v4_store_is_migrated_and_what_finished_before_replays_without_a_record() {
+    let dir = TempDir::new("v4-replays");
+    let path = dir.join("ledger.sqlite3");
+    let open = || {
+        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap()
+    };
+    let first = open().dispatch(&v3_refund(1)).unwrap();
+    assert!(first.outcome().is_done(), "{first:?}");
+    let from_record = open().dispatch(&v3_refund(1)).unwrap();
+    assert!(matches!(from_record.outcome(), Outcome::Replayed(_)), "{from_record:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let triggers: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger' AND name LIKE 'replays_%'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(triggers.len(), 9);
+    for trigger in triggers {
+        conn.execute_batch(&format!("DROP TRIGGER {trigger}")).unwrap();
+    }
+    conn.execute_batch(
+        "DROP TABLE replays; UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id'; \
+         PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
+    let Migrated::Upgraded { from: 4, to: 5, operations: 1, .. } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded from v4")
+    };
+    assert_eq!(int(&path, "SELECT count(*) FROM replays"), 0);
+    let mut ledger = open();
+    let again = ledger.dispatch(&v3_refund(1)).unwrap();
+    assert!(matches!(again.outcome(), Outcome::Replayed(_)), "{again:?}");
+    assert_eq!(again.package(), from_record.package());
+    assert!(ledger.dispatch(&v3_refund(2)).unwrap().outcome().is_done());
+    assert_eq!(int(&path, "SELECT count(*) FROM replays"), 1);
+    let audit = toolledger::audit(&path).unwrap();
+    assert!(audit.passed(), "{}", audit.package());
 }

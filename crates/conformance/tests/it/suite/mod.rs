@@ -52,6 +52,8 @@ suite!(
     tampering::a_changed_status_ref_is_refused_wherever_the_row_is_read,
     tampering::a_receipt_with_a_wrong_output_or_input_binding_is_refused,
     tampering::a_downstream_receipt_breaking_the_input_binding_is_quarantined,
+    tampering::a_changed_replay_record_is_refused_on_replay,
+    tampering::a_change_to_a_finished_operations_rows_removes_its_replay_record,
     audit::a_local_receipts_downstream_request_ref_must_recompute,
     audit::call_identities_must_be_bound_to_their_operation,
     audit::a_succeeded_operation_needs_its_downstream_receipt,

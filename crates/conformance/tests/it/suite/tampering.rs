@@ -204,3 +204,69 @@ pub(crate) fn a_downstream_receipt_breaking_the_input_binding_is_quarantined<B: 
         serde_json::json!([{"check": "operations_quarantined", "ref": status_ref}])
     );
 }
+
+/// A finished operation's replay record is what a replay reads. Changed, a replay refuses
+/// it and the audit names it, while the status query, which reads the operation's own
+/// rows, still answers; nothing is written. Removed, a replay reads those rows and answers
+/// exactly as it did from the record.
+pub(crate) fn a_changed_replay_record_is_refused_on_replay<B: Backend>() {
+    for sql in [
+        "UPDATE replays SET result_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
+        "UPDATE replays SET request_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
+        r#"UPDATE replays SET output_json = '{"amount_minor":9999,"currency":"USD","order_id":"ord-1001","refund_id":"rf_00000000000000000000000000000000","status":"refunded"}'"#,
+        "UPDATE replays SET arguments_json = ' ' || arguments_json",
+        "UPDATE replays SET receipt_request_ref = 'dr_11111111111111111111111111111111'",
+        "UPDATE replays SET outbox_state = 'processing'",
+        "UPDATE replays SET status = 'processing'",
+    ] {
+        let db = B::fresh();
+        let mut engine = db.engine();
+        let fresh = dispatch(&mut engine, &case(), None);
+        assert_eq!(db.count("replays"), 1, "a success has its replay record");
+        let status_ref = status_ref_of(&fresh);
+        db.execute(sql);
+        let before = db.dump();
+        let replay = engine.dispatch_at(&case(), &id("w"), None).unwrap_err();
+        assert_eq!(replay.code(), "STORE_CONTRACT_VIOLATION", "dispatch after {sql}");
+        assert_eq!(db.dump(), before, "a refused replay wrote after {sql}");
+        assert_eq!(engine.status_of(&case(), &status_ref).unwrap().code(), "OK", "{sql}");
+        let audit = audited(&db.audit());
+        assert_eq!(audit.code(), "AUDIT_FAILED", "audit after {sql}");
+        let findings = audit.package()["findings"].as_array().unwrap().clone();
+        assert!(
+            findings.iter().any(|finding| finding["check"] == "replay_records_match"
+                && finding["ref"] == status_ref.as_str()),
+            "{sql}: {findings:?}"
+        );
+    }
+    let db = B::fresh();
+    let mut engine = db.engine();
+    dispatch(&mut engine, &case(), None);
+    let from_record = engine.dispatch_at(&case(), &id("w"), None).unwrap();
+    db.execute("DELETE FROM replays");
+    let from_rows = engine.dispatch_at(&case(), &id("w"), None).unwrap();
+    assert_eq!(from_record.code(), "OK");
+    assert_eq!(from_rows.package(), from_record.package());
+    assert!(audited(&db.audit()).package()["findings"].as_array().unwrap().is_empty());
+}
+
+/// Any change to a row a replay record was copied from removes the record, in the same
+/// statement (the schema's triggers): a replay then reads the rows themselves, so it
+/// refuses a changed one, and answers from one that still verifies.
+pub(crate) fn a_change_to_a_finished_operations_rows_removes_its_replay_record<B: Backend>() {
+    for sql in [
+        "UPDATE operations SET updated_at = updated_at + 1",
+        "UPDATE outbox SET updated_at = updated_at + 1",
+        "UPDATE local_receipts SET created_at = created_at + 1",
+        "UPDATE call_identities SET created_at = created_at + 1",
+    ] {
+        let db = B::fresh();
+        let mut engine = db.engine();
+        dispatch(&mut engine, &case(), None);
+        let from_record = engine.dispatch_at(&case(), &id("w"), None).unwrap();
+        db.execute(sql);
+        assert_eq!(db.count("replays"), 0, "{sql} left the replay record");
+        let from_rows = engine.dispatch_at(&case(), &id("w"), None).unwrap();
+        assert_eq!(from_rows.package(), from_record.package(), "{sql}");
+    }
+}
