@@ -45,7 +45,8 @@ const EXPECTED_V4: &[&str] = &include!("expected_v4.in");
 /// Toolledger's own objects in the current schema, one line each: its tables, their
 /// columns (type and nullability), indexes, constraints (name, kind and a digest of the
 /// definition, so a migrated store is held to a new one's every CHECK) and triggers
-/// (whether enabled, and a digest of the function each calls). Other objects in the
+/// (whether enabled, a digest of the function each calls and one of its definition:
+/// timing, events and condition). Other objects in the
 /// same schema (another application's tables) are not listed.
 const CATALOG: &str = "WITH ours AS ( \
        SELECT c.oid, c.relname FROM pg_catalog.pg_class c \
@@ -62,6 +63,7 @@ const CATALOG: &str = "WITH ours AS ( \
        || encode(sha256(convert_to(pg_catalog.pg_get_constraintdef(k.oid), 'UTF8')), 'hex') \
        FROM pg_catalog.pg_constraint k JOIN ours o ON o.oid = k.conrelid WHERE k.contype <> 'n' \
      UNION ALL SELECT 'trigger ' || o.relname || '.' || t.tgname || ' ' || t.tgenabled::text || ' ' || p.proname || ' ' || encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex') \
+       || ' ' || encode(sha256(convert_to(pg_catalog.pg_get_triggerdef(t.oid), 'UTF8')), 'hex') \
        FROM pg_catalog.pg_trigger t JOIN ours o ON o.oid = t.tgrelid JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid \
        WHERE NOT t.tgisinternal";
 
@@ -251,7 +253,9 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
 
 #[cfg(test)]
 mod tests {
-    use super::{EXPECTED, catalog};
+    use super::{EXPECTED, EXPECTED_V4, catalog};
+    use crate::session::GenericClient;
+    use toolledger_store::{ddl, driver::Dialect};
     use toolledger_testkit::cluster::Cluster;
 
     use crate::{PgStore, Waits, session};
@@ -273,5 +277,28 @@ mod tests {
             println!("]");
         }
         assert_eq!(listed, EXPECTED);
+    }
+
+    /// Version 4's objects, created from its frozen DDL, are exactly [`EXPECTED_V4`]: what
+    /// a migration from version 4 checks a store against.
+    #[test]
+    fn version_4s_ddl_lists_exactly_its_expected_objects() {
+        let url = Cluster::shared().unwrap().fresh_database("catalog_v4").unwrap();
+        let config = session::config(&url).unwrap();
+        let mut conn = session::open(&config, &Waits::default()).unwrap();
+        let mut db = conn.db();
+        db.c.batch_execute(
+            &[ddl::meta(Dialect::Postgres), ddl::tables_v4(Dialect::Postgres)].concat(),
+        )
+        .unwrap();
+        let listed = catalog(&mut db).unwrap();
+        if listed != EXPECTED_V4 {
+            println!("[");
+            for line in &listed {
+                println!("    {line:?},");
+            }
+            println!("]");
+        }
+        assert_eq!(listed, EXPECTED_V4);
     }
 }

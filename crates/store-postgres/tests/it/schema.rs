@@ -148,6 +148,26 @@ fn a_damaged_store_is_refused_but_audited() {
     assert_eq!(failed, ["schema_matches"]);
 }
 
+/// A replay record's trigger recreated under its own name and function, but without its
+/// condition (so it would fire on every update), is a damaged store: a trigger is
+/// compared by its definition too.
+#[test]
+fn a_trigger_recreated_with_another_definition_is_refused() {
+    let url = fresh("trigger_changed");
+    drop(PgStore::connect(&url, Waits::default()).unwrap());
+    raw(&url)
+        .batch_execute(
+            "DROP TRIGGER replays_event_changed ON outbox; \
+             CREATE TRIGGER replays_event_changed AFTER UPDATE ON outbox \
+             FOR EACH ROW EXECUTE FUNCTION replays_forget_old();",
+        )
+        .unwrap();
+    assert_eq!(
+        PgStore::connect_existing(&url, Waits::default()).unwrap_err(),
+        StoreError::SchemaUnsupported
+    );
+}
+
 #[test]
 fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
     let url = fresh("dropped");
