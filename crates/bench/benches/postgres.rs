@@ -534,8 +534,8 @@ fn profile_flow(flow: &str) {
             // column dispatch's join returns: the floor a one-row replay layout would meet.
             load(&url, &cases, 0, keys, 1);
             let mut client = connect(&url);
-            // `record`: the one row read as a replay reads its join today, decoded and
-            // verified by `verify::operation`: what a one-row replay record would cost.
+            // `record`: that one row decoded and verified by `verify::operation`, as the
+            // store reads its replay record, without the store around it.
             let sql = if flow == "select" {
                 "SELECT * FROM operations WHERE tenant_id = $1 AND subject_id = $2 \
                  AND tool_name = $3 AND idempotency_key = $4"

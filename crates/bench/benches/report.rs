@@ -565,10 +565,10 @@ fn profile(flow: &str) {
         }
         "lookup" | "record" | "select" => {
             // A replay's read alone, over 1,000 finished operations: `lookup` is the
-            // store's `dispatch_lookup` (the seven-table join, decoded and verified);
-            // `record` reads one row holding every column of that join, by the same
-            // key, decoded and verified by `verify::operation` as the join's row is:
-            // what a one-row replay record would cost.
+            // store's `dispatch_lookup` (the replay record, decoded and verified);
+            // `record` reads a copy of every column of the seven-table join, by the same
+            // key, with plain SQL, decoded and verified by `verify::operation`: the
+            // record's read without the store around it.
             // `LEDGER_ROWS` more operations first (keys `fill-<n>`), as the report's 1M
             // ledger; `select` is then the report's raw select over them.
             let rows = count_from_env("LEDGER_ROWS", 0);
