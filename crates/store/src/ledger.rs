@@ -353,11 +353,7 @@ pub(crate) fn dispatch_lookup(
             return Err(StoreError::ContractViolation("replay record is not a success"));
         }
         let intent = &operation.intent;
-        let own = intent.profile.provider == call.profile.provider
-            && intent.profile.api_family == call.profile.api_family
-            && intent.provider_response_id == call.provider_response_id
-            && intent.provider_call_id == call.provider_call_id;
-        let call = if own {
+        let call = if intent.is_first_call(call) {
             Some(RecordedCall {
                 purpose: Purpose::Dispatch,
                 status_ref: intent.status_ref.clone(),

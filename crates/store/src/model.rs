@@ -215,6 +215,19 @@ pub struct NewOperation {
     pub downstream: DownstreamIdentity,
 }
 
+impl NewOperation {
+    /// Whether `call` is the call that created this operation: its provider, API
+    /// family, response id and call id. (The adapter revision is not part of a call's
+    /// identity.)
+    #[must_use]
+    pub fn is_first_call(&self, call: &CallIdentity) -> bool {
+        self.profile.provider == call.profile.provider
+            && self.profile.api_family == call.profile.api_family
+            && self.provider_response_id == call.provider_response_id
+            && self.provider_call_id == call.provider_call_id
+    }
+}
+
 /// An operation as stored, verified on the way out (canonical JSON, every digest
 /// recomputed from the row's own fields), with its local receipt when it has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
