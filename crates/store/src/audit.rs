@@ -8,6 +8,7 @@
 //! values. The audit reports; it does not abort: a check that cannot run is itself a
 //! finding of that check, and every other check still runs on what can be read.
 
+pub use crate::ledger::REPLAYS_DIFFER;
 use crate::{
     AuditFinding, AuditReport,
     verify::{self, Flaw, RawOperation},
@@ -146,52 +147,6 @@ pub const RESOLVED_BY_OPERATOR: &str =
 pub const DOWNSTREAM_ROWS: &str = "SELECT d.downstream_request_ref, d.request_sha256, d.receipt_ref, d.receipt_json, \
      l.receipt_ref, l.receipt_json FROM downstream_receipts d \
      LEFT JOIN local_receipts l ON l.downstream_request_ref = d.downstream_request_ref ORDER BY d.receipt_ref";
-
-/// Replay records that are not an exact copy of their operation's rows, or whose
-/// operation has not succeeded: a replay reads the record instead of those rows, so it
-/// must be theirs, column for column (`IS DISTINCT FROM`: NULL equals NULL).
-pub const REPLAYS_DIFFER: &str = "SELECT COALESCE(o.status_ref, r.status_ref) FROM replays r \
-     LEFT JOIN operations o ON o.id = r.op_id LEFT JOIN outbox b ON b.op_id = r.op_id \
-     LEFT JOIN local_receipts l ON l.op_id = r.op_id LEFT JOIN terminal_outcomes t ON t.op_id = r.op_id \
-     WHERE o.id IS NULL OR b.op_id IS NULL OR l.op_id IS NULL OR t.op_id IS NOT NULL \
-     OR r.tenant_id IS DISTINCT FROM o.tenant_id OR r.subject_id IS DISTINCT FROM o.subject_id \
-     OR r.tool_name IS DISTINCT FROM o.tool_name \
-     OR r.idempotency_key IS DISTINCT FROM o.idempotency_key \
-     OR r.status_ref IS DISTINCT FROM o.status_ref \
-     OR r.downstream_request_ref IS DISTINCT FROM o.downstream_request_ref \
-     OR r.request_sha256 IS DISTINCT FROM o.request_sha256 \
-     OR r.arguments_json IS DISTINCT FROM o.arguments_json \
-     OR r.input_revision IS DISTINCT FROM o.input_revision \
-     OR r.output_revision IS DISTINCT FROM o.output_revision \
-     OR r.effect_revision IS DISTINCT FROM o.effect_revision \
-     OR r.handler_revision IS DISTINCT FROM o.handler_revision \
-     OR r.producer_revision IS DISTINCT FROM o.producer_revision \
-     OR r.policy_revision IS DISTINCT FROM o.policy_revision \
-     OR r.provider IS DISTINCT FROM o.provider OR r.api_family IS DISTINCT FROM o.api_family \
-     OR r.adapter_revision IS DISTINCT FROM o.adapter_revision \
-     OR r.provider_response_id IS DISTINCT FROM o.provider_response_id \
-     OR r.provider_call_id IS DISTINCT FROM o.provider_call_id \
-     OR r.operation_id IS DISTINCT FROM o.operation_id \
-     OR r.approval_id IS DISTINCT FROM o.approval_id OR r.approver_id IS DISTINCT FROM o.approver_id \
-     OR r.approval_sha256 IS DISTINCT FROM o.approval_sha256 \
-     OR r.approved_at IS DISTINCT FROM o.approved_at \
-     OR r.approval_expires_at IS DISTINCT FROM o.approval_expires_at \
-     OR r.status IS DISTINCT FROM o.status OR r.created_at IS DISTINCT FROM o.created_at \
-     OR r.outbox_state IS DISTINCT FROM b.state OR r.lease_owner IS DISTINCT FROM b.lease_owner \
-     OR r.lease_until IS DISTINCT FROM b.lease_until \
-     OR r.attempt_count IS DISTINCT FROM b.attempt_count \
-     OR r.next_attempt_at IS DISTINCT FROM b.next_attempt_at \
-     OR r.last_reason IS DISTINCT FROM b.last_reason \
-     OR r.attempts_before IS DISTINCT FROM b.attempts_before \
-     OR r.receipt_ref IS DISTINCT FROM l.receipt_ref \
-     OR r.receipt_json IS DISTINCT FROM l.receipt_json \
-     OR r.output_json IS DISTINCT FROM l.output_json \
-     OR r.result_sha256 IS DISTINCT FROM l.result_sha256 \
-     OR r.finalized_by IS DISTINCT FROM l.finalized_by \
-     OR r.receipt_request_ref IS DISTINCT FROM l.downstream_request_ref \
-     OR r.downstream_name IS DISTINCT FROM o.downstream_name \
-     OR r.downstream_revision IS DISTINCT FROM o.downstream_revision \
-     OR o.status <> 'succeeded' ORDER BY r.op_id";
 
 /// The listing checks: each statement's rows are refs that break the check. Every
 /// statement is standard SQL, run as is by every backend (and those of

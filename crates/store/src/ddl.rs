@@ -445,11 +445,28 @@ mod tests {
     use serde_json::Value;
     use toolledger_contract::digest::sha256_canonical;
 
-    use super::{Dialect, added_in_v5, all, json_valid, meta, tables_v4};
+    use super::{Dialect, REPLAYS, added_in_v5, all, json_valid, meta, tables_v4};
 
     /// The SHA-256 of `text` as a canonical JSON string.
     fn sha256(text: &str) -> String {
         sha256_canonical(&Value::from(text)).as_str().to_owned()
+    }
+
+    /// The frozen `replays` table has exactly the columns, in the same order, that
+    /// commit C copies, a replay reads and the audit compares: one list
+    /// (`ledger::replay_record!`) writes those three statements.
+    #[test]
+    fn the_replay_records_columns_are_the_statements_columns() {
+        let body = REPLAYS.split_once("CREATE TABLE replays (").unwrap().1;
+        let columns: Vec<&str> = body
+            .lines()
+            .map(str::trim)
+            .take_while(|line| !line.starts_with("UNIQUE"))
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        let mut expected = vec!["op_id"];
+        expected.extend_from_slice(crate::ledger::REPLAY_RECORD_COLUMNS);
+        assert_eq!(columns, expected);
     }
 
     /// Version 4's DDL as both backends created it while it was current, and version 5's

@@ -180,61 +180,115 @@ pub(crate) static BY_SCOPE: Sql = Sql::new(select_operation!(
 ));
 pub(crate) static BY_STATUS_REF: Sql = Sql::new(select_operation!("o.status_ref = $1"));
 pub(crate) static BY_ID: Sql = Sql::new(select_operation!("o.id = $1"));
-/// A replay record's columns in [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS) order;
-/// a success has no terminal outcome, whose four columns are NULL.
-macro_rules! replay_columns {
-    () => {
-        "r.tenant_id, r.subject_id, r.tool_name, r.idempotency_key, r.status_ref, \
-         r.downstream_request_ref, r.request_sha256, r.arguments_json, r.input_revision, r.output_revision, \
-         r.effect_revision, r.handler_revision, r.producer_revision, r.policy_revision, r.provider, r.api_family, \
-         r.adapter_revision, r.provider_response_id, r.provider_call_id, r.operation_id, r.approval_id, \
-         r.approver_id, r.approval_sha256, r.approved_at, r.approval_expires_at, r.status, r.created_at, \
-         r.outbox_state, r.lease_owner, r.lease_until, r.attempt_count, \
-         r.receipt_ref, r.receipt_json, r.output_json, r.result_sha256, r.receipt_request_ref, r.finalized_by, \
-         r.downstream_name, r.downstream_revision, NULL, NULL, NULL, NULL, \
-         r.next_attempt_at, r.last_reason, r.attempts_before"
+/// The replay record's statements, from its one list of columns: each record column
+/// beside the column of the rows it is copied from (`o` the operation, `b` its outbox
+/// event, `l` its local receipt), in [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS)
+/// order. A success has no terminal outcome: the read answers its four columns NULL.
+/// The DDL's `replays` table is frozen text; a test pins its columns to this list.
+macro_rules! replay_record {
+    (
+        $($column:ident <- $source:literal,)*
+        @terminal_outcome,
+        $($after:ident <- $after_source:literal,)*
+    ) => {
+        /// A replay's read: the scope's replay record, when its operation succeeded and
+        /// no row it was copied from has changed since (the schema's triggers delete it
+        /// then).
+        pub(crate) static REPLAY_BY_SCOPE: Sql = Sql::new(concat!(
+            "SELECT ",
+            $("r.", stringify!($column), ", ",)*
+            "NULL, NULL, NULL, NULL",
+            $(", r.", stringify!($after),)*
+            " FROM replays r WHERE r.tenant_id = $1 AND r.subject_id = $2 \
+             AND r.tool_name = $3 AND r.idempotency_key = $4"
+        ));
+        /// The replay record of operation `$1`, copied from the rows commit C has just
+        /// written, in the same transaction.
+        pub(crate) static INSERT_REPLAY: Sql = Sql::new(replay_record!(
+            @insert $($column $source)* $($after $after_source)*;
+            " FROM operations o JOIN outbox b ON b.op_id = o.id \
+             JOIN local_receipts l ON l.op_id = o.id WHERE o.id = $1"
+        ));
+        /// The replay records of the operations whose ids the array `$1` holds
+        /// (PostgreSQL's batch commit C).
+        pub const INSERT_REPLAYS: &str = replay_record!(
+            @insert $($column $source)* $($after $after_source)*;
+            " FROM operations o JOIN outbox b ON b.op_id = o.id \
+             JOIN local_receipts l ON l.op_id = o.id WHERE o.id = ANY($1)"
+        );
+        /// Replay records that are not an exact copy of their operation's rows, or whose
+        /// operation has not succeeded: a replay reads the record instead of those rows,
+        /// so it must be theirs, column for column (`IS DISTINCT FROM`: NULL equals NULL).
+        pub const REPLAYS_DIFFER: &str = concat!(
+            "SELECT COALESCE(o.status_ref, r.status_ref) FROM replays r \
+             LEFT JOIN operations o ON o.id = r.op_id LEFT JOIN outbox b ON b.op_id = r.op_id \
+             LEFT JOIN local_receipts l ON l.op_id = r.op_id \
+             LEFT JOIN terminal_outcomes t ON t.op_id = r.op_id \
+             WHERE o.id IS NULL OR b.op_id IS NULL OR l.op_id IS NULL OR t.op_id IS NOT NULL",
+            $(" OR r.", stringify!($column), " IS DISTINCT FROM ", $source,)*
+            $(" OR r.", stringify!($after), " IS DISTINCT FROM ", $after_source,)*
+            " OR o.status <> 'succeeded' ORDER BY r.op_id"
+        );
+        /// The `replays` table's columns after `op_id`, in the order the DDL lists them.
+        #[cfg(test)]
+        pub(crate) const REPLAY_RECORD_COLUMNS: &[&str] =
+            &[$(stringify!($column),)* $(stringify!($after),)*];
     };
-}
-/// A replay's read: the scope's replay record, when its operation succeeded and no row
-/// it was copied from has changed since (the schema's triggers delete it then).
-pub(crate) static REPLAY_BY_SCOPE: Sql = Sql::new(concat!(
-    "SELECT ",
-    replay_columns!(),
-    " FROM replays r WHERE r.tenant_id = $1 AND r.subject_id = $2 AND r.tool_name = $3 \
-     AND r.idempotency_key = $4"
-));
-/// `INSERT` the replay records of the operations `WHERE` the filter that follows selects,
-/// copied from the rows commit C has just written, in the same transaction.
-macro_rules! insert_replay {
-    ($filter:literal) => {
+    (@insert $($column:ident $source:literal)*; $from:literal) => {
         concat!(
-            "INSERT INTO replays (op_id, tenant_id, subject_id, tool_name, idempotency_key, status_ref, \
-     downstream_request_ref, request_sha256, arguments_json, input_revision, output_revision, \
-     effect_revision, handler_revision, producer_revision, policy_revision, provider, api_family, \
-     adapter_revision, provider_response_id, provider_call_id, operation_id, approval_id, approver_id, \
-     approval_sha256, approved_at, approval_expires_at, status, created_at, outbox_state, lease_owner, \
-     lease_until, attempt_count, receipt_ref, receipt_json, output_json, result_sha256, \
-     receipt_request_ref, finalized_by, downstream_name, downstream_revision, next_attempt_at, \
-     last_reason, attempts_before) \
-     SELECT o.id, o.tenant_id, o.subject_id, o.tool_name, o.idempotency_key, o.status_ref, \
-     o.downstream_request_ref, o.request_sha256, o.arguments_json, o.input_revision, o.output_revision, \
-     o.effect_revision, o.handler_revision, o.producer_revision, o.policy_revision, o.provider, o.api_family, \
-     o.adapter_revision, o.provider_response_id, o.provider_call_id, o.operation_id, o.approval_id, \
-     o.approver_id, o.approval_sha256, o.approved_at, o.approval_expires_at, o.status, o.created_at, \
-     b.state, b.lease_owner, b.lease_until, b.attempt_count, l.receipt_ref, l.receipt_json, \
-     l.output_json, l.result_sha256, l.downstream_request_ref, l.finalized_by, o.downstream_name, \
-     o.downstream_revision, b.next_attempt_at, b.last_reason, b.attempts_before \
-     FROM operations o JOIN outbox b ON b.op_id = o.id JOIN local_receipts l ON l.op_id = o.id \
-     WHERE ",
-            $filter
+            "INSERT INTO replays (op_id",
+            $(", ", stringify!($column),)*
+            ") SELECT o.id",
+            $(", ", $source,)*
+            $from
         )
     };
 }
-/// The replay record of operation `$1`.
-pub(crate) static INSERT_REPLAY: Sql = Sql::new(insert_replay!("o.id = $1"));
-/// The replay records of the operations whose ids the array `$1` holds (PostgreSQL's
-/// batch commit C).
-pub const INSERT_REPLAYS: &str = insert_replay!("o.id = ANY($1)");
+replay_record! {
+    tenant_id <- "o.tenant_id",
+    subject_id <- "o.subject_id",
+    tool_name <- "o.tool_name",
+    idempotency_key <- "o.idempotency_key",
+    status_ref <- "o.status_ref",
+    downstream_request_ref <- "o.downstream_request_ref",
+    request_sha256 <- "o.request_sha256",
+    arguments_json <- "o.arguments_json",
+    input_revision <- "o.input_revision",
+    output_revision <- "o.output_revision",
+    effect_revision <- "o.effect_revision",
+    handler_revision <- "o.handler_revision",
+    producer_revision <- "o.producer_revision",
+    policy_revision <- "o.policy_revision",
+    provider <- "o.provider",
+    api_family <- "o.api_family",
+    adapter_revision <- "o.adapter_revision",
+    provider_response_id <- "o.provider_response_id",
+    provider_call_id <- "o.provider_call_id",
+    operation_id <- "o.operation_id",
+    approval_id <- "o.approval_id",
+    approver_id <- "o.approver_id",
+    approval_sha256 <- "o.approval_sha256",
+    approved_at <- "o.approved_at",
+    approval_expires_at <- "o.approval_expires_at",
+    status <- "o.status",
+    created_at <- "o.created_at",
+    outbox_state <- "b.state",
+    lease_owner <- "b.lease_owner",
+    lease_until <- "b.lease_until",
+    attempt_count <- "b.attempt_count",
+    receipt_ref <- "l.receipt_ref",
+    receipt_json <- "l.receipt_json",
+    output_json <- "l.output_json",
+    result_sha256 <- "l.result_sha256",
+    receipt_request_ref <- "l.downstream_request_ref",
+    finalized_by <- "l.finalized_by",
+    downstream_name <- "o.downstream_name",
+    downstream_revision <- "o.downstream_revision",
+    @terminal_outcome,
+    next_attempt_at <- "b.next_attempt_at",
+    last_reason <- "b.last_reason",
+    attempts_before <- "b.attempts_before",
+}
 /// Dispatch's one read: the scope's operation and the call's identity. The one-row
 /// subquery `$one` makes it one row whether or not either exists.
 macro_rules! dispatch_lookup {
