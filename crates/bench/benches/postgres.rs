@@ -282,29 +282,6 @@ fn main() {
     }
 }
 
-/// A driver row read by position, for `verify::operation` (`--profile record`).
-struct Columns<'r>(&'r postgres::Row);
-
-impl toolledger_store::verify::Columns for Columns<'_> {
-    type Error = postgres::Error;
-
-    fn text(&self, index: usize) -> Result<String, postgres::Error> {
-        self.0.try_get(index)
-    }
-
-    fn optional_text(&self, index: usize) -> Result<Option<String>, postgres::Error> {
-        self.0.try_get(index)
-    }
-
-    fn optional_int(&self, index: usize) -> Result<Option<i64>, postgres::Error> {
-        self.0.try_get(index)
-    }
-
-    fn int(&self, index: usize) -> Result<i64, postgres::Error> {
-        self.0.try_get(index)
-    }
-}
-
 fn connect(url: &str) -> Client {
     Client::connect(url, NoTls).unwrap()
 }
@@ -578,8 +555,7 @@ fn profile_flow(flow: &str) {
                     .unwrap();
                 let found = found.unwrap();
                 if flow == "record" {
-                    let raw =
-                        toolledger_store::verify::RawOperation::decode(&Columns(&found)).unwrap();
+                    let raw = toolledger_store_postgres::raw_operation(&found).unwrap();
                     let operation = toolledger_store::verify::operation(raw).unwrap();
                     assert!(operation.receipt.is_some());
                 }

@@ -620,8 +620,9 @@ fn profile(flow: &str) {
                                 scope.tool_name,
                                 scope.idempotency_key.as_str()
                             ],
-                            |row| toolledger_store::verify::RawOperation::decode(&Columns(row)),
+                            |row| Ok(toolledger_store_sqlite::raw_operation(row)),
                         )
+                        .unwrap()
                         .unwrap();
                     let operation = toolledger_store::verify::operation(raw).unwrap();
                     assert!(operation.receipt.is_some());
@@ -1297,29 +1298,6 @@ fn raw_commit_c(ledger: &Connection, id: i64, row: &Row) {
 }
 
 /// Random unique-key lookups of operations rows by scope on the big ledger.
-/// A driver row read by position, for `verify::operation` (`--profile record`).
-struct Columns<'r, 's>(&'r rusqlite::Row<'s>);
-
-impl toolledger_store::verify::Columns for Columns<'_, '_> {
-    type Error = rusqlite::Error;
-
-    fn text(&self, index: usize) -> rusqlite::Result<String> {
-        self.0.get(index)
-    }
-
-    fn optional_text(&self, index: usize) -> rusqlite::Result<Option<String>> {
-        self.0.get(index)
-    }
-
-    fn optional_int(&self, index: usize) -> rusqlite::Result<Option<i64>> {
-        self.0.get(index)
-    }
-
-    fn int(&self, index: usize) -> rusqlite::Result<i64> {
-        self.0.get(index)
-    }
-}
-
 fn raw_select(path: &Path, rows: usize, count: usize) -> Rate {
     let conn = raw(path);
     let mut select = conn

@@ -40,7 +40,7 @@ use toolledger_store::{
 
 pub use crate::{
     audit::{CHECKS, HEALTH},
-    pg::{ATTEMPTS, Clock, PgStore, migrate},
+    pg::{ATTEMPTS, Clock, PgStore, migrate, raw_operation},
     pool::PgPool,
     schema::{SCHEMA_ID, SCHEMA_VERSION},
 };

@@ -658,9 +658,15 @@ impl ToSql for Bind<'_> {
     }
 }
 
-/// The columns of an operation joined with its outbox event, in
-/// [`OPERATION_COLUMNS`] order.
-pub(crate) fn raw_operation(row: &Row) -> Result<RawOperation, StoreError> {
+/// A row of the columns of an operation joined with its outbox event, local receipt
+/// and terminal outcome, in [`OPERATION_COLUMNS`] order, decoded for
+/// [`verify::operation`] (which checks it): for a tool that reads those columns with its
+/// own statement.
+///
+/// # Errors
+///
+/// [`StoreError`] when a column is missing or of another type.
+pub fn raw_operation(row: &Row) -> Result<RawOperation, StoreError> {
     RawOperation::decode(&Columns(row))
 }
 

@@ -30,5 +30,5 @@ pub use crate::{
     audit::{CHECKS, HEALTH},
     migrate::{Migrated, migrate},
     schema::{SCHEMA_ID, USER_VERSION},
-    sqlite::SqliteStore,
+    sqlite::{SqliteStore, raw_operation},
 };

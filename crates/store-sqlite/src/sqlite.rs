@@ -433,9 +433,15 @@ impl verify::Columns for Columns<'_, '_> {
     }
 }
 
-/// The columns of an operation joined with its outbox event, in
-/// [`toolledger_store::OPERATION_COLUMNS`] order.
-pub(crate) fn raw_operation(row: &rusqlite::Row<'_>) -> Result<RawOperation, StoreError> {
+/// A row of the columns of an operation joined with its outbox event, local receipt
+/// and terminal outcome, in [`toolledger_store::OPERATION_COLUMNS`] order, decoded for
+/// [`verify::operation`] (which checks it): for a tool that reads those columns with its
+/// own statement.
+///
+/// # Errors
+///
+/// [`StoreError`] when a column is missing or of another type.
+pub fn raw_operation(row: &rusqlite::Row<'_>) -> Result<RawOperation, StoreError> {
     RawOperation::decode(&Columns(row))
 }
 
