@@ -17,7 +17,7 @@ use crate::{
     FailureKind, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now, OPERATION_WIDTH,
     Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
     StoreError,
-    driver::{Arg, Commit, Db, Durability, Row, Sql, locked, returning_id},
+    driver::{Arg, Commit, Db, Dialect, Durability, Row, Sql, locked, returning_id},
     not_claimed,
     verify::{self, RawOperation},
 };
@@ -216,6 +216,34 @@ macro_rules! replay_record {
             " FROM operations o JOIN outbox b ON b.op_id = o.id \
              JOIN local_receipts l ON l.op_id = o.id WHERE o.id = ANY($1)"
         );
+        /// PostgreSQL's commit C of a success in one statement, one round trip: what
+        /// [`FINALIZE`], [`INSERT_LOCAL_RECEIPT`], [`MARK_ENDED`] and [`INSERT_REPLAY`]
+        /// write one after the other, with the same conditions. The record is copied
+        /// from the rows as the statement writes them (`RETURNING`). Answers the
+        /// operation's id, or no row when the ending may not be written.
+        /// `$1`–`$5` are [`FINALIZE`]'s; `$6`–`$11` the local receipt's
+        /// `downstream_request_ref, receipt_ref, receipt_json, output_json,
+        /// result_sha256, finalized_by`.
+        pub(crate) static END_SUCCEEDED: Sql = Sql::new(concat!(
+            "WITH b AS (UPDATE outbox SET state = $5, updated_at = $4 \
+             WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1 \
+             AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
+             AND state IN ('pending', 'processing') \
+             AND (CAST($2 AS TEXT) IS NULL OR (state = 'processing' AND lease_owner = $2 \
+             AND attempt_count = $3)) RETURNING *), \
+             l AS (INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, \
+             receipt_json, output_json, result_sha256, finalized_by, created_at) \
+             SELECT op_id, $6, $7, $8, $9, $10, $11, $4 FROM b RETURNING *), \
+             o AS (UPDATE operations SET status = 'succeeded', updated_at = $4 \
+             WHERE id = (SELECT op_id FROM b) \
+             AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead') RETURNING *), \
+             r AS (",
+            replay_record!(
+                @insert $($column $source)* $($after $after_source)*;
+                " FROM o JOIN b ON b.op_id = o.id JOIN l ON l.op_id = o.id RETURNING op_id"
+            ),
+            ") SELECT op_id FROM b"
+        ));
         /// Replay records that are not an exact copy of their operation's rows, or whose
         /// operation has not succeeded: a replay reads the record instead of those rows,
         /// so it must be theirs, column for column (`IS DISTINCT FROM`: NULL equals NULL).
@@ -679,6 +707,30 @@ pub(crate) fn end_in(
         now.get().into(),
         status.outbox_state().as_str().into(),
     ];
+    if let (Dialect::Postgres, Written::Succeeded(receipt, receipt_json, output_json)) =
+        (db.dialect(), ending)
+    {
+        let downstream = &receipt.downstream;
+        let args = [
+            &args[..],
+            &[
+                downstream.downstream_request_ref.as_str().into(),
+                downstream.receipt_ref.as_str().into(),
+                receipt_json.as_str().into(),
+                output_json.as_str().into(),
+                receipt.result_sha256.as_str().into(),
+                by.as_str().into(),
+            ],
+        ]
+        .concat();
+        if db.int(&END_SUCCEEDED, &args)?.is_none() {
+            return not_written(db, status_ref, owner.is_some());
+        }
+        if matches!(by, Finalizer::StatusQuery) {
+            bump(db, "reconciliations")?;
+        }
+        return Ok(Finalize::Finalized);
+    }
     let Some(id) = db.int(&FINALIZE, &args)? else {
         // Nothing of the ending written: say why (a refused write is counted).
         return not_written(db, status_ref, owner.is_some());
