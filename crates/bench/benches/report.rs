@@ -90,7 +90,7 @@ fn main() {
     }
     if let Some(flow) = flow {
         // A loop of one flow alone, for a profiler:
-        // `--profile replay|fresh|raw|pipeline|http|list|audit|lookup|record|select`.
+        // `--profile replay|fresh|raw|pipeline|http|list|audit|lookup|record|select|storage`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -629,6 +629,28 @@ fn profile(flow: &str) {
                 })
             };
             println!("{flow}: {:.0} reads/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
+        }
+        "storage" => {
+            // What replay records cost on disk: a ledger of `LEDGER_ROWS` finished
+            // operations (100,000 unless set), compacted, with its records and without.
+            let rows = count_from_env("LEDGER_ROWS", 100_000);
+            fill(&path, &cases, rows);
+            let conn = raw(&path);
+            let bytes = |conn: &Connection| -> i64 {
+                conn.execute_batch("VACUUM").unwrap();
+                let pages: i64 = conn.query_row("PRAGMA page_count", [], |row| row.get(0)).unwrap();
+                let size: i64 = conn.query_row("PRAGMA page_size", [], |row| row.get(0)).unwrap();
+                pages * size
+            };
+            let with = bytes(&conn);
+            assert_eq!(conn.execute("DELETE FROM replays", []).unwrap(), rows);
+            let without = bytes(&conn);
+            println!(
+                "{rows} operations: {with} bytes with their replay records, {without} without: \
+                 {:.0} bytes a record, {:.0} bytes an operation without one",
+                (with - without) as f64 / rows as f64,
+                without as f64 / rows as f64
+            );
         }
         "raw" => {
             drop(SqliteStore::open(&path).unwrap());
