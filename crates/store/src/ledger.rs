@@ -108,19 +108,22 @@ pub(crate) static SELECT_DOWNSTREAM: Sql = Sql::new(
     "SELECT request_sha256, receipt_ref, receipt_json FROM downstream_receipts \
      WHERE downstream_request_ref = $1",
 );
+/// [`FINALIZE`]'s update without its `RETURNING`, for [`END_SUCCEEDED`] too.
+macro_rules! finalize {
+    () => {
+        "UPDATE outbox SET state = $5, updated_at = $4 \
+         WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1 \
+         AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
+         AND state IN ('pending', 'processing') \
+         AND (CAST($2 AS TEXT) IS NULL OR (state = 'processing' AND lease_owner = $2 AND attempt_count = $3))"
+    };
+}
 /// Conditional on the operation not having ended, and on the event's own state being
 /// pending or processing: PostgreSQL re-checks the updated row's conditions after waiting
 /// for a racer's lock, not the subquery's, and an event still pending or processing is
 /// exactly an operation that has not ended. For a worker ($2 not NULL), fenced on owner
 /// and attempt.
-pub(crate) static FINALIZE: Sql = Sql::new(
-    "UPDATE outbox SET state = $5, updated_at = $4 \
-     WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1 \
-     AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
-     AND state IN ('pending', 'processing') \
-     AND (CAST($2 AS TEXT) IS NULL OR (state = 'processing' AND lease_owner = $2 AND attempt_count = $3)) \
-     RETURNING op_id",
-);
+pub(crate) static FINALIZE: Sql = Sql::new(concat!(finalize!(), " RETURNING op_id"));
 pub(crate) static INSERT_OUTCOME: Sql = Sql::new(
     "INSERT INTO terminal_outcomes (op_id, kind, reason, receipt_json, finalized_by, created_at) \
      VALUES ($1, $2, $3, $4, $5, $6)",
@@ -225,12 +228,9 @@ macro_rules! replay_record {
         /// `downstream_request_ref, receipt_ref, receipt_json, output_json,
         /// result_sha256, finalized_by`.
         pub(crate) static END_SUCCEEDED: Sql = Sql::new(concat!(
-            "WITH b AS (UPDATE outbox SET state = $5, updated_at = $4 \
-             WHERE op_id = (SELECT id FROM operations WHERE status_ref = $1 \
-             AND status NOT IN ('succeeded', 'failed', 'quarantined', 'dead')) \
-             AND state IN ('pending', 'processing') \
-             AND (CAST($2 AS TEXT) IS NULL OR (state = 'processing' AND lease_owner = $2 \
-             AND attempt_count = $3)) RETURNING *), \
+            "WITH b AS (",
+            finalize!(),
+            " RETURNING *), \
              l AS (INSERT INTO local_receipts (op_id, downstream_request_ref, receipt_ref, \
              receipt_json, output_json, result_sha256, finalized_by, created_at) \
              SELECT op_id, $6, $7, $8, $9, $10, $11, $4 FROM b RETURNING *), \
