@@ -273,7 +273,7 @@ fn ci(root: &Path) -> ExitCode {
     // The Python package: its wheel built by maturin in release (the test release mode's
     // dependencies), installed into a fresh venv, its pytest suite and doctests.
     outcomes.push(step("python (maturin wheel, pytest)", || python::run(root, true)));
-    outcomes.push(step("fuzz smoke (20 s per target)", || fuzz::run(root, 20.0 / 60.0)));
+    outcomes.push(step("fuzz smoke (10 s per target)", || fuzz::run(root, 10.0 / 60.0)));
     report(&outcomes)
 }
 
