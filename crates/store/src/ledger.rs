@@ -700,59 +700,40 @@ pub(crate) fn end_in(
         Finalizer::StatusQuery | Finalizer::Operator => (None, None),
     };
     let status = ending.status();
-    let args = [
+    let fenced = [
         status_ref.as_str().into(),
         owner.into(),
         attempt.into(),
         now.get().into(),
         status.outbox_state().as_str().into(),
     ];
-    if let (Dialect::Postgres, Written::Succeeded(receipt, receipt_json, output_json)) =
-        (db.dialect(), ending)
-    {
-        let downstream = &receipt.downstream;
-        let args = [
-            &args[..],
-            &[
-                downstream.downstream_request_ref.as_str().into(),
-                downstream.receipt_ref.as_str().into(),
-                receipt_json.as_str().into(),
-                output_json.as_str().into(),
-                receipt.result_sha256.as_str().into(),
-                by.as_str().into(),
-            ],
-        ]
-        .concat();
-        if db.int(&END_SUCCEEDED, &args)?.is_none() {
-            return not_written(db, status_ref, owner.is_some());
+    // PostgreSQL writes a success's whole commit C in its first statement.
+    let fused = match (db.dialect(), ending) {
+        (Dialect::Postgres, Written::Succeeded(receipt, receipt_json, output_json)) => {
+            Some(local_receipt_args(receipt, receipt_json, output_json, by))
         }
-        if matches!(by, Finalizer::StatusQuery) {
-            bump(db, "reconciliations")?;
-        }
-        return Ok(Finalize::Finalized);
-    }
-    let Some(id) = db.int(&FINALIZE, &args)? else {
+        _ => None,
+    };
+    let id = match &fused {
+        Some(receipt) => db.int(&END_SUCCEEDED, &[&fenced[..], &receipt[..]].concat())?,
+        None => db.int(&FINALIZE, &fenced)?,
+    };
+    let Some(id) = id else {
         // Nothing of the ending written: say why (a refused write is counted).
         return not_written(db, status_ref, owner.is_some());
     };
     if matches!((by, ending), (Finalizer::StatusQuery, Written::Succeeded(..))) {
         bump(db, "reconciliations")?;
     }
+    if fused.is_some() {
+        return Ok(Finalize::Finalized);
+    }
     match ending {
         Written::Succeeded(receipt, receipt_json, output_json) => {
-            let downstream = &receipt.downstream;
+            let receipt = local_receipt_args(receipt, receipt_json, output_json, by);
             db.execute(
                 &INSERT_LOCAL_RECEIPT,
-                &[
-                    id.into(),
-                    downstream.downstream_request_ref.as_str().into(),
-                    downstream.receipt_ref.as_str().into(),
-                    receipt_json.into(),
-                    output_json.into(),
-                    receipt.result_sha256.as_str().into(),
-                    by.as_str().into(),
-                    now.get().into(),
-                ],
+                &[&[id.into()][..], &receipt[..], &[now.get().into()]].concat(),
             )?;
         }
         Written::Failed(reason) | Written::Quarantined(_, reason) => {
@@ -779,6 +760,25 @@ pub(crate) fn end_in(
         db.execute(&INSERT_REPLAY, &[id.into()])?;
     }
     Ok(Finalize::Finalized)
+}
+
+/// A local receipt's columns between its `op_id` and its `created_at`, as
+/// [`INSERT_LOCAL_RECEIPT`] and [`END_SUCCEEDED`] both take them.
+fn local_receipt_args<'a>(
+    receipt: &'a LocalReceipt,
+    receipt_json: &'a str,
+    output_json: &'a str,
+    by: &'a Finalizer,
+) -> [Arg<'a>; 6] {
+    let downstream = &receipt.downstream;
+    [
+        downstream.downstream_request_ref.as_str().into(),
+        downstream.receipt_ref.as_str().into(),
+        receipt_json.into(),
+        output_json.into(),
+        receipt.result_sha256.as_str().into(),
+        by.as_str().into(),
+    ]
 }
 
 /// Commit B inside the caller's transaction: the receipt unless one exists for its ref;
