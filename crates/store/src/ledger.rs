@@ -196,15 +196,18 @@ macro_rules! replay_record {
     ) => {
         /// A replay's read: the scope's replay record, when its operation succeeded and
         /// no row it was copied from has changed since (the schema's triggers delete it
-        /// then).
+        /// then). Every column of the table in its order and nothing else, so PostgreSQL
+        /// sends the stored row as it is; [`RecordColumns`] reads it.
         pub(crate) static REPLAY_BY_SCOPE: Sql = Sql::new(concat!(
-            "SELECT ",
-            $("r.", stringify!($column), ", ",)*
-            "NULL, NULL, NULL, NULL",
+            "SELECT r.op_id",
+            $(", r.", stringify!($column),)*
             $(", r.", stringify!($after),)*
             " FROM replays r WHERE r.tenant_id = $1 AND r.subject_id = $2 \
              AND r.tool_name = $3 AND r.idempotency_key = $4"
         ));
+        /// Where the terminal outcome's columns, which a record has not, would stand
+        /// among [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS).
+        const TERMINAL_OUTCOME_AT: usize = [$(stringify!($column),)*].len();
         /// The replay record of operation `$1`, copied from the rows commit C has just
         /// written, in the same transaction.
         pub(crate) static INSERT_REPLAY: Sql = Sql::new(replay_record!(
@@ -261,6 +264,10 @@ macro_rules! replay_record {
         #[cfg(test)]
         pub(crate) const REPLAY_RECORD_COLUMNS: &[&str] =
             &[$(stringify!($column),)* $(stringify!($after),)*];
+        /// The column of an operation's rows each record column is copied from, in the
+        /// same order.
+        #[cfg(test)]
+        pub(crate) const REPLAY_RECORD_SOURCES: &[&str] = &[$($source,)* $($after_source,)*];
     };
     (@insert $($column:ident $source:literal)*; $from:literal) => {
         concat!(
@@ -418,6 +425,47 @@ pub(crate) fn by_status_ref(
 /// An operation's own call identity was recorded for it, purpose `dispatch`, by the
 /// commit A that created it; a change to that row deletes the record. So a record read
 /// with its own call answers the call without reading it.
+/// A row of [`REPLAY_BY_SCOPE`] read as the columns of
+/// [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS): the record's own after its `op_id`,
+/// and a success's terminal outcome, which it has not, NULL.
+struct RecordColumns<'r, 'a>(&'r Row<'a>);
+
+impl RecordColumns<'_, '_> {
+    /// The record's column for column `index` of an operation's, if it has one.
+    fn at(index: usize) -> Option<usize> {
+        const OUTCOME_WIDTH: usize = 4;
+        match index {
+            index if index < TERMINAL_OUTCOME_AT => Some(index + 1),
+            index if index < TERMINAL_OUTCOME_AT + OUTCOME_WIDTH => None,
+            index => Some(index + 1 - OUTCOME_WIDTH),
+        }
+    }
+}
+
+impl verify::Columns for RecordColumns<'_, '_> {
+    type Error = StoreError;
+
+    fn text(&self, index: usize) -> Result<String, StoreError> {
+        let index =
+            Self::at(index).ok_or(StoreError::Internal("a replay record has no outcome"))?;
+        self.0.text(index)
+    }
+
+    fn optional_text(&self, index: usize) -> Result<Option<String>, StoreError> {
+        Self::at(index).map_or(Ok(None), |index| self.0.optional_text(index))
+    }
+
+    fn optional_int(&self, index: usize) -> Result<Option<i64>, StoreError> {
+        Self::at(index).map_or(Ok(None), |index| self.0.optional_int(index))
+    }
+
+    fn int(&self, index: usize) -> Result<i64, StoreError> {
+        let index =
+            Self::at(index).ok_or(StoreError::Internal("a replay record has no outcome"))?;
+        self.0.int(index)
+    }
+}
+
 pub(crate) fn dispatch_lookup(
     db: &mut dyn Db,
     scope: &Scope,
@@ -429,7 +477,9 @@ pub(crate) fn dispatch_lookup(
         scope.tool_name.as_str().into(),
         scope.idempotency_key.as_str().into(),
     ];
-    if let Some(raw) = db.first(&REPLAY_BY_SCOPE, &keys, |row| RawOperation::decode(row))? {
+    if let Some(raw) =
+        db.first(&REPLAY_BY_SCOPE, &keys, |row| RawOperation::decode(&RecordColumns(row)))?
+    {
         let operation = verify::operation(raw)?;
         if operation.status != OperationStatus::Succeeded {
             return Err(StoreError::ContractViolation("replay record is not a success"));
@@ -1446,5 +1496,32 @@ impl Commit for Load {
             }
         }
         Ok((self.finished.len(), true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{REPLAY_RECORD_SOURCES, RecordColumns};
+    use crate::{OPERATION_COLUMNS, OPERATION_WIDTH};
+
+    /// A replay's row is read through [`RecordColumns`] as if it were the join's: each
+    /// column of an operation's is the record column copied from it, and only the
+    /// terminal outcome's (`t.`), which a success has not, is missing.
+    #[test]
+    fn a_records_row_reads_as_the_operations_columns() {
+        let columns: Vec<&str> = OPERATION_COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(columns.len(), OPERATION_WIDTH);
+        let mut read = Vec::new();
+        for (index, column) in columns.iter().enumerate() {
+            match RecordColumns::at(index) {
+                Some(at) => {
+                    assert_eq!(REPLAY_RECORD_SOURCES[at - 1], *column);
+                    read.push(at);
+                }
+                None => assert!(column.starts_with("t."), "{column}"),
+            }
+        }
+        // Every record column after `op_id` (column 0), each once, in order.
+        assert_eq!(read, (1..=REPLAY_RECORD_SOURCES.len()).collect::<Vec<_>>());
     }
 }
