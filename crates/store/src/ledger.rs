@@ -419,12 +419,6 @@ pub(crate) fn by_status_ref(
     operation(db, &BY_STATUS_REF, &[status_ref.as_str().into()])
 }
 
-/// Dispatch's read: a finished operation's replay record and, when `call` is not the
-/// operation's own, what is recorded of it; otherwise (no record) [`DISPATCH_LOOKUP`].
-///
-/// An operation's own call identity was recorded for it, purpose `dispatch`, by the
-/// commit A that created it; a change to that row deletes the record. So a record read
-/// with its own call answers the call without reading it.
 /// A row of [`REPLAY_BY_SCOPE`] read as the columns of
 /// [`OPERATION_COLUMNS`](crate::OPERATION_COLUMNS): the record's own after its `op_id`,
 /// and a success's terminal outcome, which it has not, NULL.
@@ -466,6 +460,12 @@ impl verify::Columns for RecordColumns<'_, '_> {
     }
 }
 
+/// Dispatch's read: a finished operation's replay record and, when `call` is not the
+/// operation's own, what is recorded of it; otherwise (no record) [`DISPATCH_LOOKUP`].
+///
+/// An operation's own call identity was recorded for it, purpose `dispatch`, by the
+/// commit A that created it; a change to that row deletes the record. So a record read
+/// with its own call answers the call without reading it.
 pub(crate) fn dispatch_lookup(
     db: &mut dyn Db,
     scope: &Scope,
@@ -780,10 +780,20 @@ pub(crate) fn end_in(
     }
     match ending {
         Written::Succeeded(receipt, receipt_json, output_json) => {
-            let receipt = local_receipt_args(receipt, receipt_json, output_json, by);
+            let [request_ref, receipt_ref, receipt_json, output_json, result, by] =
+                local_receipt_args(receipt, receipt_json, output_json, by);
             db.execute(
                 &INSERT_LOCAL_RECEIPT,
-                &[&[id.into()][..], &receipt[..], &[now.get().into()]].concat(),
+                &[
+                    id.into(),
+                    request_ref,
+                    receipt_ref,
+                    receipt_json,
+                    output_json,
+                    result,
+                    by,
+                    now.get().into(),
+                ],
             )?;
         }
         Written::Failed(reason) | Written::Quarantined(_, reason) => {
