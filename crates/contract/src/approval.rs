@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     IdempotencyKey, Identifier, ProviderProfile, Revisions, Sha256Hex, UnixSeconds,
-    digest::{Member, Members, hash_members, object_value, revisions_member},
+    digest::{Member, Members, hash_members, object_value},
 };
 
 /// An approval as the host supplies it.
@@ -110,8 +110,8 @@ fn approval_members<'a>(
     approved_at: UnixSeconds,
     expires_at: UnixSeconds,
     binding: ApprovalBindingRef<'a>,
-) -> Members<'a> {
-    vec![
+) -> Members<'a, 17> {
+    [
         ("adapter_revision", Member::Str(&binding.profile.adapter_revision)),
         ("api_family", Member::Str(&binding.profile.api_family)),
         ("approval_id", Member::Str(approval_id.as_str())),
@@ -124,7 +124,7 @@ fn approval_members<'a>(
         ("provider", Member::Str(&binding.profile.provider)),
         ("provider_call_id", Member::Str(binding.provider_call_id.as_str())),
         ("provider_response_id", Member::Str(binding.provider_response_id.as_str())),
-        ("revisions", revisions_member(binding.revisions)),
+        ("revisions", Member::Revisions(binding.revisions)),
         ("subject_id", Member::Str(binding.subject_id.as_str())),
         ("tenant_id", Member::Str(binding.tenant_id.as_str())),
         ("tool_name", Member::Str(binding.tool_name)),

@@ -26,7 +26,8 @@ pub(crate) enum Member<'a> {
     Json(&'a Value),
     /// JSON text the caller has proven canonical: written as it is.
     Canonical(&'a str),
-    Object(Vec<(&'static str, Member<'a>)>),
+    /// The six revisions, as the object of their short names.
+    Revisions(&'a Revisions),
 }
 
 impl Member<'_> {
@@ -41,7 +42,7 @@ impl Member<'_> {
                 toolledger_json::parse_strict(text.as_bytes(), &toolledger_json::Limits::default())
                     .unwrap_or(Value::Null)
             }
-            Member::Object(members) => object_value(members),
+            Member::Revisions(revisions) => object_value(&revisions_members(revisions)),
         }
     }
 
@@ -51,14 +52,15 @@ impl Member<'_> {
             Member::Int(number) => canonicalize_into(&Value::from(*number), out),
             Member::Json(value) => canonicalize_into(value, out),
             Member::Canonical(text) => out.push_str(text),
-            Member::Object(members) => write_object(members, out),
+            Member::Revisions(revisions) => write_object(&revisions_members(revisions), out),
         }
     }
 }
 
-/// The members of a preimage object. Names are static ASCII, so their byte order is
-/// their UTF-16 order.
-pub(crate) type Members<'a> = Vec<(&'static str, Member<'a>)>;
+/// The members of a preimage object, `N` of them on the stack: a digest allocates
+/// nothing but its preimage's bytes (a replay recomputes seven). Names are static ASCII,
+/// so their byte order is their UTF-16 order.
+pub(crate) type Members<'a, const N: usize> = [(&'static str, Member<'a>); N];
 
 pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
     Value::Object(
@@ -107,14 +109,18 @@ fn write_members<'m, 'a: 'm>(
     }
 }
 
-/// Appends `bytes` as lowercase hex digits.
+/// Appends `bytes` (at most 32) as lowercase hex digits, written on the stack first and
+/// appended at once.
 fn push_hex(bytes: &[u8], out: &mut String) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        for nibble in [byte >> 4, byte & 0xF] {
-            out.push(char::from(DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0')));
+    let mut digits = [0_u8; 64];
+    for (pair, byte) in digits.chunks_exact_mut(2).zip(bytes) {
+        for (digit, nibble) in pair.iter_mut().zip([byte >> 4, byte & 0xF]) {
+            *digit = DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0');
         }
     }
+    let written = digits.get(..bytes.len().min(32) * 2).unwrap_or_default();
+    out.push_str(std::str::from_utf8(written).unwrap_or_else(|_| unreachable!("ASCII digits")));
 }
 
 fn hex(bytes: &[u8; 32]) -> Sha256Hex {
@@ -168,15 +174,15 @@ pub fn short_ref(prefix: &str, preimage: &Value) -> String {
     short_hex(prefix, &Sha256::digest(toolledger_json::canonicalize(preimage).as_bytes()).into())
 }
 
-pub(crate) fn revisions_member(revisions: &Revisions) -> Member<'_> {
-    Member::Object(vec![
+fn revisions_members(revisions: &Revisions) -> Members<'_, 6> {
+    [
         ("effect", Member::Str(&revisions.effect)),
         ("handler", Member::Str(&revisions.handler)),
         ("input", Member::Str(&revisions.input)),
         ("output", Member::Str(&revisions.output)),
         ("policy", Member::Str(&revisions.policy)),
         ("producer", Member::Str(&revisions.producer)),
-    ])
+    ]
 }
 
 /// Why a call is being answered: dispatching it, or querying an earlier one's status.
@@ -258,7 +264,7 @@ fn request_members<'a>(
     tool_name: &'a str,
     arguments: &'a Value,
     revisions: &'a Revisions,
-) -> Members<'a> {
+) -> Members<'a, 8> {
     request_members_with(tenant_id, subject_id, tool_name, Member::Json(arguments), revisions)
 }
 
@@ -268,8 +274,8 @@ fn request_members_with<'a>(
     tool_name: &'a str,
     arguments: Member<'a>,
     revisions: &'a Revisions,
-) -> Members<'a> {
-    vec![
+) -> Members<'a, 8> {
+    [
         ("arguments", arguments),
         ("domain", Member::Str("tool-result-v2/request")),
         ("effect_revision", Member::Str(&revisions.effect)),
@@ -303,8 +309,11 @@ pub fn request_sha256(
     hash_members(&request_members(tenant_id, subject_id, tool_name, arguments, revisions))
 }
 
-fn downstream_request_members<'a>(scope: &'a Scope, request_sha256: &'a Sha256Hex) -> Members<'a> {
-    vec![
+fn downstream_request_members<'a>(
+    scope: &'a Scope,
+    request_sha256: &'a Sha256Hex,
+) -> Members<'a, 6> {
+    [
         ("domain", Member::Str("tool-result-v2/downstream-request")),
         ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
         ("request_sha256", Member::Str(request_sha256.as_str())),
@@ -326,8 +335,8 @@ pub fn downstream_request_ref(scope: &Scope, request_sha256: &Sha256Hex) -> Down
         .unwrap_or_else(|_| unreachable!("dr_ and 32 lowercase hex digits"))
 }
 
-fn status_ref_members(scope: &Scope) -> Members<'_> {
-    vec![
+fn status_ref_members(scope: &Scope) -> Members<'_, 5> {
+    [
         ("domain", Member::Str("tool-result-v2/status-ref")),
         ("idempotency_key", Member::Str(scope.idempotency_key.as_str())),
         ("subject_id", Member::Str(scope.subject_id.as_str())),
@@ -351,8 +360,8 @@ fn result_members<'a>(
     tool_name: &'a str,
     output_revision: &'a str,
     output: &'a Value,
-) -> Members<'a> {
-    vec![
+) -> Members<'a, 4> {
+    [
         ("domain", Member::Str("tool-result-v2/result")),
         ("output", Member::Json(output)),
         ("output_revision", Member::Str(output_revision)),
@@ -457,8 +466,8 @@ pub fn short_ref_of_canonical(prefix: &str, canonical: &str) -> String {
     short_hex(prefix, &Sha256::digest(canonical.as_bytes()).into())
 }
 
-fn refund_id_members(downstream_request_ref: &str) -> Members<'_> {
-    vec![
+fn refund_id_members(downstream_request_ref: &str) -> Members<'_, 2> {
+    [
         ("domain", Member::Str("tool-result-v2/refund-id")),
         ("downstream_request_ref", Member::Str(downstream_request_ref)),
     ]
@@ -488,12 +497,12 @@ fn status_query_members<'a>(
     part: StatusQueryPart,
     case_id: &'a Identifier,
     status_ref: &'a StatusRef,
-) -> Members<'a> {
+) -> Members<'a, 4> {
     let (kind, id_name) = match part {
         StatusQueryPart::Response => ("response", "provider_response_id"),
         StatusQueryPart::Call => ("call", "provider_call_id"),
     };
-    vec![
+    [
         ("domain", Member::Str("tool-result-v2/status-query")),
         ("kind", Member::Str(kind)),
         (id_name, Member::Str(case_id.as_str())),
@@ -566,8 +575,8 @@ pub(crate) const HOST_VIEW_MEMBERS: [&str; 12] = [
 ];
 
 impl HostView {
-    fn members(&self) -> Members<'_> {
-        vec![
+    fn members(&self) -> Members<'_, 12> {
+        [
             ("provider", Member::Str(&self.provider)),
             ("api_family", Member::Str(&self.api_family)),
             ("adapter_revision", Member::Str(&self.adapter_revision)),
@@ -576,7 +585,7 @@ impl HostView {
             ("purpose", Member::Str(self.purpose.as_str())),
             ("operation_id", Member::Str(self.operation_id.as_str())),
             ("idempotency_key", Member::Str(self.idempotency_key.as_str())),
-            ("revisions", revisions_member(&self.revisions)),
+            ("revisions", Member::Revisions(&self.revisions)),
             ("downstream_request_ref", Member::Str(self.downstream_request_ref.as_str())),
             ("downstream_receipt_ref", Member::Str(self.downstream_receipt_ref.as_str())),
             ("status_ref", Member::Str(self.status_ref.as_str())),
@@ -641,28 +650,37 @@ impl HostView {
 
 /// The host view's members taken from a JSON object that has exactly the twelve names
 /// (a package being verified from its own bytes).
-pub(crate) fn host_view_members(host_view: &Map<String, Value>) -> Members<'_> {
-    HOST_VIEW_MEMBERS
-        .iter()
-        .map(|name| (*name, Member::Json(host_view.get(*name).unwrap_or(&Value::Null))))
-        .collect()
+pub(crate) fn host_view_members(host_view: &Map<String, Value>) -> Members<'_, 12> {
+    HOST_VIEW_MEMBERS.map(|name| (name, Member::Json(host_view.get(name).unwrap_or(&Value::Null))))
 }
 
 fn call_binding_members<'a>(
-    mut members: Members<'a>,
+    host_view: Members<'a, 12>,
     tool_name: &'a str,
     request_sha256: &'a str,
     result_sha256: &'a str,
     delivery: &'a str,
-) -> Members<'a> {
-    members.extend([
+) -> Members<'a, 17> {
+    let [a, b, c, d, e, f, g, h, i, j, k, l] = host_view;
+    [
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        i,
+        j,
+        k,
+        l,
         ("domain", Member::Str("tool-result-v2/call-binding")),
         ("tool_name", Member::Str(tool_name)),
         ("request_sha256", Member::Str(request_sha256)),
         ("result_sha256", Member::Str(result_sha256)),
         ("delivery", Member::Str(delivery)),
-    ]);
-    members
+    ]
 }
 
 /// The call-binding preimage: the host view's members plus `domain`, `tool_name`,
