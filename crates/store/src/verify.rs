@@ -420,8 +420,13 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
             raw_local.receipt_ref,
             &raw_local.receipt_json,
         )?;
-        operation.receipt =
-            Some(local(&operation, receipt, &raw_local.output_json, raw_local.result_sha256)?);
+        operation.receipt = Some(local(
+            &operation,
+            receipt,
+            &raw_local.receipt_json,
+            &raw_local.output_json,
+            raw_local.result_sha256,
+        )?);
     }
     Ok(operation)
 }
@@ -551,10 +556,31 @@ pub fn downstream(
     })
 }
 
+/// The text of the `output` member of `receipt`, a receipt already proven canonical
+/// with exactly the six receipt members and bound to `downstream_request_ref`.
+///
+/// Canonical members are written in name order: `domain` and `downstream_request_ref`
+/// (strings whose text is known), `output`, then `output_revision`, `request_sha256`
+/// and `tool_name` (strings). Inside canonical JSON a `"` that is not a delimiter is
+/// written `\"`, so `,"output_revision":` can only be a member name: its last
+/// occurrence is the receipt's own, right after the output. `None` (never for a receipt
+/// that passed those checks) sends the caller the long way round.
+fn output_text<'r>(receipt: &'r str, downstream_request_ref: &str) -> Option<&'r str> {
+    let after = receipt
+        .strip_prefix(
+            r#"{"domain":"tool-result-v2/downstream-receipt","downstream_request_ref":""#,
+        )?
+        .strip_prefix(downstream_request_ref)?
+        .strip_prefix(r#"","output":"#)?;
+    let end = after.rfind(r#","output_revision":""#)?;
+    after.get(..end)
+}
+
 /// Checks a stored local receipt against itself and its (verified) operation.
 fn local(
     operation: &Operation,
     receipt: DownstreamReceipt,
+    receipt_json: &str,
     output_json: &str,
     result: String,
 ) -> Result<LocalReceipt, Flaw> {
@@ -569,9 +595,14 @@ fn local(
         return Err(violation("local receipt is not bound to its operation"));
     }
     // The receipt was read strictly and canonically, so its output's canonical form
-    // equal to the stored column proves the column canonical and the same.
+    // equal to the stored column proves the column canonical and the same. That form is
+    // already written, as the `output` member's text in the receipt's own.
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
-    if !is_canonical_form(&output, output_json) {
+    let same = match output_text(receipt_json, receipt.downstream_request_ref.as_str()) {
+        Some(text) => text == output_json,
+        None => is_canonical_form(&output, output_json),
+    };
+    if !same {
         return Err(if !is_canonical_v2(output_json, &Limits::default()) {
             Flaw::NotCanonical("stored output is not canonical")
         } else {
@@ -613,4 +644,32 @@ pub fn recorded_call(
         status: OperationStatus::parse(status)
             .ok_or(StoreError::ContractViolation("stored status is unknown"))?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolledger_contract::{Sha256Hex, digest::downstream_receipt};
+    use toolledger_json::canonicalize;
+
+    use super::output_text;
+
+    #[test]
+    fn the_output_member_is_found_in_the_receipts_own_text() {
+        let dr = "dr_0123456789abcdef0123456789abcdef";
+        let request = Sha256Hex::new(&"a".repeat(64)).unwrap();
+        // Outputs that hold the receipt's own member names, as keys and inside strings.
+        for output in [
+            json!({"refund_id": "rf_1"}),
+            json!({"output_revision": "x", "z": {"output_revision": ["," , "\","]}}),
+            json!(["\",\"output_revision\":\"", {"tool_name": "\\"}]),
+            json!("\\\",\"output_revision\":\""),
+            json!(null),
+        ] {
+            let receipt = canonicalize(&downstream_receipt(dr, &request, "t\"\\", "o,\"", &output));
+            assert_eq!(output_text(&receipt, dr), Some(canonicalize(&output).as_str()));
+        }
+        let receipt = canonicalize(&downstream_receipt(dr, &request, "t", "o", &json!(1)));
+        assert_eq!(output_text(&receipt, "dr_ffffffffffffffffffffffffffffffff"), None);
+    }
 }
