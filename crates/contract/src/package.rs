@@ -41,19 +41,20 @@ pub fn pass_package_with_result(
     pass_package_from_view(
         delivery,
         tool_name,
-        output,
+        output.clone(),
         result_sha256,
         host_view.clone(),
         request_sha256,
     )
 }
 
-/// [`pass_package_with_result`] taking the host view by value: its strings become the
-/// package's own instead of being copied (a replay builds one view per answer).
+/// [`pass_package_with_result`] taking the output and the host view by value: their
+/// strings become the package's own instead of being copied (a replay builds one view
+/// per answer, and reads an output it has no other use for).
 pub fn pass_package_from_view(
     delivery: Delivery,
     tool_name: &str,
-    output: &Value,
+    output: Value,
     result_sha256: &Sha256Hex,
     host_view: HostView,
     request_sha256: &Sha256Hex,
@@ -71,7 +72,7 @@ pub fn pass_package_from_view(
     let result = Map::from_iter([
         ("contract".to_owned(), string(CONTRACT)),
         ("tool_name".to_owned(), string(tool_name)),
-        ("model_view".to_owned(), output.clone()),
+        ("model_view".to_owned(), output),
         ("host_view".to_owned(), host_view.into_json()),
         ("digests".to_owned(), Value::Object(digests)),
     ]);

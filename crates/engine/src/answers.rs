@@ -141,6 +141,7 @@ impl<'a> Answering<'a> {
     }
 }
 
+/// A PASS answer for an operation the caller keeps (a fresh result, a reconciled one).
 pub(crate) fn pass(
     delivery: Delivery,
     operation: &Operation,
@@ -165,10 +166,45 @@ pub(crate) fn pass(
     let package = pass_package_from_view(
         delivery,
         &intent.scope.tool_name,
-        &receipt.output,
+        receipt.output.clone(),
         &receipt.result_sha256,
         host_view,
         &intent.request_sha256,
     );
     Answer::Pass { delivery, package }
+}
+
+/// [`pass`] for an operation read only to be answered (a replay): its strings and its
+/// output become the package's own instead of being copied. `None` when the operation
+/// has no local receipt.
+pub(crate) fn pass_read(
+    delivery: Delivery,
+    operation: Operation,
+    answering: &Answering<'_>,
+) -> Option<Answer> {
+    let Operation { intent, receipt, .. } = operation;
+    let LocalReceipt { downstream, output, result_sha256 } = receipt?;
+    let host_view = HostView {
+        provider: intent.profile.provider,
+        api_family: intent.profile.api_family,
+        adapter_revision: intent.profile.adapter_revision,
+        provider_response_id: answering.response.clone(),
+        provider_call_id: answering.call.clone(),
+        purpose: answering.purpose,
+        operation_id: intent.operation_id,
+        idempotency_key: intent.scope.idempotency_key,
+        revisions: intent.revisions,
+        downstream_request_ref: downstream.downstream_request_ref,
+        downstream_receipt_ref: downstream.receipt_ref,
+        status_ref: intent.status_ref,
+    };
+    let package = pass_package_from_view(
+        delivery,
+        &intent.scope.tool_name,
+        output,
+        &result_sha256,
+        host_view,
+        &intent.request_sha256,
+    );
+    Some(Answer::Pass { delivery, package })
 }

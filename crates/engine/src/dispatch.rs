@@ -132,7 +132,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             _ => {}
         }
         if let Some(stored) = lookup.operation {
-            return self.settled(&stored, &request, tool, call);
+            return self.settled(stored, &request, tool, call);
         }
         if self.store.retired(&status_ref(&scope))? {
             return Ok(block(BlockCode::KeyRetired, None));
@@ -229,7 +229,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let reserved = match reservation {
             Reservation::Reserved(operation) => operation,
             Reservation::Exists(stored) => {
-                return self.settled(&stored, &intent.request_sha256, tool, call);
+                return self.settled(*stored, &intent.request_sha256, tool, call);
             }
             Reservation::CallPurposeConflict => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
@@ -291,7 +291,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     /// business check).
     fn settled(
         &mut self,
-        stored: &Operation,
+        stored: Operation,
         request: &Sha256Hex,
         tool: &ToolSpec,
         call: &HostCall,
@@ -300,14 +300,14 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         // call's, in `admit`, when the revisions match; otherwise none is checked): only
         // arguments that differ are validated again, before they are answered a conflict.
         if stored.intent.arguments != call.proposal.arguments {
-            self.check_stored_arguments(stored)?;
+            self.check_stored_arguments(&stored)?;
         }
         if !same_intent(&stored.intent, request, tool, call) {
-            return Ok(block(BlockCode::IdempotencyConflict, Some(stored)));
+            return Ok(block(BlockCode::IdempotencyConflict, Some(&stored)));
         }
         if stored.intent.downstream != *self.downstream.identity_for(&stored.intent.scope.tool_name)
         {
-            return Ok(block(BlockCode::DownstreamMismatch, Some(stored)));
+            return Ok(block(BlockCode::DownstreamMismatch, Some(&stored)));
         }
         match stored.status {
             OperationStatus::Succeeded => {
@@ -316,13 +316,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                     call: &call.host.provider_call_id,
                     purpose: Purpose::Dispatch,
                 };
-                self.replay(stored, &answering)
+                self.replay_read(stored, &answering)
             }
             OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
-                Ok(ended(stored))
+                Ok(ended(&stored))
             }
             OperationStatus::Pending | OperationStatus::Processing => {
-                Ok(block(BlockCode::OutcomeUnknown, Some(stored)))
+                Ok(block(BlockCode::OutcomeUnknown, Some(&stored)))
             }
         }
     }

@@ -250,7 +250,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         let operation = self.reread(status_ref)?;
         match operation.status {
-            OperationStatus::Succeeded => self.replay(&operation, &answering),
+            OperationStatus::Succeeded => self.replay_read(operation, &answering),
             OperationStatus::Failed | OperationStatus::Quarantined | OperationStatus::Dead => {
                 Ok(ended(&operation))
             }

@@ -17,7 +17,7 @@ use toolledger_store::{
 
 use crate::{
     Caller, Downstream, DownstreamError, DownstreamRequest, Engine, EngineError, Judged, Lookup,
-    answers::{Answer, Answering, block, pass, violation},
+    answers::{Answer, Answering, block, pass, pass_read, violation},
     dispatch::ended,
 };
 
@@ -430,6 +430,22 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             .ok_or(violation("a succeeded operation has no local receipt"))?;
         self.check_output(operation, &receipt.output)?;
         Ok(pass(Delivery::LocalReplay, operation, receipt, answering))
+    }
+
+    /// [`Engine::replay`] of an operation read only to be answered: the package takes
+    /// its strings and output instead of copies.
+    pub(crate) fn replay_read(
+        &mut self,
+        operation: Operation,
+        answering: &Answering<'_>,
+    ) -> Result<Answer, EngineError> {
+        let receipt = operation
+            .receipt
+            .as_ref()
+            .ok_or(violation("a succeeded operation has no local receipt"))?;
+        self.check_output(&operation, &receipt.output)?;
+        pass_read(Delivery::LocalReplay, operation, answering)
+            .ok_or(violation("a succeeded operation has no local receipt"))
     }
 
     /// Stored arguments that fail the input schema of their own revision contradict the
