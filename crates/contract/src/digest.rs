@@ -59,7 +59,10 @@ impl Member<'_> {
 
 /// The members of a preimage object, `N` of them on the stack: a digest allocates
 /// nothing but its preimage's bytes (a replay recomputes seven). Names are static ASCII,
-/// so their byte order is their UTF-16 order.
+/// so their byte order is their UTF-16 order, and every list a digest is written from
+/// is listed in that order: the canonical form is the list as it stands, with no sort
+/// per digest. (A host view's own list keeps the contract's order; the call binding
+/// puts its members in place.)
 pub(crate) type Members<'a, const N: usize> = [(&'static str, Member<'a>); N];
 
 pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
@@ -71,27 +74,15 @@ pub(crate) fn object_value(members: &[(&'static str, Member<'_>)]) -> Value {
     )
 }
 
-/// Members past this many are ordered through a vector; every preimage has fewer.
-const ORDER_ON_STACK: usize = 32;
-
+/// Writes `members`, listed in canonical order (every test that computes a digest
+/// checks it; `tests::every_preimage_lists_its_members_in_canonical_order` names each).
 fn write_object(members: &[(&'static str, Member<'_>)], out: &mut String) {
+    debug_assert!(
+        members.is_sorted_by_key(|(name, _)| *name),
+        "a preimage lists its members in canonical order"
+    );
     out.push('{');
-    if members.is_sorted_by_key(|(name, _)| *name) {
-        write_members(members.iter(), out);
-    } else if members.len() <= ORDER_ON_STACK {
-        // The order of the members, sorted on the stack: no allocation per digest.
-        let mut order = [0_usize; ORDER_ON_STACK];
-        let order = order.get_mut(..members.len()).unwrap_or_default();
-        for (index, slot) in order.iter_mut().enumerate() {
-            *slot = index;
-        }
-        order.sort_unstable_by_key(|index| members.get(*index).map(|(name, _)| *name));
-        write_members(order.iter().filter_map(|index| members.get(*index)), out);
-    } else {
-        let mut order: Vec<&(&'static str, Member<'_>)> = members.iter().collect();
-        order.sort_unstable_by_key(|(name, _)| *name);
-        write_members(order.into_iter(), out);
-    }
+    write_members(members.iter(), out);
     out.push('}');
 }
 
@@ -446,10 +437,10 @@ pub fn downstream_receipt(
     object_value(&[
         ("domain", Member::Str("tool-result-v2/downstream-receipt")),
         ("downstream_request_ref", Member::Str(downstream_request_ref)),
+        ("output", Member::Json(output)),
+        ("output_revision", Member::Str(output_revision)),
         ("request_sha256", Member::Str(request_sha256.as_str())),
         ("tool_name", Member::Str(tool_name)),
-        ("output_revision", Member::Str(output_revision)),
-        ("output", Member::Json(output)),
     ])
 }
 
@@ -661,25 +652,38 @@ fn call_binding_members<'a>(
     result_sha256: &'a str,
     delivery: &'a str,
 ) -> Members<'a, 17> {
-    let [a, b, c, d, e, f, g, h, i, j, k, l] = host_view;
+    let [
+        provider,
+        api_family,
+        adapter_revision,
+        provider_response_id,
+        provider_call_id,
+        purpose,
+        operation_id,
+        idempotency_key,
+        revisions,
+        downstream_request_ref,
+        downstream_receipt_ref,
+        status_ref,
+    ] = host_view;
     [
-        a,
-        b,
-        c,
-        d,
-        e,
-        f,
-        g,
-        h,
-        i,
-        j,
-        k,
-        l,
+        adapter_revision,
+        api_family,
+        ("delivery", Member::Str(delivery)),
         ("domain", Member::Str("tool-result-v2/call-binding")),
-        ("tool_name", Member::Str(tool_name)),
+        downstream_receipt_ref,
+        downstream_request_ref,
+        idempotency_key,
+        operation_id,
+        provider,
+        provider_call_id,
+        provider_response_id,
+        purpose,
         ("request_sha256", Member::Str(request_sha256)),
         ("result_sha256", Member::Str(result_sha256)),
-        ("delivery", Member::Str(delivery)),
+        revisions,
+        status_ref,
+        ("tool_name", Member::Str(tool_name)),
     ]
 }
 
@@ -737,4 +741,64 @@ pub fn call_binding_sha256(
         result_sha256.as_str(),
         delivery.as_str(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted<const N: usize>(members: &Members<'_, N>) -> bool {
+        members.is_sorted_by_key(|(name, _)| *name)
+    }
+
+    #[test]
+    fn every_preimage_lists_its_members_in_canonical_order() {
+        let id = |text: &str| Identifier::new(text).unwrap();
+        let hex = "0123456789abcdef0123456789abcdef";
+        let revisions = Revisions {
+            input: "i".into(),
+            output: "o".into(),
+            effect: "e".into(),
+            handler: "h".into(),
+            producer: "p".into(),
+            policy: "y".into(),
+        };
+        let scope = Scope {
+            tenant_id: id("t"),
+            subject_id: id("s"),
+            tool_name: "tool".into(),
+            idempotency_key: IdempotencyKey::new("k").unwrap(),
+        };
+        let request = Sha256Hex::new(&"a".repeat(64)).unwrap();
+        let status = StatusRef::new(&format!("sr_{hex}")).unwrap();
+        let output = Value::Null;
+        let view = HostView {
+            provider: "openai".into(),
+            api_family: "responses".into(),
+            adapter_revision: "a1".into(),
+            provider_response_id: id("resp-1"),
+            provider_call_id: id("call-1"),
+            purpose: Purpose::Dispatch,
+            operation_id: id("op-1"),
+            idempotency_key: IdempotencyKey::new("k").unwrap(),
+            revisions: revisions.clone(),
+            downstream_request_ref: DownstreamRequestRef::new(&format!("dr_{hex}")).unwrap(),
+            downstream_receipt_ref: ReceiptRef::new(&format!("rc_{hex}")).unwrap(),
+            status_ref: status.clone(),
+        };
+        let (tenant, subject) = (&scope.tenant_id, &scope.subject_id);
+        assert!(sorted(&request_members(tenant, subject, "tool", &output, &revisions)));
+        assert!(sorted(&downstream_request_members(&scope, &request)));
+        assert!(sorted(&status_ref_members(&scope)));
+        assert!(sorted(&result_members("tool", "o", &output)));
+        assert!(sorted(&refund_id_members("dr_1")));
+        for part in [StatusQueryPart::Response, StatusQueryPart::Call] {
+            assert!(sorted(&status_query_members(part, &id("case"), &status)));
+        }
+        assert!(sorted(&revisions_members(&revisions)));
+        assert!(sorted(&call_binding_members(view.members(), "tool", "r", "s", "fresh")));
+        let json = view.to_json();
+        let members = host_view_members(json.as_object().unwrap());
+        assert!(sorted(&call_binding_members(members, "tool", "r", "s", "fresh")));
+    }
 }
