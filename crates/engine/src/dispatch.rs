@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolledger_contract::{
-    ApprovalPolicy, ApprovalRefusal, BlockCode, HostCall, Purpose, Registry, Scope, Sha256Hex,
-    ToolSpec, Verdict, block_package,
+    ApprovalPolicy, ApprovalRefusal, BlockCode, HostCall, Purpose, Registry, Scope, ToolSpec,
+    Verdict, block_package,
     digest::{request_sha256, status_ref},
 };
 use toolledger_store::{
@@ -21,16 +21,16 @@ use crate::{
 };
 use toolledger_contract::PrincipalResolver;
 
-/// Whether a stored intent is the call's: request digest, the six revisions, canonical
-/// arguments, scope, and provider/API/adapter. The one comparison every flow uses.
-pub(crate) fn same_intent(
-    stored: &NewOperation,
-    request: &Sha256Hex,
-    tool: &ToolSpec,
-    call: &HostCall,
-) -> bool {
-    stored.request_sha256 == *request
-        && stored.revisions == tool.revisions
+/// Whether a stored intent is the call's: the six revisions, arguments, scope, and
+/// provider/API/adapter. The one comparison every flow uses.
+///
+/// The request digests are equal exactly when these are, so neither is computed: the
+/// stored digest was recomputed from the stored fields when the row was read (a row
+/// whose digest does not recompute never reaches a flow), and the call's would be the
+/// same function of the same tenant, subject, tool, revisions and arguments. Arguments
+/// equal as values have one canonical form; the comparison is the stricter of the two.
+pub(crate) fn same_intent(stored: &NewOperation, tool: &ToolSpec, call: &HostCall) -> bool {
+    stored.revisions == tool.revisions
         && stored.arguments == call.proposal.arguments
         && stored.scope.tenant_id == call.principal.tenant_id
         && stored.scope.subject_id == call.principal.subject_id
@@ -111,7 +111,6 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let (tenant, subject) = (&call.principal.tenant_id, &call.principal.subject_id);
         let arguments = &call.proposal.arguments;
         let scope = scope_of(call, tool);
-        let request = request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions);
         let identity = identity_of(call);
         let lookup = self.store.dispatch_lookup(&scope, &identity)?;
         match &lookup.call {
@@ -132,7 +131,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             _ => {}
         }
         if let Some(stored) = lookup.operation {
-            return self.settled(stored, &request, tool, call);
+            return self.settled(stored, tool, call);
         }
         if self.store.retired(&status_ref(&scope))? {
             return Ok(block(BlockCode::KeyRetired, None));
@@ -156,7 +155,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         }
         let mut intent = NewOperation {
             status_ref: status_ref(&scope),
-            request_sha256: request,
+            request_sha256: request_sha256(tenant, subject, &tool.name, arguments, &tool.revisions),
             arguments: arguments.clone(),
             revisions: tool.revisions.clone(),
             profile: call.host.profile.clone(),
@@ -229,7 +228,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         let reserved = match reservation {
             Reservation::Reserved(operation) => operation,
             Reservation::Exists(stored) => {
-                return self.settled(*stored, &intent.request_sha256, tool, call);
+                return self.settled(*stored, tool, call);
             }
             Reservation::CallPurposeConflict => {
                 return Ok(block(BlockCode::CallPurposeConflict, None));
@@ -292,7 +291,6 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     fn settled(
         &mut self,
         stored: Operation,
-        request: &Sha256Hex,
         tool: &ToolSpec,
         call: &HostCall,
     ) -> Result<Answer, EngineError> {
@@ -302,7 +300,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         if stored.intent.arguments != call.proposal.arguments {
             self.check_stored_arguments(&stored)?;
         }
-        if !same_intent(&stored.intent, request, tool, call) {
+        if !same_intent(&stored.intent, tool, call) {
             return Ok(block(BlockCode::IdempotencyConflict, Some(&stored)));
         }
         if stored.intent.downstream != *self.downstream.identity_for(&stored.intent.scope.tool_name)

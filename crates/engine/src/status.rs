@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use toolledger_contract::{
     BlockCode, Delivery, HostCall, Identifier, PrincipalResolver, Purpose, StatusRef, UnixSeconds,
-    digest::{StatusQueryPart, request_sha256, status_query_id},
+    digest::{StatusQueryPart, status_query_id},
 };
 use toolledger_store::{CallIdentity, Ending, Finalize, Finalizer, LedgerStore, OperationStatus};
 
@@ -98,16 +98,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         {
             return Ok(block(BlockCode::DownstreamMismatch, Some(&operation)));
         }
-        let expected =
-            request_sha256(tenant, subject, &tool.name, &call.proposal.arguments, &tool.revisions);
-        self.answer_query(
-            &operation,
-            tool,
-            &asking,
-            &identity,
-            call.clock.now,
-            Some((&expected, call)),
-        )
+        self.answer_query(&operation, tool, &asking, &identity, call.clock.now, Some(call))
     }
 
     /// The explicit status query of a host that holds only the operation's ref: the
@@ -170,7 +161,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         asking: &CallIdentity,
         identity: &CallIdentity,
         now: toolledger_contract::UnixSeconds,
-        intent_check: Option<(&toolledger_contract::Sha256Hex, &HostCall)>,
+        intent_check: Option<&HostCall>,
     ) -> Result<Answer, EngineError> {
         let status_ref = &operation.intent.status_ref;
         let (tenant, subject) =
@@ -190,8 +181,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 return Ok(call_reused(&recorded, tenant, subject));
             }
         }
-        if let Some((expected_request, call)) = intent_check {
-            if !same_intent(&operation.intent, expected_request, tool, call) {
+        if let Some(call) = intent_check {
+            if !same_intent(&operation.intent, tool, call) {
                 return Ok(block(BlockCode::IdempotencyConflict, Some(operation)));
             }
         }
