@@ -4,7 +4,9 @@ use serde_json::Value;
 use toolledger_contract::{
     BlockCode, Delivery, HostView, Identifier, Purpose, block_package, pass_package_from_view,
 };
-use toolledger_store::{LocalReceipt, Operation, RecordedCall, StoreError};
+use toolledger_store::{
+    DownstreamReceipt, LocalReceipt, NewOperation, Operation, RecordedCall, StoreError,
+};
 
 use crate::EngineError;
 
@@ -184,27 +186,41 @@ pub(crate) fn pass_read(
 ) -> Option<Answer> {
     let Operation { intent, receipt, .. } = operation;
     let LocalReceipt { downstream, output, result_sha256 } = receipt?;
+    let NewOperation {
+        scope,
+        status_ref,
+        request_sha256,
+        arguments,
+        revisions,
+        profile,
+        operation_id,
+        ..
+    } = intent;
+    let DownstreamReceipt { downstream_request_ref, receipt, receipt_ref, .. } = downstream;
+    // What the package does not take is freed before the package is built, so the
+    // allocator hands its memory straight back to the package's objects.
+    drop((arguments, receipt));
     let host_view = HostView {
-        provider: intent.profile.provider,
-        api_family: intent.profile.api_family,
-        adapter_revision: intent.profile.adapter_revision,
+        provider: profile.provider,
+        api_family: profile.api_family,
+        adapter_revision: profile.adapter_revision,
         provider_response_id: answering.response.clone(),
         provider_call_id: answering.call.clone(),
         purpose: answering.purpose,
-        operation_id: intent.operation_id,
-        idempotency_key: intent.scope.idempotency_key,
-        revisions: intent.revisions,
-        downstream_request_ref: downstream.downstream_request_ref,
-        downstream_receipt_ref: downstream.receipt_ref,
-        status_ref: intent.status_ref,
+        operation_id,
+        idempotency_key: scope.idempotency_key,
+        revisions,
+        downstream_request_ref,
+        downstream_receipt_ref: receipt_ref,
+        status_ref,
     };
     let package = pass_package_from_view(
         delivery,
-        &intent.scope.tool_name,
+        &scope.tool_name,
         output,
         &result_sha256,
         host_view,
-        &intent.request_sha256,
+        &request_sha256,
     );
     Some(Answer::Pass { delivery, package })
 }
