@@ -94,8 +94,12 @@ fn write_members<'m, 'a: 'm>(
         if index > 0 {
             out.push(',');
         }
-        canonicalize_str_into(name, out);
-        out.push(':');
+        // A member name is a static word of lowercase letters, digits and underscores,
+        // its own canonical string: written as it is, without the escape scan.
+        debug_assert!(name.bytes().all(|byte| matches!(byte, b'a'..=b'z' | b'0'..=b'9' | b'_')));
+        out.push('"');
+        out.push_str(name);
+        out.push_str("\":");
         member.write(out);
     }
 }
