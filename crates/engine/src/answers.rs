@@ -176,16 +176,16 @@ pub(crate) fn pass(
     Answer::Pass { delivery, package }
 }
 
-/// [`pass`] for an operation read only to be answered (a replay): its strings and its
-/// output become the package's own instead of being copied. `None` when the operation
-/// has no local receipt.
+/// [`pass`] for an operation read only to be answered (a replay), given as its intent
+/// and local receipt: their strings and the output become the package's own instead of
+/// being copied.
 pub(crate) fn pass_read(
     delivery: Delivery,
-    operation: Operation,
+    intent: NewOperation,
+    receipt: LocalReceipt,
     answering: &Answering<'_>,
-) -> Option<Answer> {
-    let Operation { intent, receipt, .. } = operation;
-    let LocalReceipt { downstream, output, result_sha256 } = receipt?;
+) -> Answer {
+    let LocalReceipt { downstream, output, result_sha256 } = receipt;
     let NewOperation {
         scope,
         status_ref,
@@ -222,5 +222,5 @@ pub(crate) fn pass_read(
         host_view,
         &request_sha256,
     );
-    Some(Answer::Pass { delivery, package })
+    Answer::Pass { delivery, package }
 }

@@ -424,11 +424,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         operation: &Operation,
         answering: &Answering<'_>,
     ) -> Result<Answer, EngineError> {
-        let receipt = operation
-            .receipt
-            .as_ref()
-            .ok_or(violation("a succeeded operation has no local receipt"))?;
-        self.check_output(operation, &receipt.output)?;
+        let receipt = operation.receipt.as_ref().ok_or(violation(NO_LOCAL_RECEIPT))?;
+        self.check_output(&operation.intent, &receipt.output)?;
         Ok(pass(Delivery::LocalReplay, operation, receipt, answering))
     }
 
@@ -439,13 +436,10 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         operation: Operation,
         answering: &Answering<'_>,
     ) -> Result<Answer, EngineError> {
-        let receipt = operation
-            .receipt
-            .as_ref()
-            .ok_or(violation("a succeeded operation has no local receipt"))?;
-        self.check_output(&operation, &receipt.output)?;
-        pass_read(Delivery::LocalReplay, operation, answering)
-            .ok_or(violation("a succeeded operation has no local receipt"))
+        let Operation { intent, receipt, .. } = operation;
+        let receipt = receipt.ok_or(violation(NO_LOCAL_RECEIPT))?;
+        self.check_output(&intent, &receipt.output)?;
+        Ok(pass_read(Delivery::LocalReplay, intent, receipt, answering))
     }
 
     /// Stored arguments that fail the input schema of their own revision contradict the
@@ -464,8 +458,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
 
     /// A stored output that fails the output schema or the input binding of its own
     /// revision contradicts the row.
-    fn check_output(&self, operation: &Operation, output: &Value) -> Result<(), EngineError> {
-        let intent = &operation.intent;
+    fn check_output(&self, intent: &NewOperation, output: &Value) -> Result<(), EngineError> {
         match self.registry.tool(&intent.scope.tool_name) {
             Some(tool) if tool.revisions.output == intent.revisions.output => tool
                 .output
@@ -487,6 +480,9 @@ pub(crate) enum Recheck {
     /// may never be sent (the operation ends `failed` with the reason).
     Unsent(DownstreamError),
 }
+
+/// What a replay of a `succeeded` operation without its local receipt answers.
+const NO_LOCAL_RECEIPT: &str = "a succeeded operation has no local receipt";
 
 /// Why an operation whose approval had to be valid at the side effect ended.
 pub(crate) const APPROVAL_EXPIRED_REASON: &str =
