@@ -104,7 +104,7 @@ impl From<ApprovalBindingRef<'_>> for ApprovalBinding {
     }
 }
 
-fn approval_members<'a>(
+pub(crate) fn approval_members<'a>(
     approval_id: &'a Identifier,
     approver_id: &'a Identifier,
     approved_at: UnixSeconds,
@@ -238,42 +238,5 @@ impl Approval {
     /// [`Approval::is_bound_to`] of a borrowed binding.
     pub fn is_bound_to_ref(&self, binding: ApprovalBindingRef<'_>) -> bool {
         self.digest_for_ref(binding) == self.approval_sha256
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_approval_preimage_lists_its_members_in_canonical_order() {
-        let id = |text: &str| Identifier::new(text).unwrap();
-        let binding = ApprovalBinding {
-            tenant_id: id("t"),
-            subject_id: id("s"),
-            profile: ProviderProfile {
-                provider: "openai".into(),
-                api_family: "responses".into(),
-                adapter_revision: "a1".into(),
-            },
-            provider_response_id: id("resp-1"),
-            provider_call_id: id("call-1"),
-            operation_id: id("op-1"),
-            idempotency_key: IdempotencyKey::new("k").unwrap(),
-            tool_name: "tool".into(),
-            request_sha256: Sha256Hex::new(&"a".repeat(64)).unwrap(),
-            revisions: Revisions {
-                input: "i".into(),
-                output: "o".into(),
-                effect: "e".into(),
-                handler: "h".into(),
-                producer: "p".into(),
-                policy: "y".into(),
-            },
-        };
-        let at = UnixSeconds::new(1).unwrap();
-        let (approval, approver) = (id("ap-1"), id("u-2"));
-        let members = approval_members(&approval, &approver, at, at, binding.as_ref());
-        assert!(members.is_sorted_by_key(|(name, _)| *name));
     }
 }

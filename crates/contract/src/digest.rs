@@ -804,5 +804,24 @@ mod tests {
         let json = view.to_json();
         let members = host_view_members(json.as_object().unwrap());
         assert!(sorted(&call_binding_members(members, "tool", "r", "s", "fresh")));
+        let binding = crate::ApprovalBindingRef {
+            tenant_id: tenant,
+            subject_id: subject,
+            profile: &crate::ProviderProfile {
+                provider: "openai".into(),
+                api_family: "responses".into(),
+                adapter_revision: "a1".into(),
+            },
+            provider_response_id: &view.provider_response_id,
+            provider_call_id: &view.provider_call_id,
+            operation_id: &view.operation_id,
+            idempotency_key: &scope.idempotency_key,
+            tool_name: "tool",
+            request_sha256: &request,
+            revisions: &revisions,
+        };
+        let (approval, approver, at) = (id("ap-1"), id("u-2"), crate::UnixSeconds::new(1).unwrap());
+        let members = crate::approval::approval_members(&approval, &approver, at, at, binding);
+        assert!(sorted(&members));
     }
 }
