@@ -11,8 +11,8 @@ use toolledger_contract::{
     IdempotencyKey, Identifier, ProviderProfile, Purpose, ReceiptRef, Revisions, Scope, Sha256Hex,
     StatusRef, UnixSeconds,
     digest::{
-        downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
-        short_ref_of_canonical, status_ref,
+        downstream_receipt, downstream_request_ref, request_sha256_of_canonical,
+        result_sha256_of_canonical, short_ref_of_canonical, status_ref,
     },
 };
 use toolledger_json::{Limits, canonicalize_into, check_v2_domain, is_canonical_v2, parse_strict};
@@ -414,21 +414,117 @@ pub fn operation(raw: RawOperation) -> Result<Operation, Flaw> {
         if !matches!(raw_local.finalized_by.as_str(), "worker" | "status_query" | "operator") {
             return Err(Flaw::OutOfStep("local receipt's finalizer is unknown"));
         }
-        let receipt = downstream(
-            operation.downstream_request_ref.as_str(),
-            operation.intent.request_sha256.as_str(),
-            raw_local.receipt_ref,
-            &raw_local.receipt_json,
-        )?;
-        operation.receipt = Some(local(
-            &operation,
-            receipt,
-            &raw_local.receipt_json,
-            &raw_local.output_json,
-            raw_local.result_sha256,
-        )?);
+        operation.receipt = Some(local_receipt(&operation, raw_local)?);
     }
     Ok(operation)
+}
+
+/// Checks a stored local receipt against its (verified) operation: by the receipt's
+/// own text when it is the one the operation and the output column make
+/// ([`written_receipt`]), else the long way round, which says what is wrong.
+fn local_receipt(operation: &Operation, raw: RawLocal) -> Result<LocalReceipt, Flaw> {
+    let Some(output) = written_receipt(operation, &raw) else {
+        return long_way(operation, raw);
+    };
+    let intent = &operation.intent;
+    Ok(LocalReceipt {
+        downstream: DownstreamReceipt {
+            downstream_request_ref: operation.downstream_request_ref.clone(),
+            request_sha256: intent.request_sha256.clone(),
+            receipt: downstream_receipt(
+                operation.downstream_request_ref.as_str(),
+                &intent.request_sha256,
+                &intent.scope.tool_name,
+                &intent.revisions.output,
+                &output,
+            ),
+            receipt_ref: checked_ref(raw.receipt_ref, &raw.receipt_json)?,
+        },
+        result_sha256: checked_result(operation, raw.result_sha256, &raw.output_json)?,
+        output,
+    })
+}
+
+/// The receipt parsed and checked member by member ([`downstream`]), then against its
+/// operation ([`local`]).
+fn long_way(operation: &Operation, raw: RawLocal) -> Result<LocalReceipt, Flaw> {
+    let receipt = downstream(
+        operation.downstream_request_ref.as_str(),
+        operation.intent.request_sha256.as_str(),
+        raw.receipt_ref,
+        &raw.receipt_json,
+    )?;
+    local(operation, receipt, &raw.output_json, raw.result_sha256)
+}
+
+/// The stored output of a local receipt whose receipt column is, byte for byte, the
+/// receipt `operation` and the output column make, read without parsing the receipt;
+/// `None` sends the caller the long way round ([`downstream`], then [`local`]), which
+/// says what is wrong, or accepts a receipt whose strings this check leaves to it.
+///
+/// Canonical members come in name order: `domain`, `downstream_request_ref`, `output`,
+/// `output_revision`, `request_sha256`, `tool_name`. The operation's refs and digest
+/// are hex; its tool name and output revision are compared only when they need no
+/// escape. So a receipt column equal to that text, around an output column that is
+/// canonical one level shallower, is canonical, holds exactly the six members, is
+/// bound to this operation, and holds the output column as its output: every check of
+/// the long way but the two digests, which the caller recomputes as it does.
+fn written_receipt(operation: &Operation, raw: &RawLocal) -> Option<Value> {
+    let plain = |text: &str| !text.bytes().any(|byte| matches!(byte, b'"' | b'\\' | 0x00..=0x1F));
+    let intent = &operation.intent;
+    let (tool_name, output_revision) = (&intent.scope.tool_name, &intent.revisions.output);
+    let limits = Limits::default();
+    if raw.receipt_json.len() > limits.size_bytes_max
+        || !plain(tool_name)
+        || !plain(output_revision)
+    {
+        return None;
+    }
+    let rest = raw
+        .receipt_json
+        .strip_prefix(
+            r#"{"domain":"tool-result-v2/downstream-receipt","downstream_request_ref":""#,
+        )?
+        .strip_prefix(operation.downstream_request_ref.as_str())?
+        .strip_prefix(r#"","output":"#)?
+        .strip_prefix(raw.output_json.as_str())?
+        .strip_prefix(r#","output_revision":""#)?
+        .strip_prefix(output_revision.as_str())?
+        .strip_prefix(r#"","request_sha256":""#)?
+        .strip_prefix(intent.request_sha256.as_str())?
+        .strip_prefix(r#"","tool_name":""#)?
+        .strip_prefix(tool_name.as_str())?;
+    // The receipt nests the output one level deeper.
+    let output_limits = Limits { depth_max: limits.depth_max - 1, ..limits };
+    if rest != r#""}"# || !is_canonical_v2(&raw.output_json, &output_limits) {
+        return None;
+    }
+    serde_json::from_str(&raw.output_json).ok()
+}
+
+/// The stored receipt ref, recomputed from `receipt_json`, already proven canonical.
+fn checked_ref(receipt_ref: String, receipt_json: &str) -> Result<ReceiptRef, Flaw> {
+    if short_ref_of_canonical("rc_", receipt_json) != receipt_ref {
+        return Err(violation("receipt ref does not recompute"));
+    }
+    ReceiptRef::try_from(receipt_ref).map_err(|_| violation("stored receipt ref is malformed"))
+}
+
+/// The stored result digest, recomputed from `output_json`, already proven the
+/// output's canonical form.
+fn checked_result(
+    operation: &Operation,
+    result: String,
+    output_json: &str,
+) -> Result<Sha256Hex, Flaw> {
+    let intent = &operation.intent;
+    let result = digest(result)?;
+    if result_sha256_of_canonical(&intent.scope.tool_name, &intent.revisions.output, output_json)
+        != result
+    {
+        return Err(violation("stored result digest does not recompute"));
+    }
+    Ok(result)
 }
 
 /// Invariant 2, and the lease fields of each state: `pending`/`pending` with no lease
@@ -543,44 +639,20 @@ pub fn downstream(
         return Err(violation("receipt is not bound to its request"));
     }
     // The column was just proven canonical, so its bytes are the preimage's.
-    if short_ref_of_canonical("rc_", receipt_json) != receipt_ref {
-        return Err(violation("receipt ref does not recompute"));
-    }
+    let receipt_ref = checked_ref(receipt_ref, receipt_json)?;
     Ok(DownstreamReceipt {
         downstream_request_ref: DownstreamRequestRef::new(downstream_request_ref)
             .map_err(|_| violation("stored downstream request ref is malformed"))?,
         request_sha256: digest(request.to_owned())?,
         receipt,
-        receipt_ref: ReceiptRef::try_from(receipt_ref)
-            .map_err(|_| violation("stored receipt ref is malformed"))?,
+        receipt_ref,
     })
-}
-
-/// The text of the `output` member of `receipt`, a receipt already proven canonical
-/// with exactly the six receipt members and bound to `downstream_request_ref`.
-///
-/// Canonical members are written in name order: `domain` and `downstream_request_ref`
-/// (strings whose text is known), `output`, then `output_revision`, `request_sha256`
-/// and `tool_name` (strings). Inside canonical JSON a `"` that is not a delimiter is
-/// written `\"`, so `,"output_revision":` can only be a member name: its last
-/// occurrence is the receipt's own, right after the output. `None` (never for a receipt
-/// that passed those checks) sends the caller the long way round.
-fn output_text<'r>(receipt: &'r str, downstream_request_ref: &str) -> Option<&'r str> {
-    let after = receipt
-        .strip_prefix(
-            r#"{"domain":"tool-result-v2/downstream-receipt","downstream_request_ref":""#,
-        )?
-        .strip_prefix(downstream_request_ref)?
-        .strip_prefix(r#"","output":"#)?;
-    let end = after.rfind(r#","output_revision":""#)?;
-    after.get(..end)
 }
 
 /// Checks a stored local receipt against itself and its (verified) operation.
 fn local(
     operation: &Operation,
     receipt: DownstreamReceipt,
-    receipt_json: &str,
     output_json: &str,
     result: String,
 ) -> Result<LocalReceipt, Flaw> {
@@ -595,28 +667,18 @@ fn local(
         return Err(violation("local receipt is not bound to its operation"));
     }
     // The receipt was read strictly and canonically, so its output's canonical form
-    // equal to the stored column proves the column canonical and the same. That form is
-    // already written, as the `output` member's text in the receipt's own.
+    // equal to the stored column proves the column canonical and the same.
     let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
-    let same = match output_text(receipt_json, receipt.downstream_request_ref.as_str()) {
-        Some(text) => text == output_json,
-        None => is_canonical_form(&output, output_json),
-    };
-    if !same {
+    if !is_canonical_form(&output, output_json) {
         return Err(if !is_canonical_v2(output_json, &Limits::default()) {
             Flaw::NotCanonical("stored output is not canonical")
         } else {
             violation("local receipt output differs from its receipt")
         });
     }
-    let result = digest(result)?;
     // The column was just proven the output's canonical form.
-    if result_sha256_of_canonical(&intent.scope.tool_name, &intent.revisions.output, output_json)
-        != result
-    {
-        return Err(violation("stored result digest does not recompute"));
-    }
-    Ok(LocalReceipt { downstream: receipt, output, result_sha256: result })
+    let result_sha256 = checked_result(operation, result, output_json)?;
+    Ok(LocalReceipt { downstream: receipt, output, result_sha256 })
 }
 
 /// A recorded call identity as a backend read it (its purpose; its operation's status
@@ -648,28 +710,179 @@ pub fn recorded_call(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-    use toolledger_contract::{Sha256Hex, digest::downstream_receipt};
+    use serde_json::{Value, json};
+    use toolledger_contract::{
+        IdempotencyKey, Identifier, Revisions, Scope,
+        digest::{
+            downstream_receipt, downstream_request_ref, request_sha256, result_sha256,
+            short_ref_of_canonical, status_ref,
+        },
+    };
     use toolledger_json::canonicalize;
 
-    use super::output_text;
+    use super::{
+        Flaw, LocalReceipt, RawLocal, RawOperation, local_receipt, long_way, operation,
+        written_receipt,
+    };
 
+    /// A finished operation's row, its receipt made of `output`, with `output_revision`.
+    fn finished(output: &Value, output_revision: &str) -> RawOperation {
+        let revisions = Revisions {
+            input: "in".to_owned(),
+            output: output_revision.to_owned(),
+            effect: "ef".to_owned(),
+            handler: "ha".to_owned(),
+            producer: "pr".to_owned(),
+            policy: "po".to_owned(),
+        };
+        let scope = Scope {
+            tenant_id: Identifier::new("tenant-a").unwrap(),
+            subject_id: Identifier::new("user-1").unwrap(),
+            tool_name: "refund_order".to_owned(),
+            idempotency_key: IdempotencyKey::new("key-1").unwrap(),
+        };
+        let arguments = json!({"order_id": "ord-1"});
+        let request = request_sha256(
+            &scope.tenant_id,
+            &scope.subject_id,
+            &scope.tool_name,
+            &arguments,
+            &revisions,
+        );
+        let dr = downstream_request_ref(&scope, &request);
+        let receipt = canonicalize(&downstream_receipt(
+            dr.as_str(),
+            &request,
+            &scope.tool_name,
+            output_revision,
+            output,
+        ));
+        let [input, output_rev, effect, handler, producer, policy] = [
+            &revisions.input,
+            &revisions.output,
+            &revisions.effect,
+            &revisions.handler,
+            &revisions.producer,
+            &revisions.policy,
+        ]
+        .map(Clone::clone);
+        RawOperation {
+            status_ref: status_ref(&scope).as_str().to_owned(),
+            downstream_request_ref: dr.as_str().to_owned(),
+            request_sha256: request.as_str().to_owned(),
+            arguments_json: canonicalize(&arguments),
+            revisions: [input, output_rev, effect, handler, producer, policy],
+            provider: "openai".to_owned(),
+            api_family: "responses".to_owned(),
+            adapter_revision: "1".to_owned(),
+            provider_response_id: "resp-1".to_owned(),
+            provider_call_id: "call-1".to_owned(),
+            operation_id: "op-1".to_owned(),
+            approval_id: None,
+            approver_id: None,
+            approval_sha256: None,
+            approved_at: None,
+            approval_expires_at: None,
+            status: "succeeded".to_owned(),
+            created_at: 1_700_000_000,
+            outbox_state: Some("delivered".to_owned()),
+            lease_owner: None,
+            lease_until: None,
+            attempt_count: Some(1),
+            local: Some(RawLocal {
+                receipt_ref: short_ref_of_canonical("rc_", &receipt),
+                output_json: canonicalize(output),
+                result_sha256: result_sha256(&scope.tool_name, output_revision, output)
+                    .as_str()
+                    .to_owned(),
+                receipt_json: receipt,
+                downstream_request_ref: dr.as_str().to_owned(),
+                finalized_by: "worker".to_owned(),
+            }),
+            downstream: ("stand-in".to_owned(), "1".to_owned()),
+            outcome: None,
+            next_attempt_at: Some(1_700_000_000),
+            last_reason: None,
+            attempts_before: Some(0),
+            tenant_id: scope.tenant_id.as_str().to_owned(),
+            subject_id: scope.subject_id.as_str().to_owned(),
+            tool_name: scope.tool_name,
+            idempotency_key: scope.idempotency_key.as_str().to_owned(),
+        }
+    }
+
+    /// What the receipt columns `raw` hold answer for the operation of `row` (verified
+    /// with its own receipt), read by the receipt's text where it can be, and the long
+    /// way round.
+    fn both_ways(
+        row: RawOperation,
+        raw: RawLocal,
+    ) -> (bool, Result<Value, Flaw>, Result<Value, Flaw>) {
+        let mut verified = operation(row).unwrap();
+        verified.receipt = None;
+        let by_text = written_receipt(&verified, &raw).is_some();
+        let shown = |receipt: LocalReceipt| {
+            json!([
+                receipt.downstream.receipt,
+                receipt.downstream.receipt_ref.as_str(),
+                receipt.output,
+                receipt.result_sha256.as_str()
+            ])
+        };
+        (
+            by_text,
+            local_receipt(&verified, raw.clone()).map(shown),
+            long_way(&verified, raw).map(shown),
+        )
+    }
+
+    /// A receipt read by its own text answers what the long way round answers: for
+    /// outputs holding the receipt's member names, for strings the text check leaves to
+    /// the long way, at the depth limit and past it, and for changed columns.
     #[test]
-    fn the_output_member_is_found_in_the_receipts_own_text() {
-        let dr = "dr_0123456789abcdef0123456789abcdef";
-        let request = Sha256Hex::new(&"a".repeat(64)).unwrap();
-        // Outputs that hold the receipt's own member names, as keys and inside strings.
+    fn a_receipt_read_by_its_text_answers_what_the_long_way_answers() {
+        // Another hex digit at `at`.
+        fn flip(text: &mut String, at: usize) {
+            let other = if &text[at..=at] == "0" { "1" } else { "0" };
+            text.replace_range(at..=at, other);
+        }
+        let deep = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
+        let mut cases = Vec::new();
         for output in [
             json!({"refund_id": "rf_1"}),
-            json!({"output_revision": "x", "z": {"output_revision": ["," , "\","]}}),
+            json!({"output_revision": "x", "z": {"output_revision": [",", "\","]}}),
             json!(["\",\"output_revision\":\"", {"tool_name": "\\"}]),
-            json!("\\\",\"output_revision\":\""),
             json!(null),
+            deep(31),
+            deep(32),
         ] {
-            let receipt = canonicalize(&downstream_receipt(dr, &request, "t\"\\", "o,\"", &output));
-            assert_eq!(output_text(&receipt, dr), Some(canonicalize(&output).as_str()));
+            // A revision with characters the text check leaves to the long way, too.
+            for revision in ["out", "o\"\\\n"] {
+                let local = finished(&output, revision).local.unwrap();
+                cases.push((finished(&json!(null), revision), local));
+            }
         }
-        let receipt = canonicalize(&downstream_receipt(dr, &request, "t", "o", &json!(1)));
-        assert_eq!(output_text(&receipt, "dr_ffffffffffffffffffffffffffffffff"), None);
+        let changed = |change: fn(&mut RawLocal)| {
+            let row = finished(&json!({"refund_id": "rf_1"}), "out");
+            let mut local = row.local.clone().unwrap();
+            change(&mut local);
+            (row, local)
+        };
+        cases.push(changed(|local| local.receipt_json.insert(0, ' ')));
+        cases.push(changed(|local| local.output_json = r#"{"refund_id":"rf_2"}"#.to_owned()));
+        cases.push(changed(|local| local.output_json = r#"{ "refund_id":"rf_1"}"#.to_owned()));
+        cases.push(changed(|local| flip(&mut local.receipt_ref, 3)));
+        cases.push(changed(|local| flip(&mut local.result_sha256, 0)));
+        let (mut by_text, mut accepted) = (0, 0);
+        for (row, local) in cases {
+            let (text, short, long) = both_ways(row, local);
+            assert_eq!(short, long);
+            by_text += usize::from(text);
+            accepted += usize::from(short.is_ok());
+        }
+        // Both ways accept the five outputs within the limit, under either revision. The
+        // receipt's text is read for those under the plain revision, and for the two
+        // changed digests, which the recomputation then refuses.
+        assert_eq!((by_text, accepted), (7, 10));
     }
 }
