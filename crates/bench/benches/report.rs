@@ -1846,7 +1846,7 @@ impl toolledger_engine::Downstream for Peer {
         _now: toolledger_store::Now,
     ) -> Result<toolledger_store::DownstreamReceipt, toolledger_engine::DownstreamError> {
         let receipt = toolledger_engine::simulated_refund(request);
-        self.insert(receipt.downstream_request_ref.as_str(), &canonicalize(&receipt.receipt));
+        self.insert(receipt.downstream_request_ref.as_str(), &receipt.receipt_json);
         Ok(receipt)
     }
 

@@ -93,7 +93,7 @@ pub fn finished(cases: &Cases, key: &str) -> (NewOperation, CallIdentity, LocalR
         output_revision: tool.revisions.output.clone(),
         arguments: intent.arguments.clone(),
     });
-    let output = receipt.receipt["output"].clone();
+    let output = receipt.receipt()["output"].clone();
     let local = LocalReceipt {
         result_sha256: toolledger_contract::digest::result_sha256(
             &tool.name,
@@ -116,7 +116,7 @@ pub fn row(cases: &Cases, index: usize) -> Row {
         request_sha256: intent.request_sha256.as_str().to_owned(),
         arguments_json: canonicalize(&intent.arguments),
         receipt_ref: local.downstream.receipt_ref.as_str().to_owned(),
-        receipt_json: canonicalize(&local.downstream.receipt),
+        receipt_json: local.downstream.receipt_json.clone(),
         output_json: canonicalize(&local.output),
         result_sha256: local.result_sha256.as_str().to_owned(),
         approval_sha256: intent.approval.as_ref().unwrap().approval_sha256.as_str().to_owned(),

@@ -340,7 +340,7 @@ fn receipt(request: &DownstreamRequest, body: &Value, text: &str) -> DownstreamR
 /// use toolledger_downstream_http::execute_answer;
 ///
 /// let receipt = execute_answer(&request, 201, r#"{"output":{"refund_id":"rf_1"}}"#)?;
-/// assert_eq!(receipt.receipt["output"], json!({"refund_id": "rf_1"}));
+/// assert_eq!(receipt.receipt()["output"], json!({"refund_id": "rf_1"}));
 /// assert_eq!(
 ///     execute_answer(&request, 400, r#"{"reason":"order is closed"}"#),
 ///     Err(DownstreamError::Refused { reason: "HTTP 400: order is closed".to_owned() }),

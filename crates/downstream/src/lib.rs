@@ -15,8 +15,7 @@
 
 use serde_json::Value;
 use toolledger_contract::{
-    DownstreamIdentity, DownstreamRequestRef, Sha256Hex,
-    digest::{downstream_receipt, downstream_receipt_ref},
+    DownstreamIdentity, DownstreamRequestRef, Sha256Hex, digest::downstream_receipt,
 };
 use toolledger_store::STAND_IN_NAME;
 pub use toolledger_store::{DownstreamReceipt, Now};
@@ -58,7 +57,7 @@ impl DownstreamRequest {
     /// };
     /// let receipt = request.receipt(json!({"ticket_id": "T-1", "queue": "acme-billing"}));
     /// assert!(receipt.receipt_ref.as_str().starts_with("rc_"));
-    /// assert_eq!(receipt.receipt["output"]["ticket_id"], "T-1");
+    /// assert_eq!(receipt.receipt()["output"]["ticket_id"], "T-1");
     /// ```
     pub fn receipt(&self, output: Value) -> DownstreamReceipt {
         let receipt = downstream_receipt(
@@ -68,13 +67,11 @@ impl DownstreamRequest {
             &self.output_revision,
             &output,
         );
-        let receipt_ref = downstream_receipt_ref(&receipt);
-        DownstreamReceipt {
-            downstream_request_ref: self.downstream_request_ref.clone(),
-            request_sha256: self.request_sha256.clone(),
-            receipt,
-            receipt_ref,
-        }
+        DownstreamReceipt::new(
+            self.downstream_request_ref.clone(),
+            self.request_sha256.clone(),
+            &receipt,
+        )
     }
 }
 

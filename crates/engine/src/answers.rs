@@ -196,10 +196,10 @@ pub(crate) fn pass_read(
         operation_id,
         ..
     } = intent;
-    let DownstreamReceipt { downstream_request_ref, receipt, receipt_ref, .. } = downstream;
+    let DownstreamReceipt { downstream_request_ref, receipt_json, receipt_ref, .. } = downstream;
     // What the package does not take is freed before the package is built, so the
     // allocator hands its memory straight back to the package's objects.
-    drop((arguments, receipt));
+    drop((arguments, receipt_json));
     let host_view = HostView {
         provider: profile.provider,
         api_family: profile.api_family,

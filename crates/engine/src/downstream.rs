@@ -253,7 +253,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
 ///     arguments: serde_json::json!({"order_id": "ord-1", "amount_minor": 5, "currency": "USD"}),
 /// };
 /// let receipt = simulated_refund(&request);
-/// assert_eq!(receipt.receipt["output"]["status"], "refunded");
+/// assert_eq!(receipt.receipt()["output"]["status"], "refunded");
 /// assert_eq!(simulated_refund(&request), receipt);
 /// ```
 pub fn simulated_refund(request: &DownstreamRequest) -> DownstreamReceipt {

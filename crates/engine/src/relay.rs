@@ -252,7 +252,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 {
                     Ok(Checked::Valid(local)) => receipts.push((status_ref, finalizer, local)),
                     Ok(Checked::Broken(reason)) => {
-                        let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                        let broken = Ending::Quarantined { receipt: &receipt.receipt_json, reason };
                         let ended = self.store.end(&status_ref, &finalizer, &broken, clock.now);
                         let worked = ended.map_err(EngineError::from).and_then(|ending| {
                             self.after_ending(ending, &status_ref, lease.caller, context)

@@ -216,7 +216,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 }
                 Checked::Broken(reason) => {
                     let by = Finalizer::StatusQuery;
-                    let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                    let broken = Ending::Quarantined { receipt: &receipt.receipt_json, reason };
                     self.store.end(status_ref, &by, &broken, now)?;
                 }
             },

@@ -38,7 +38,8 @@ pub(crate) fn check_receipt(
     receipt: DownstreamReceipt,
 ) -> Result<Checked, EngineError> {
     let intent = &operation.intent;
-    let text = |name: &str| receipt.receipt.get(name).and_then(Value::as_str);
+    let object = receipt.receipt();
+    let text = |name: &str| object.get(name).and_then(Value::as_str);
     if receipt.request_sha256 != intent.request_sha256
         || receipt.downstream_request_ref != operation.downstream_request_ref
         || text("tool_name") != Some(tool.name.as_str())
@@ -46,7 +47,10 @@ pub(crate) fn check_receipt(
     {
         return Err(violation("the downstream receipt is not bound to the operation"));
     }
-    let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
+    let output = match object {
+        Value::Object(mut members) => members.remove("output").unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
     if let Err(broken) = tool.output.validate(&output, Some(&intent.arguments)) {
         return Ok(Checked::Broken(if broken.is_binding() {
             BINDING_REASON
@@ -268,7 +272,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
                 }
             }
             Checked::Broken(reason) => {
-                let broken = Ending::Quarantined { receipt: &receipt.receipt, reason };
+                let broken = Ending::Quarantined { receipt: &receipt.receipt_json, reason };
                 let ending = self.store.end(status_ref, &finalizer, &broken, clock.now)?;
                 self.after_ending(ending, status_ref, lease.caller, context)
             }
@@ -541,7 +545,9 @@ pub(crate) fn quarantine_kind(reason: &str) -> &'static str {
 
 /// What a quarantine keeps when the downstream answered a conflict: the key it holds
 /// for another request. No retry can change it and nothing may send the intent under
-/// another key: an operator decides.
-pub(crate) fn conflict_kept(operation: &Operation) -> serde_json::Value {
-    serde_json::json!({"downstream_conflict": operation.downstream_request_ref.as_str()})
+/// another key: an operator decides. As canonical JSON text, as every kept receipt.
+pub(crate) fn conflict_kept(operation: &Operation) -> String {
+    toolledger_json::canonicalize(
+        &serde_json::json!({"downstream_conflict": operation.downstream_request_ref.as_str()}),
+    )
 }

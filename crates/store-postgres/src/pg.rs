@@ -711,7 +711,7 @@ impl LocalColumns {
         self.ids.push(id);
         self.request_refs.push(downstream.downstream_request_ref.as_str().to_owned());
         self.receipt_refs.push(downstream.receipt_ref.as_str().to_owned());
-        self.receipts.push(canonicalize(&downstream.receipt));
+        self.receipts.push(downstream.receipt_json.clone());
         self.outputs.push(canonicalize(&receipt.output));
         self.results.push(receipt.result_sha256.as_str().to_owned());
         self.finalized_by.push(by.as_str());
@@ -901,7 +901,7 @@ impl Backend for PgStore {
         let receipt_refs: Vec<&str> =
             receipts.iter().map(|receipt| receipt.receipt_ref.as_str()).collect();
         let texts: Vec<String> =
-            receipts.iter().map(|receipt| canonicalize(&receipt.receipt)).collect();
+            receipts.iter().map(|receipt| receipt.receipt_json.clone()).collect();
         self.write(|pg| {
             let now = pg.now(now)?;
             // The batch's commit B in one statement; a receipt already stored under its

@@ -711,7 +711,7 @@ impl Written {
             Ending::Succeeded(receipt) => Written::succeeded(receipt),
             Ending::Failed(reason) => Written::Failed(reason.to_owned()),
             Ending::Quarantined { receipt, reason } => {
-                Written::Quarantined(canonicalize(receipt), reason.to_owned())
+                Written::Quarantined(receipt.to_owned(), reason.to_owned())
             }
         }
     }
@@ -720,7 +720,7 @@ impl Written {
     pub(crate) fn succeeded(receipt: &LocalReceipt) -> Written {
         Written::Succeeded(
             receipt.clone(),
-            canonicalize(&receipt.downstream.receipt),
+            receipt.downstream.receipt_json.clone(),
             canonicalize(&receipt.output),
         )
     }
@@ -1434,7 +1434,7 @@ impl RecordReceipts {
     pub fn new(receipts: &[DownstreamReceipt], now: Now) -> RecordReceipts {
         let receipts = receipts
             .iter()
-            .map(|receipt| (receipt.clone(), canonicalize(&receipt.receipt)))
+            .map(|receipt| (receipt.clone(), receipt.receipt_json.clone()))
             .collect();
         RecordReceipts { receipts, now }
     }
@@ -1499,7 +1499,7 @@ impl Commit for Load {
                 _ => return Err(StoreError::ContractViolation("a loaded operation is not new")),
             }
             let downstream = &receipt.downstream;
-            record_downstream_in(db, downstream, &canonicalize(&downstream.receipt), now)?;
+            record_downstream_in(db, downstream, &downstream.receipt_json, now)?;
             match end_in(db, &intent.status_ref, &by, now, &Written::succeeded(receipt))? {
                 Finalize::Finalized => {}
                 _ => return Err(StoreError::Internal("a loaded operation did not finish")),

@@ -4,6 +4,7 @@ use serde_json::Value;
 use toolledger_contract::{
     Approval, DownstreamIdentity, DownstreamRequestRef, Identifier, ProviderProfile, Purpose,
     ReceiptRef, Revisions, Scope, Sha256Hex, StatusRef, UnixSeconds,
+    digest::short_ref_of_canonical,
 };
 
 use crate::{StoreError, driver::Durability};
@@ -349,8 +350,8 @@ pub enum Ending<'a> {
     Failed(&'a str),
     /// Its receipt broke the tool's output contract after the effect: kept for review.
     Quarantined {
-        /// The receipt, as the downstream sent it.
-        receipt: &'a Value,
+        /// The receipt's canonical JSON text, as the downstream sent it.
+        receipt: &'a str,
         /// Which rule it broke.
         reason: &'a str,
     },
@@ -424,10 +425,33 @@ pub struct DownstreamReceipt {
     pub downstream_request_ref: DownstreamRequestRef,
     /// The request it executed.
     pub request_sha256: Sha256Hex,
-    /// The receipt object (`tool-result-v2/downstream-receipt`).
-    pub receipt: Value,
+    /// The receipt object (`tool-result-v2/downstream-receipt`) as its canonical JSON
+    /// text: what is stored, and what `receipt_ref` is the digest of.
+    pub receipt_json: String,
     /// `rc_…` of the receipt.
     pub receipt_ref: ReceiptRef,
+}
+
+impl DownstreamReceipt {
+    /// The receipt of `downstream_request_ref` and `request_sha256` whose object is
+    /// `receipt`: its canonical text and its ref, each made once.
+    pub fn new(
+        downstream_request_ref: DownstreamRequestRef,
+        request_sha256: Sha256Hex,
+        receipt: &Value,
+    ) -> DownstreamReceipt {
+        let receipt_json = toolledger_json::canonicalize(receipt);
+        let receipt_ref = ReceiptRef::new(&short_ref_of_canonical("rc_", &receipt_json))
+            .unwrap_or_else(|_| unreachable!("rc_ and 32 lowercase hex digits"));
+        DownstreamReceipt { downstream_request_ref, request_sha256, receipt_json, receipt_ref }
+    }
+
+    /// The receipt object, read from its text (`Value::Null` for text that is not JSON,
+    /// which a receipt made by [`DownstreamReceipt::new`] or read back through the
+    /// store's checks never holds).
+    pub fn receipt(&self) -> Value {
+        serde_json::from_str(&self.receipt_json).unwrap_or(Value::Null)
+    }
 }
 
 /// The local receipt of a succeeded operation (commit C), verified on the way out.

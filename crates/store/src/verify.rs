@@ -11,8 +11,8 @@ use toolledger_contract::{
     IdempotencyKey, Identifier, ProviderProfile, Purpose, ReceiptRef, Revisions, Scope, Sha256Hex,
     StatusRef, UnixSeconds,
     digest::{
-        downstream_receipt, downstream_request_ref, request_sha256_of_canonical,
-        result_sha256_of_canonical, short_ref_of_canonical, status_ref,
+        downstream_request_ref, request_sha256_of_canonical, result_sha256_of_canonical,
+        short_ref_of_canonical, status_ref,
     },
 };
 use toolledger_json::{Limits, canonicalize_into, check_v2_domain, is_canonical_v2, parse_strict};
@@ -426,35 +426,30 @@ fn local_receipt(operation: &Operation, raw: RawLocal) -> Result<LocalReceipt, F
     let Some(output) = written_receipt(operation, &raw) else {
         return long_way(operation, raw);
     };
-    let intent = &operation.intent;
+    let receipt_ref = checked_ref(raw.receipt_ref, &raw.receipt_json)?;
+    let result_sha256 = checked_result(operation, raw.result_sha256, &raw.output_json)?;
     Ok(LocalReceipt {
         downstream: DownstreamReceipt {
             downstream_request_ref: operation.downstream_request_ref.clone(),
-            request_sha256: intent.request_sha256.clone(),
-            receipt: downstream_receipt(
-                operation.downstream_request_ref.as_str(),
-                &intent.request_sha256,
-                &intent.scope.tool_name,
-                &intent.revisions.output,
-                &output,
-            ),
-            receipt_ref: checked_ref(raw.receipt_ref, &raw.receipt_json)?,
+            request_sha256: operation.intent.request_sha256.clone(),
+            receipt_json: raw.receipt_json,
+            receipt_ref,
         },
-        result_sha256: checked_result(operation, raw.result_sha256, &raw.output_json)?,
         output,
+        result_sha256,
     })
 }
 
 /// The receipt parsed and checked member by member ([`downstream`]), then against its
 /// operation ([`local`]).
 fn long_way(operation: &Operation, raw: RawLocal) -> Result<LocalReceipt, Flaw> {
-    let receipt = downstream(
+    let (receipt, object) = checked_downstream(
         operation.downstream_request_ref.as_str(),
         operation.intent.request_sha256.as_str(),
         raw.receipt_ref,
         &raw.receipt_json,
     )?;
-    local(operation, receipt, &raw.output_json, raw.result_sha256)
+    local(operation, receipt, &object, &raw.output_json, raw.result_sha256)
 }
 
 /// The stored output of a local receipt whose receipt column is, byte for byte, the
@@ -622,6 +617,17 @@ pub fn downstream(
     receipt_ref: String,
     receipt_json: &str,
 ) -> Result<DownstreamReceipt, Flaw> {
+    checked_downstream(downstream_request_ref, request, receipt_ref, receipt_json)
+        .map(|(receipt, _)| receipt)
+}
+
+/// [`downstream`], and the receipt object it parsed.
+fn checked_downstream(
+    downstream_request_ref: &str,
+    request: &str,
+    receipt_ref: String,
+    receipt_json: &str,
+) -> Result<(DownstreamReceipt, Value), Flaw> {
     let receipt = canonical_json(receipt_json)?;
     let members = receipt.as_object().ok_or(violation("receipt is not an object"))?;
     if members.len() != RECEIPT_MEMBERS.len()
@@ -640,35 +646,36 @@ pub fn downstream(
     }
     // The column was just proven canonical, so its bytes are the preimage's.
     let receipt_ref = checked_ref(receipt_ref, receipt_json)?;
-    Ok(DownstreamReceipt {
+    let checked = DownstreamReceipt {
         downstream_request_ref: DownstreamRequestRef::new(downstream_request_ref)
             .map_err(|_| violation("stored downstream request ref is malformed"))?,
         request_sha256: digest(request.to_owned())?,
-        receipt,
+        receipt_json: receipt_json.to_owned(),
         receipt_ref,
-    })
+    };
+    Ok((checked, receipt))
 }
 
 /// Checks a stored local receipt against itself and its (verified) operation.
 fn local(
     operation: &Operation,
     receipt: DownstreamReceipt,
+    object: &Value,
     output_json: &str,
     result: String,
 ) -> Result<LocalReceipt, Flaw> {
     let intent = &operation.intent;
     if receipt.request_sha256 != intent.request_sha256
         || receipt.downstream_request_ref != operation.downstream_request_ref
-        || receipt.receipt.get("tool_name").and_then(Value::as_str)
-            != Some(intent.scope.tool_name.as_str())
-        || receipt.receipt.get("output_revision").and_then(Value::as_str)
+        || object.get("tool_name").and_then(Value::as_str) != Some(intent.scope.tool_name.as_str())
+        || object.get("output_revision").and_then(Value::as_str)
             != Some(intent.revisions.output.as_str())
     {
         return Err(violation("local receipt is not bound to its operation"));
     }
     // The receipt was read strictly and canonically, so its output's canonical form
     // equal to the stored column proves the column canonical and the same.
-    let output = receipt.receipt.get("output").cloned().unwrap_or(Value::Null);
+    let output = object.get("output").cloned().unwrap_or(Value::Null);
     if !is_canonical_form(&output, output_json) {
         return Err(if !is_canonical_v2(output_json, &Limits::default()) {
             Flaw::NotCanonical("stored output is not canonical")
@@ -823,7 +830,7 @@ mod tests {
         let by_text = written_receipt(&verified, &raw).is_some();
         let shown = |receipt: LocalReceipt| {
             json!([
-                receipt.downstream.receipt,
+                receipt.downstream.receipt_json,
                 receipt.downstream.receipt_ref.as_str(),
                 receipt.output,
                 receipt.result_sha256.as_str()

@@ -377,7 +377,7 @@ impl<B: Backend> Sim<B> {
         };
         let dr_ref = downstream_request_ref(&scope, &operation.intent.request_sha256);
         let Some(receipt) = store.downstream_receipt(&dr_ref).unwrap() else { return };
-        let output = receipt.receipt["output"].clone();
+        let output = receipt.receipt()["output"].clone();
         let local = LocalReceipt {
             result_sha256: result_sha256(
                 "refund_order",

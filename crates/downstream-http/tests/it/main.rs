@@ -119,7 +119,7 @@ fn a_2xx_is_the_receipt_and_the_request_carries_the_key_and_the_canonical_body()
         "amount_minor": 2599, "currency": "USD", "status": "refunded"});
     let (result, sent) = execute(answer("201 Created", &json!({"output": output})));
     let receipt = result.unwrap();
-    assert_eq!(receipt.receipt["output"], output);
+    assert_eq!(receipt.receipt()["output"], output);
     assert_eq!(receipt.downstream_request_ref, request().downstream_request_ref);
     assert!(sent.starts_with("POST /refunds HTTP/1.1\r\n"), "{sent}");
     let lower = sent.to_ascii_lowercase();
@@ -215,7 +215,7 @@ fn a_2xx_that_is_not_the_contract_is_kept_for_quarantine() {
         "HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot json!".to_owned(),
     ));
     let receipt = result.unwrap();
-    assert_eq!(receipt.receipt["output"], json!({"unreadable_answer": "not json!"}));
+    assert_eq!(receipt.receipt()["output"], json!({"unreadable_answer": "not json!"}));
 }
 
 #[test]
@@ -253,7 +253,7 @@ fn the_lookup_reads_what_the_service_holds() {
         &json!({"state": "done", "fingerprint": fingerprint(), "status": 201, "response": {"output": output}}),
     ));
     let Ok(Lookup::Done(receipt)) = done else { panic!("{done:?}") };
-    assert_eq!(receipt.receipt["output"], output);
+    assert_eq!(receipt.receipt()["output"], output);
     let refused = lookup(answer(
         "200 OK",
         &json!({"state": "refused", "fingerprint": fingerprint(), "status": 402,
@@ -326,7 +326,7 @@ fn answers_are_read_from_status_and_body_alone_with_bounded_reasons() {
     );
     // A 2xx is a receipt whatever its body says: here the body is not JSON at all.
     let receipt = execute_answer(&request, 204, "").unwrap();
-    assert_eq!(receipt.receipt["output"], json!({"unreadable_answer": ""}));
+    assert_eq!(receipt.receipt()["output"], json!({"unreadable_answer": ""}));
     assert_eq!(receipt.downstream_request_ref, request.downstream_request_ref);
 
     assert_eq!(lookup_answer(&request, 404, "anything"), Ok(Lookup::NotFound));

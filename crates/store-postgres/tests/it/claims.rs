@@ -221,13 +221,13 @@ fn releases_refusals_and_quarantines_end_where_sqlite_ends_them() {
         Some(TerminalOutcome::Failed { reason: "refused: order closed".to_owned() })
     );
 
-    let kept = serde_json::json!({"broken": true});
+    let kept = r#"{"broken":true}"#;
     assert_eq!(
         store
             .end(
                 &refs[2],
                 &by,
-                &Ending::Quarantined { receipt: &kept, reason: "output breaks the schema" },
+                &Ending::Quarantined { receipt: kept, reason: "output breaks the schema" },
                 at(4)
             )
             .unwrap(),

@@ -17,10 +17,7 @@ use postgres::{Client, NoTls};
 use serde_json::{Value, json};
 use toolledger_contract::{
     HostCall, IdempotencyKey, Identifier, LeaseSeconds, Registry, StatusRef, UnixSeconds,
-    digest::{
-        downstream_receipt, downstream_receipt_ref, downstream_request_ref, refund_id,
-        result_sha256,
-    },
+    digest::{downstream_receipt, downstream_request_ref, refund_id, result_sha256},
     load_case,
 };
 use toolledger_store::{
@@ -121,12 +118,7 @@ pub fn receipts(intent: &NewOperation) -> (DownstreamReceipt, LocalReceipt) {
         &intent.revisions.output,
         &output,
     );
-    let downstream = DownstreamReceipt {
-        receipt_ref: downstream_receipt_ref(&receipt),
-        downstream_request_ref: dr_ref,
-        request_sha256: intent.request_sha256.clone(),
-        receipt,
-    };
+    let downstream = DownstreamReceipt::new(dr_ref, intent.request_sha256.clone(), &receipt);
     let local = LocalReceipt {
         result_sha256: result_sha256(&intent.scope.tool_name, &intent.revisions.output, &output),
         output,

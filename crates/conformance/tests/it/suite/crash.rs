@@ -230,7 +230,7 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
             at(NOW + 31),
         )
         .unwrap();
-    let output = receipt.receipt["output"].clone();
+    let output = receipt.receipt()["output"].clone();
     let local = LocalReceipt {
         result_sha256: toolledger_contract::digest::result_sha256(
             "refund_order",
