@@ -626,18 +626,19 @@ impl HostView {
             ("policy".to_owned(), text(policy)),
             ("producer".to_owned(), text(producer)),
         ]);
+        // Listed in name order, as the map keeps them: its sort then only checks.
         Value::Object(Map::from_iter([
-            ("provider".to_owned(), text(self.provider)),
-            ("api_family".to_owned(), text(self.api_family)),
             ("adapter_revision".to_owned(), text(self.adapter_revision)),
-            ("provider_response_id".to_owned(), text(self.provider_response_id.into())),
-            ("provider_call_id".to_owned(), text(self.provider_call_id.into())),
-            ("purpose".to_owned(), Value::from(self.purpose.as_str())),
-            ("operation_id".to_owned(), text(self.operation_id.into())),
-            ("idempotency_key".to_owned(), text(self.idempotency_key.into())),
-            ("revisions".to_owned(), Value::Object(revisions)),
-            ("downstream_request_ref".to_owned(), text(self.downstream_request_ref.into())),
+            ("api_family".to_owned(), text(self.api_family)),
             ("downstream_receipt_ref".to_owned(), text(self.downstream_receipt_ref.into())),
+            ("downstream_request_ref".to_owned(), text(self.downstream_request_ref.into())),
+            ("idempotency_key".to_owned(), text(self.idempotency_key.into())),
+            ("operation_id".to_owned(), text(self.operation_id.into())),
+            ("provider".to_owned(), text(self.provider)),
+            ("provider_call_id".to_owned(), text(self.provider_call_id.into())),
+            ("provider_response_id".to_owned(), text(self.provider_response_id.into())),
+            ("purpose".to_owned(), Value::from(self.purpose.as_str())),
+            ("revisions".to_owned(), Value::Object(revisions)),
             ("status_ref".to_owned(), text(self.status_ref.into())),
         ]))
     }

@@ -63,26 +63,27 @@ pub fn pass_package_from_view(
         call_binding_sha256(&host_view, tool_name, request_sha256, result_sha256, delivery);
     let status_ref = string(host_view.status_ref.as_str());
     // Built member by member: `json!` would re-serialize the output and the host view,
-    // which are `Value`s already.
+    // which are `Value`s already. Each map's members are listed in name order, as the
+    // map keeps them: its sort then only checks.
     let digests = Map::from_iter([
+        ("call_binding_sha256".to_owned(), string(call_binding.as_str())),
         ("request_sha256".to_owned(), string(request_sha256.as_str())),
         ("result_sha256".to_owned(), string(result_sha256.as_str())),
-        ("call_binding_sha256".to_owned(), string(call_binding.as_str())),
     ]);
     let result = Map::from_iter([
         ("contract".to_owned(), string(CONTRACT)),
-        ("tool_name".to_owned(), string(tool_name)),
-        ("model_view".to_owned(), output),
-        ("host_view".to_owned(), host_view.into_json()),
         ("digests".to_owned(), Value::Object(digests)),
+        ("host_view".to_owned(), host_view.into_json()),
+        ("model_view".to_owned(), output),
+        ("tool_name".to_owned(), string(tool_name)),
     ]);
     Value::Object(Map::from_iter([
-        ("gate".to_owned(), string("PASS")),
         ("code".to_owned(), string("OK")),
-        ("status".to_owned(), string("succeeded")),
         ("delivery".to_owned(), string(delivery.as_str())),
-        ("status_ref".to_owned(), status_ref),
+        ("gate".to_owned(), string("PASS")),
         ("result".to_owned(), Value::Object(result)),
+        ("status".to_owned(), string("succeeded")),
+        ("status_ref".to_owned(), status_ref),
     ]))
 }
 
