@@ -8,8 +8,9 @@ use serde_json::Value;
 use toolledger_contract::{
     ApprovalValidAt, BlockCode, Clock, Delivery, Identifier, PrincipalResolver, StatusRef,
     ToolSpec, Verdict,
-    digest::{request_sha256, result_sha256},
+    digest::{request_sha256, result_sha256, short_ref_of_canonical},
 };
+use toolledger_json::{Limits, is_canonical_v2};
 use toolledger_store::{
     Claim, Claimed, DownstreamReceipt, Ending, Finalize, Finalizer, LedgerStore, LocalReceipt,
     NewOperation, Operation, OperationStatus, Release, StoreError,
@@ -37,6 +38,14 @@ pub(crate) fn check_receipt(
     tool: &ToolSpec,
     receipt: DownstreamReceipt,
 ) -> Result<Checked, EngineError> {
+    // The ledger writes the receipt's text as it comes, and its ref names that text: a
+    // receipt built by hand must hold both as `DownstreamReceipt::new` makes them, or a
+    // success would be answered that every later read refuses.
+    if !is_canonical_v2(&receipt.receipt_json, &Limits::default())
+        || short_ref_of_canonical("rc_", &receipt.receipt_json) != receipt.receipt_ref.as_str()
+    {
+        return Err(violation("the downstream receipt is not its own canonical text"));
+    }
     let intent = &operation.intent;
     let object = receipt.receipt();
     let text = |name: &str| object.get(name).and_then(Value::as_str);

@@ -176,6 +176,54 @@ fn a_receipt_breaking_the_contract_is_quarantined_and_the_audit_says_so() {
     );
 }
 
+/// A host's downstream whose receipts carry their text as it chose to write it
+/// (pretty-printed) instead of as `DownstreamReceipt::new` makes it.
+struct HandBuilt(Tickets);
+
+impl toolledger::Downstream for HandBuilt {
+    fn identity(&self) -> &toolledger::DownstreamIdentity {
+        self.0.identity()
+    }
+
+    fn execute(
+        &mut self,
+        request: &toolledger::DownstreamRequest,
+        now: toolledger::Now,
+    ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
+        let mut receipt = self.0.execute(request, now)?;
+        receipt.receipt_json = serde_json::to_string_pretty(&receipt.receipt()).unwrap();
+        Ok(receipt)
+    }
+
+    fn lookup(
+        &mut self,
+        request: &toolledger::DownstreamRequest,
+    ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
+        self.0.lookup(request)
+    }
+}
+
+/// A receipt that is not its own canonical text is refused before anything of it is
+/// written: a success is never answered that a later read would refuse. The operation
+/// stays accepted and its outcome unknown, as for any receipt the ledger cannot trust.
+#[test]
+fn a_receipt_not_in_its_canonical_text_is_refused_before_it_is_written() {
+    let dir = TempDir::new("hand-built");
+    let service = Arc::new(Mutex::new(TicketService::default()));
+    let db = dir.join("host.sqlite3");
+    let mut ledger = Ledger::builder(&db)
+        .tool(open_ticket())
+        .open(HandBuilt(Tickets::new(Arc::clone(&service))), NoRoles)
+        .unwrap();
+    let reply = ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
+    assert!(matches!(reply.outcome(), Outcome::Unknown { .. }), "{:?}", reply.package());
+    assert_eq!(int(&db, "SELECT count(*) FROM local_receipts"), 0);
+    assert_eq!(int(&db, "SELECT count(*) FROM terminal_outcomes"), 0);
+    assert_eq!(text(&db, "SELECT status FROM operations"), "processing");
+    // The service did open the ticket: the operation is unknown, not failed.
+    assert_eq!(service.lock().unwrap().tickets.len(), 1);
+}
+
 #[test]
 fn the_simulation_refuses_a_hosts_operation_and_writes_nothing() {
     let mut host = Host::new();
