@@ -51,8 +51,9 @@ fn assert_bound(receipt: &DownstreamReceipt) {
     let request = &*REQUEST;
     assert_eq!(receipt.downstream_request_ref, request.downstream_request_ref);
     assert_eq!(receipt.request_sha256, request.request_sha256);
-    assert_eq!(receipt.receipt["tool_name"], request.tool_name.as_str());
-    assert_eq!(receipt.receipt["output_revision"], request.output_revision.as_str());
+    let object = receipt.receipt();
+    assert_eq!(object["tool_name"], request.tool_name.as_str());
+    assert_eq!(object["output_revision"], request.output_revision.as_str());
 }
 
 fn assert_bounded(reason: &str) {
