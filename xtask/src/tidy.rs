@@ -82,7 +82,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-contract" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "jsonschema", "toml"]
         }
-        "toolledger-store" | "toolledger-engine" | "toolledger" => BASE,
+        "toolledger-store" | "toolledger-engine" => BASE,
+        // libc for opening a file a user names without blocking (a FIFO).
+        "toolledger" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "libc"],
         "toolledger-downstream" => &["serde_json", "thiserror"],
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]

@@ -8,7 +8,7 @@ use toolledger::{
 };
 use toolledger_json::Limits;
 
-use crate::files::{Unreadable, read_bounded};
+use toolledger::{Unreadable, read_bounded};
 
 /// No claims file (nobody holds a role), or one read afresh at every call.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ impl Claims {
 /// The file, read afresh and bounded like the first check.
 fn load(path: &Path) -> Result<toolledger::Claims, ResolverError> {
     let bytes = read_bounded(path, Limits::default().size_bytes_max).map_err(|why| match why {
-        Unreadable::TooLarge => {
+        Unreadable::TooLarge { .. } => {
             ResolverError::Invalid("the claims file is larger than the 65536-byte limit".to_owned())
         }
         _ => ResolverError::Unavailable,

@@ -10,7 +10,6 @@ mod args;
 mod claims;
 mod clock;
 mod demo;
-mod files;
 mod html;
 mod listen;
 mod relay;

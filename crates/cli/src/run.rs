@@ -14,6 +14,7 @@ use clap::{
     error::{ContextKind, ContextValue, ErrorKind},
 };
 use serde_json::{Value, json};
+use toolledger::read_bounded;
 use toolledger::{
     Answer, Config, ContractError, EngineError, ErrorCode, HostCall, Identifier, Ledger, Location,
     Migrated, RefundOrder, Registry, StatusRef, StoreClock, ToolSpec, Waits, drill::FailurePoint,
@@ -24,7 +25,6 @@ use toolledger_json::{Limits, canonicalize};
 use crate::{
     args::{Cli, Command, DispatchFailure, DownstreamArgs, ProcessFailure, StoreClockArg},
     claims::Claims,
-    files::read_bounded,
     wire::{Chosen, Wire},
 };
 
@@ -648,7 +648,7 @@ fn kept_reason(reason: &str) -> Result<(), Failure> {
 fn input_file(path: &Path, what: &str) -> Result<Vec<u8>, Failure> {
     read_bounded(path, Limits::default().size_bytes_max).map_err(|why| Failure {
         code: match why {
-            crate::files::Unreadable::TooLarge => "FIXTURE_INVALID",
+            toolledger::Unreadable::TooLarge { .. } => "FIXTURE_INVALID",
             _ => "FIXTURE_IO_ERROR",
         },
         message: format!("the {what} file {}", why.reason()),
@@ -790,7 +790,7 @@ fn claims_of(settings: &Settings) -> Result<Claims, Failure> {
     let claims = settings.claims.clone().map_or(Claims::None, Claims::File);
     claims.check().map_err(|why| Failure {
         code: match why {
-            crate::claims::Refused::Unreadable(crate::files::Unreadable::TooLarge) => {
+            crate::claims::Refused::Unreadable(toolledger::Unreadable::TooLarge { .. }) => {
                 "CLAIMS_INVALID"
             }
             crate::claims::Refused::Unreadable(_) => "CLAIMS_IO_ERROR",

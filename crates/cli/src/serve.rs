@@ -31,8 +31,9 @@ use std::{
 use serde_json::{Value, json};
 use toolledger::{ListFilter, Location, STATES, StatusRef};
 
+use toolledger::read_bounded;
+
 use crate::{
-    files::read_bounded,
     html::{age, cell, escape, operation_link, page, plot, query_value, state as tag},
     listen::{self, Answer, Limits, Listener, Refusal, Request},
     run::{Failure, Printed},

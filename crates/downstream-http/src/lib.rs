@@ -482,13 +482,18 @@ impl Downstream for HttpDownstream {
 /// percent-encoded, or an integer), answered 200 `{"allow": true}` or
 /// `{"allow": false, "reason": …}` ([`precondition_answer`]).
 ///
+/// In the URL's path, an argument that is empty, `.` or `..` is refused
+/// ([`Filled::DotSegment`]): it would not name a resource but move to another one
+/// (`/orders/../admin`), and the model chooses the arguments.
+///
 /// ```
 /// use toolledger_contract::Precondition;
-/// use toolledger_downstream_http::{HttpPrecondition, Timeouts};
+/// use toolledger_downstream_http::{Filled, HttpPrecondition, Timeouts};
 ///
 /// let ask = HttpPrecondition::new("http://127.0.0.1:9/orders/{order_id}/refundable", Vec::new(), Timeouts::default());
-/// assert_eq!(ask.url_of(&serde_json::json!({"order_id": "ord 1/2"})).as_deref(),
-///     Some("http://127.0.0.1:9/orders/ord%201%2F2/refundable"));
+/// assert_eq!(ask.url_of(&serde_json::json!({"order_id": "ord 1/2"})),
+///     Filled::Url("http://127.0.0.1:9/orders/ord%201%2F2/refundable".to_owned()));
+/// assert_eq!(ask.url_of(&serde_json::json!({"order_id": ".."})), Filled::DotSegment);
 /// # let _: &dyn Precondition = &ask;
 /// ```
 #[derive(Debug)]
@@ -498,33 +503,50 @@ pub struct HttpPrecondition {
     agent: ureq::Agent,
 }
 
+/// A precondition's URL template filled from a call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filled {
+    /// The URL to ask.
+    Url(String),
+    /// A placeholder names no string or integer argument.
+    Missing,
+    /// A placeholder in the path was given an empty, `.` or `..` argument.
+    DotSegment,
+}
+
 impl HttpPrecondition {
     /// Asks `url` (a template over the arguments) with `headers`, within `timeouts`.
     pub fn new(url: &str, headers: Vec<(String, String)>, timeouts: Timeouts) -> HttpPrecondition {
         HttpPrecondition { url: url.to_owned(), headers, agent: agent(timeouts) }
     }
 
-    /// The URL asked for these arguments; `None` when a placeholder names no string or
-    /// integer argument.
-    pub fn url_of(&self, arguments: &Value) -> Option<String> {
+    /// The URL asked for these arguments.
+    pub fn url_of(&self, arguments: &Value) -> Filled {
         let mut url = String::with_capacity(self.url.len() + 32);
         let mut rest = self.url.as_str();
         while let Some(open) = rest.find('{') {
             let (head, tail) = rest.split_at(open);
             url.push_str(head);
-            let close = tail.find('}')?;
-            let name = tail.get(1..close)?;
-            match arguments.get(name)? {
-                Value::String(text) => percent_encode(text, &mut url),
-                Value::Number(number) if number.is_i64() || number.is_u64() => {
+            let (Some(close), in_path) = (tail.find('}'), !url.contains(['?', '#'])) else {
+                return Filled::Missing;
+            };
+            let Some(name) = tail.get(1..close) else { return Filled::Missing };
+            match arguments.get(name) {
+                Some(Value::String(text))
+                    if in_path && matches!(text.as_str(), "" | "." | "..") =>
+                {
+                    return Filled::DotSegment;
+                }
+                Some(Value::String(text)) => percent_encode(text, &mut url),
+                Some(Value::Number(number)) if number.is_i64() || number.is_u64() => {
                     url.push_str(&number.to_string());
                 }
-                _ => return None,
+                _ => return Filled::Missing,
             }
-            rest = tail.get(close + 1..)?;
+            rest = tail.get(close + 1..).unwrap_or_default();
         }
         url.push_str(rest);
-        Some(url)
+        Filled::Url(url)
     }
 }
 
@@ -544,10 +566,20 @@ fn percent_encode(text: &str, out: &mut String) {
 impl toolledger_contract::Precondition for HttpPrecondition {
     fn ask(&self, call: &toolledger_contract::RuleCall<'_>) -> toolledger_contract::Verdict {
         use toolledger_contract::Verdict;
-        let Some(url) = self.url_of(call.arguments) else {
-            return Verdict::Unavailable {
-                reason: "the precondition's URL names an argument the call lacks".to_owned(),
-            };
+        let url = match self.url_of(call.arguments) {
+            Filled::Url(url) => url,
+            Filled::Missing => {
+                return Verdict::Unavailable {
+                    reason: "the precondition's URL names an argument the call lacks".to_owned(),
+                };
+            }
+            Filled::DotSegment => {
+                return Verdict::Refuse {
+                    reason: Some(
+                        "an argument of the precondition's URL path is empty, . or ..".to_owned(),
+                    ),
+                };
+            }
         };
         if !url.starts_with("http://") {
             return Verdict::Unavailable {

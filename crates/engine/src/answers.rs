@@ -88,10 +88,11 @@ pub(crate) fn block(code: BlockCode, operation: Option<&Operation>) -> Answer {
     Answer::Block { code, package }
 }
 
-/// `INPUT_INVALID` for arguments a JSON Schema refused: the package names where
-/// (`detail.pointer`, a JSON pointer into the arguments) and which keyword failed
-/// (`detail.keyword`), never the value, so the model can correct its call.
-pub(crate) fn input_invalid(rejection: Option<&toolledger_contract::Rejection>) -> Answer {
+/// `INPUT_INVALID` for arguments a JSON Schema (or the facade's value domain) refused:
+/// the package names where (`detail.pointer`, a JSON pointer into the arguments) and
+/// which keyword failed (`detail.keyword`), never the value, so the model can correct
+/// its call.
+pub fn input_invalid(rejection: Option<&toolledger_contract::Rejection>) -> Answer {
     let mut answer = block(BlockCode::InputInvalid, None);
     if let (Some(rejection), Answer::Block { package, .. }) = (rejection, &mut answer) {
         if let Some(members) = package.as_object_mut() {

@@ -32,7 +32,7 @@ use toolledger_store::LedgerStore;
 pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 
 pub use crate::{
-    answers::Answer,
+    answers::{Answer, input_invalid},
     downstream::{
         Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, StandInReceipts,
         drill, reserved_identity, simulated_refund,

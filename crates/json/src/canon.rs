@@ -126,6 +126,27 @@ pub fn canonicalize_str_into(text: &str, out: &mut String) {
     write_string(text, out);
 }
 
+/// The length in bytes of `text` written as an RFC 8785 JSON string, quotes included:
+/// what [`canonicalize_str_into`] would append, counted without writing it.
+///
+/// ```
+/// assert_eq!(toolledger_json::canonical_str_len("a\"b\u{1}"), 2 + 1 + 2 + 1 + 6);
+/// ```
+#[must_use]
+pub fn canonical_str_len(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    if !needs_escape(bytes) {
+        return bytes.len() + 2;
+    }
+    bytes.iter().fold(2, |len, &byte| {
+        len + match byte {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0A | 0x0C | 0x0D => 2,
+            0x00..=0x1F => 6,
+            _ => 1,
+        }
+    })
+}
+
 /// Appends `text` as an RFC 8785 JSON string, quotes included.
 pub(crate) fn write_string(text: &str, out: &mut String) {
     // Most strings need no escape: one scan, one copy.

@@ -82,7 +82,7 @@ mod parse;
 mod ser;
 
 pub use crate::{
-    canon::{canonicalize, canonicalize_into, canonicalize_str_into},
+    canon::{canonical_str_len, canonicalize, canonicalize_into, canonicalize_str_into},
     check::is_canonical_v2,
     domain::{V2_INTEGER_MAX, V2_INTEGER_MIN, check_v2_domain},
     error::JsonError,

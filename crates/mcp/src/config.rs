@@ -152,7 +152,7 @@ fn text(file: &str, at: &str, value: Option<&Value>) -> Result<Option<String>, S
 }
 
 /// `^[A-Za-z0-9_-]{1,32}$`: an upstream's name, the prefix of its tools on a collision.
-fn is_upstream_name(name: &str) -> bool {
+pub(crate) fn is_upstream_name(name: &str) -> bool {
     (1..=32).contains(&name.len())
         && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
 }

@@ -188,6 +188,10 @@ async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
         }
     }
     let plan = tools::plan(mcp, &listings);
+    if !plan.misnamed.is_empty() {
+        shutdown(&upstreams).await;
+        return Err(Error::usage(format!("the configuration: {}", plan.misnamed.join("; "))));
+    }
     for refused in &plan.refused {
         log(&format!("not listed: {refused}"));
     }

@@ -56,9 +56,20 @@ pub(crate) struct Ledgered {
 pub(crate) struct Plan {
     pub(crate) tools: Vec<Exposed>,
     pub(crate) refused: Vec<String>,
+    /// What the configuration says of a tool no upstream lists (a mistyped table, a
+    /// lookup naming a missing tool): the gateway does not start with it.
+    pub(crate) misnamed: Vec<String>,
 }
 
 /// The tools of every upstream (`listings[i]` is upstream `i`'s `tools/list`, as JSON).
+///
+/// The names the host sees are injective by construction (`docs/mcp.md`, "Names"): a
+/// tool keeps its own name when no other tool of any upstream has it, it is not the
+/// gateway's status tool, and it does not begin with an upstream's name and a dot;
+/// every other tool is `upstream.tool`. Upstream names hold no dot, so a prefixed name
+/// splits at its first dot into exactly one (upstream, tool), and no kept name has that
+/// shape. An upstream that lists one name twice has that tool refused: which of the two
+/// a call meant could not be told.
 pub(crate) fn plan(config: &McpConfig, listings: &[Vec<Value>]) -> Plan {
     let mut plan = Plan::default();
     let name_of = |tool: &Value| tool.get("name").and_then(Value::as_str).map(str::to_owned);
@@ -68,13 +79,37 @@ pub(crate) fn plan(config: &McpConfig, listings: &[Vec<Value>]) -> Plan {
             .map(|tools| tools.iter().filter(|tool| name_of(tool).as_deref() == Some(name)).count())
             .sum::<usize>()
     };
+    let prefixed_shape = |name: &str| {
+        name.split_once('.')
+            .is_some_and(|(head, _)| config.upstreams.iter().any(|upstream| upstream.name == head))
+    };
+    for (upstream, tools) in config.upstreams.iter().zip(listings) {
+        let lists = |name: &str| tools.iter().any(|tool| name_of(tool).as_deref() == Some(name));
+        for (name, policy) in &upstream.tools {
+            let at = format!("/mcp/upstreams/{}/tools/{name}", upstream.name);
+            if !lists(name) {
+                plan.misnamed
+                    .push(format!("at {at}: upstream {} lists no tool {name}", upstream.name));
+            }
+            if let Some(lookup) = policy.lookup.as_ref().filter(|lookup| !lists(&lookup.tool)) {
+                plan.misnamed.push(format!(
+                    "at {at}/lookup/tool: upstream {} lists no tool {}",
+                    upstream.name, lookup.tool
+                ));
+            }
+        }
+    }
     for (index, (upstream, tools)) in config.upstreams.iter().zip(listings).enumerate() {
         for tool in tools {
             let Some(name) = name_of(tool) else {
                 plan.refused.push(format!("{}: a tool without a name", upstream.name));
                 continue;
             };
-            let exposed = if count(&name) > 1 || name == STATUS_TOOL {
+            if tools.iter().filter(|other| name_of(other).as_deref() == Some(&name)).count() > 1 {
+                plan.refused.push(format!("{}: {name}: listed twice", upstream.name));
+                continue;
+            }
+            let exposed = if count(&name) > 1 || name == STATUS_TOOL || prefixed_shape(&name) {
                 format!("{}.{name}", upstream.name)
             } else {
                 name.clone()
@@ -173,14 +208,22 @@ fn expose(
     ))
 }
 
-/// The ledger's name of an upstream tool: `upstream-tool` when that is a ledger tool
-/// name (`[A-Za-z0-9_-]{1,64}`), else `upstream-h` and 16 hex digits of the name's
-/// SHA-256.
+/// The ledger's name of an upstream tool, injective by construction: `upstream-tool`
+/// when the upstream's name holds no `-` and that is a ledger tool name
+/// (`[A-Za-z0-9_-]{1,64}`), so the first `-` splits it into exactly one (upstream, tool);
+/// otherwise the upstream's name with each `-` written `_`, then `_h` and 24 hex digits
+/// of the SHA-256 of the canonical JSON `[upstream, tool]`: a name with no `-` at all,
+/// which no plain name is.
 pub(crate) fn ledger_name(upstream: &str, tool: &str) -> String {
     let plain = format!("{upstream}-{tool}");
-    let fits = plain.len() <= 64
+    let fits = !upstream.contains('-')
+        && plain.len() <= 64
         && plain.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
-    if fits { plain } else { format!("{upstream}-h{}", &hex(tool.as_bytes())[..16]) }
+    if fits {
+        return plain;
+    }
+    let pair = toolledger_json::canonicalize(&json!([upstream, tool]));
+    format!("{}_h{}", upstream.replace('-', "_"), &hex(pair.as_bytes())[..24])
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -329,8 +372,105 @@ mod tests {
     fn a_long_or_dotted_name_is_hashed_into_the_ledger_name() {
         assert_eq!(ledger_name("pay", "create_payment"), "pay-create_payment");
         let dotted = ledger_name("pay", "payments.create");
-        assert!(dotted.starts_with("pay-h") && dotted.len() == 21, "{dotted}");
+        assert!(dotted.starts_with("pay_h") && dotted.len() == 29, "{dotted}");
         assert_ne!(dotted, ledger_name("pay", "payments.refund"));
+        let long = ledger_name("an-upstream_of_32_bytes_exactly_", &"t".repeat(200));
+        assert!(long.len() <= 64 && !long.contains('-'), "{long}");
+    }
+
+    #[test]
+    fn ledger_names_never_collide() {
+        // Each pair once shared a name.
+        assert_ne!(ledger_name("pay", "ments-go"), ledger_name("pay-ments", "go"));
+        let hashed = ledger_name("a", "weird name");
+        let literal = hashed.strip_prefix("a_").expect("the hashed form");
+        assert_ne!(ledger_name("a", literal), hashed);
+        assert_ne!(ledger_name("a", "b_hx"), ledger_name("a-b", "x"));
+        // Every name of a small alphabet of upstreams and tools is a different name.
+        let parts = ["a", "b", "a-b", "a_b", "h", "x", "b-x", "-", "a.b", "h0123456789abcdef"];
+        let mut seen = std::collections::HashMap::new();
+        for upstream in parts.iter().filter(|part| crate::config::is_upstream_name(part)) {
+            for tool in parts.iter().chain(&[hashed.as_str(), literal]) {
+                let name = ledger_name(upstream, tool);
+                if let Some(earlier) = seen.insert(name.clone(), (*upstream, *tool)) {
+                    panic!("{name} is both {earlier:?} and {:?}", (upstream, tool));
+                }
+            }
+        }
+    }
+
+    fn config(upstreams: &[&str]) -> McpConfig {
+        let declared: Map<String, Value> = upstreams
+            .iter()
+            .map(|name| ((*name).to_owned(), json!({"command": ["true"]})))
+            .collect();
+        let mcp = json!({"tenant": "t", "subject": "s", "upstreams": declared});
+        McpConfig::parse("toolledger.toml", std::path::Path::new("."), &mcp)
+            .expect("a configuration")
+    }
+
+    #[test]
+    fn a_table_or_lookup_naming_a_tool_no_upstream_lists_is_refused() {
+        let mcp = json!({"tenant": "t", "subject": "s", "upstreams": {"pay": {"command": ["true"],
+            "tools": {"charge": {"policy": "ledgered", "lookup": {"tool": "find_chrage",
+                "key_argument": "ref"}}, "refnud": {"policy": "ledgered"}}}}});
+        let config = McpConfig::parse("toolledger.toml", std::path::Path::new("."), &mcp)
+            .expect("a configuration");
+        let listing = |names: &[&str]| {
+            vec![names.iter().map(|name| json!({"name": name, "inputSchema": {}})).collect()]
+        };
+        assert_eq!(
+            plan(&config, &listing(&["charge", "refund", "find_charge"])).misnamed,
+            [
+                "at /mcp/upstreams/pay/tools/charge/lookup/tool: upstream pay lists no tool find_chrage",
+                "at /mcp/upstreams/pay/tools/refnud: upstream pay lists no tool refnud",
+            ]
+        );
+        assert!(plan(&config, &listing(&["charge", "refnud", "find_chrage"])).misnamed.is_empty());
+    }
+
+    fn listed(config: &McpConfig, listings: &[&[&str]]) -> (Vec<(String, usize, String)>, usize) {
+        let listings: Vec<Vec<Value>> = listings
+            .iter()
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|name| json!({"name": name, "inputSchema": {"type": "object"}}))
+                    .collect()
+            })
+            .collect();
+        let plan = plan(config, &listings);
+        let names =
+            plan.tools.iter().map(|t| (t.name.clone(), t.upstream, t.upstream_tool.clone()));
+        (names.collect(), plan.refused.len())
+    }
+
+    #[test]
+    fn listed_names_reach_exactly_one_upstream_tool() {
+        let two = config(&["a", "b"]);
+        // `b.x` of upstream a, beside upstream b's `x` also listed by a.
+        let (names, _) = listed(&two, &[&["b.x", "x"], &["x"]]);
+        assert_eq!(
+            names,
+            [
+                ("a.b.x".into(), 0, "b.x".into()),
+                ("a.x".into(), 0, "x".into()),
+                ("b.x".into(), 1, "x".into())
+            ]
+        );
+        // A name listed twice by one upstream is refused, not listed twice.
+        let (names, refused) = listed(&two, &[&["dup", "dup", "ok"], &[]]);
+        assert_eq!((names, refused), (vec![("ok".into(), 0, "ok".into())], 2));
+        // A dotted name of no upstream's is kept.
+        let (names, _) = listed(&two, &[&["c.x"], &[]]);
+        assert_eq!(names, [("c.x".into(), 0, "c.x".into())]);
+        for config in [two, config(&["pay", "pay-ments"])] {
+            let (names, _) = listed(&config, &[&["ments-go", "toolledger_status"], &["go"]]);
+            let mut unique: Vec<_> = names.iter().map(|(name, ..)| name.clone()).collect();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{names:?}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use toolledger::{
 };
 
 use crate::{
-    convert::{to_python, to_value},
+    convert::{to_call_value, to_python, to_value},
     downstream::{Roles, Routed, Target, Wired},
     errors::{blocked, invalid, raise},
 };
@@ -271,7 +271,7 @@ impl Call {
         at: Option<i64>,
         operation_id: Option<String>,
     ) -> PyResult<Call> {
-        let arguments = to_value(arguments, "the arguments")?;
+        let arguments = to_call_value(arguments, "the arguments")?;
         let context = match context {
             Some(context) => to_value(context, "the context")?,
             None => Value::Object(serde_json::Map::new()),

@@ -258,8 +258,8 @@ def test_bad_input_is_a_stable_error_and_writes_nothing(sqlite_location, payment
             tl.Call("pay", {"payer": object()}, key="k")
         nested: list = []
         nested.append(nested)
-        with pytest.raises(tl.InvalidError):
-            tl.Call("pay", {"payer": nested}, key="k")
+        deep = ledger.dispatch(tl.Call("pay", {"payer": nested}, key="k"))
+        assert deep.package["detail"] == {"pointer": "/payer" + "/0" * 31, "keyword": "depth"}
         schema = ledger.dispatch(tl.Call("pay", {**ARGS, "currency": "GBP"}, key="k-1"))
         assert schema.code == "INPUT_INVALID"
         assert schema.package["detail"] == {"keyword": "enum", "pointer": "/currency"}

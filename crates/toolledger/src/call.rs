@@ -4,7 +4,7 @@
 use serde_json::Value;
 use toolledger_contract::{
     Approval, Clock, HostCall, HostContext, IdempotencyKey, Identifier, Principal, Proposal,
-    ProviderProfile, Registry, UnixSeconds, approval_sha256,
+    ProviderProfile, Registry, Rejection, UnixSeconds, approval_sha256,
 };
 
 use crate::Error;
@@ -271,12 +271,14 @@ impl Call {
         &self.context
     }
 
-    /// The engine's view of the call, validated, with the approval bound to it.
+    /// The engine's view of the call, validated, with the approval bound to it: or,
+    /// inside, where its arguments are outside what the ledger holds ([`crate::door`]:
+    /// nothing is written, the call is answered `INPUT_INVALID`).
     pub(crate) fn to_host_call(
         &self,
         clock: Clock,
         registry: &Registry,
-    ) -> Result<HostCall, Error> {
+    ) -> Result<Result<HostCall, Rejection>, Error> {
         let id = |text: &str, what: &str| {
             Identifier::new(text)
                 .map_err(|_| Error::invalid(format!("the call's {what} is not an identifier")))
@@ -295,6 +297,10 @@ impl Call {
                 Error::invalid("the call's idempotency key is not an identifier".to_owned())
             })?,
         };
+        let arguments = match crate::door::admit(&self.arguments) {
+            Ok(arguments) => arguments,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
         let mut host_call = HostCall {
             clock,
             principal: Principal {
@@ -302,7 +308,7 @@ impl Call {
                 subject_id: id(&self.principal.1, "subject id")?,
             },
             host,
-            proposal: Proposal { tool_name: self.tool.clone(), arguments: self.arguments.clone() },
+            proposal: Proposal { tool_name: self.tool.clone(), arguments },
             approval: None,
             eligible_approvers: Vec::new(),
             business_state: self.context.clone(),
@@ -328,7 +334,7 @@ impl Call {
                 .map(|approver| id(approver, "eligible approver"))
                 .collect::<Result<_, _>>()?;
         }
-        Ok(host_call)
+        Ok(Ok(host_call))
     }
 }
 

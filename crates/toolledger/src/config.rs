@@ -15,7 +15,7 @@ use toolledger_contract::{
 };
 use toolledger_downstream_http::{Endpoint, HttpDownstream, HttpPrecondition, Timeouts};
 
-use crate::{Error, definitions::read_bounded};
+use crate::{Error, definitions::read_file};
 
 /// The environment variable naming the configuration file when `--config` does not.
 ///
@@ -198,7 +198,7 @@ impl Config {
     /// ```
     pub fn load(path: &Path) -> Result<Config, Error> {
         let file = path.display().to_string();
-        let bytes = read_bounded(path).map_err(|kind| Error::invalid(format!("{file}: {kind}")))?;
+        let bytes = read_file(&file, path, toolledger_contract::DEFINITION_BYTES_MAX)?;
         let document =
             parse_document(&file, &bytes).map_err(crate::definitions::definition_error)?;
         let top = only(&file, "", &document, &["services", "tools", "mcp", "$comment"])?;
@@ -461,7 +461,8 @@ impl ServiceDecl {
     ///
     /// # Errors
     ///
-    /// `USAGE_ERROR` naming the first variable that is not set.
+    /// `USAGE_ERROR` naming the first variable that is not set, or that holds no header
+    /// value (a control character, a line break, whitespace at an end).
     ///
     /// ```
     /// # let config = toolledger::Config::load(std::path::Path::new(concat!(
@@ -474,7 +475,14 @@ impl ServiceDecl {
             .iter()
             .map(|(header, variable)| {
                 let at = format!("services.{}.headers_from_env.{header}", self.name);
-                Ok((header.clone(), resolve(&Setting::Env(variable.clone()), &at)?))
+                let value = resolve(&Setting::Env(variable.clone()), &at)?;
+                if !is_header_value(&value) {
+                    // The variable's name, never its value.
+                    return Err(Error::invalid(format!(
+                        "{at}: the environment variable {variable} does not hold a header value (a control character, a line break, or whitespace at an end)"
+                    )));
+                }
+                Ok((header.clone(), value))
             })
             .collect()
     }
@@ -501,6 +509,31 @@ fn is_env_name(name: &str) -> bool {
 
 fn is_header_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// The headers the HTTP downstream writes itself, or that frame the message: a
+/// configuration naming one would send it twice (a second `Idempotency-Key`, forged
+/// from the environment) or break every request's framing.
+const RESERVED_HEADERS: [&str; 10] = [
+    "Idempotency-Key",
+    "Content-Type",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Connection",
+    "Host",
+    "Expect",
+    "TE",
+    "Trailer",
+    "Upgrade",
+];
+
+/// A header value RFC 9110 allows: visible ASCII or obs-text, spaces and tabs, and
+/// no leading or trailing whitespace; never a CR, an LF or another control character.
+fn is_header_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    bytes.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7F))
+        && !bytes.first().is_some_and(|b| matches!(b, b' ' | b'\t'))
+        && !bytes.last().is_some_and(|b| matches!(b, b' ' | b'\t'))
 }
 
 fn service(file: &str, name: &str, value: &Value) -> Result<ServiceDecl, Error> {
@@ -579,6 +612,16 @@ fn service(file: &str, name: &str, value: &Value) -> Result<ServiceDecl, Error> 
             )?;
             if !is_header_name(header) {
                 return Err(refused(file, &here, "a header name is 1-64 bytes of [A-Za-z0-9-]"));
+            }
+            if RESERVED_HEADERS.iter().any(|reserved| reserved.eq_ignore_ascii_case(header)) {
+                return Err(refused(
+                    file,
+                    &here,
+                    format!(
+                        "the HTTP downstream writes this header itself or it frames the message; none of {} may be configured",
+                        RESERVED_HEADERS.join(", ")
+                    ),
+                ));
             }
             headers_from_env.push((header.clone(), variable.to_owned()));
         }

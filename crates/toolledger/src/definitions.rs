@@ -1,6 +1,6 @@
 //! Reading tool definitions from files (`docs/tools.md`).
 
-use std::{io::Read, path::Path};
+use std::path::Path;
 
 use toolledger_contract::{DEFINITION_BYTES_MAX, ErrorCode, ToolDefinition, parse_document};
 
@@ -42,7 +42,7 @@ use crate::Error;
 /// ```
 pub fn load_tool(path: &Path) -> Result<ToolDefinition, Error> {
     let file = path.display().to_string();
-    let bytes = read_bounded(path).map_err(|kind| Error::invalid(format!("{file}: {kind}")))?;
+    let bytes = read_file(&file, path, DEFINITION_BYTES_MAX)?;
     let document = parse_document(&file, &bytes).map_err(definition_error)?;
     ToolDefinition::from_document(&file, &document).map_err(definition_error)
 }
@@ -51,19 +51,8 @@ pub(crate) fn definition_error(err: toolledger_contract::DefinitionError) -> Err
     Error::caused(ErrorCode::UsageError, err)
 }
 
-/// The file's bytes, at most one more than the bound (so an over-long file is refused by
-/// the parser, which says how long it is).
-pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, &'static str> {
-    let file = std::fs::File::open(path).map_err(|err| match err.kind() {
-        std::io::ErrorKind::NotFound => "no such file",
-        std::io::ErrorKind::PermissionDenied => "permission denied",
-        _ => "cannot be opened",
-    })?;
-    if !file.metadata().map_err(|_| "cannot be read")?.is_file() {
-        return Err("not a regular file");
-    }
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(DEFINITION_BYTES_MAX).unwrap_or(u64::MAX).saturating_add(1);
-    file.take(limit).read_to_end(&mut bytes).map_err(|_| "cannot be read")?;
-    Ok(bytes)
+/// A configuration's or a definition's bytes, or the `USAGE_ERROR` naming `file` and why.
+pub(crate) fn read_file(file: &str, path: &Path, limit: usize) -> Result<Vec<u8>, Error> {
+    crate::read_bounded(path, limit)
+        .map_err(|why| Error::invalid(format!("{file} {}", why.reason())))
 }

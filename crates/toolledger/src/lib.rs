@@ -58,6 +58,8 @@ mod audit;
 mod call;
 mod config;
 mod definitions;
+pub mod door;
+mod files;
 mod operate;
 mod relay;
 mod reply;
@@ -67,6 +69,7 @@ use std::{path::PathBuf, sync::Arc};
 
 use toolledger_engine::Engine;
 
+pub use crate::files::{Unreadable, read_bounded};
 pub use toolledger_contract::{
     ApprovalPolicy, ApprovalRule, ApprovalValidAt, Authorization, Binding, BlockCode,
     BusinessRefusal, Charset, Claims, Clock, ContractError, DefinitionError, Delivery, Denied,
@@ -497,7 +500,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn dispatch(&mut self, call: &Call) -> Result<Reply, Error> {
-        let host_call = self.host_call_of(call)?;
+        let host_call = match self.host_call_of(call)? {
+            Ok(host_call) => host_call,
+            Err(refused) => return Ok(refused),
+        };
         Ok(Reply::from(self.engine.dispatch(&host_call, &self.worker)?))
     }
 
@@ -520,7 +526,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn enqueue(&mut self, call: &Call) -> Result<Reply, Error> {
-        let host_call = self.host_call_of(call)?;
+        let host_call = match self.host_call_of(call)? {
+            Ok(host_call) => host_call,
+            Err(refused) => return Ok(refused),
+        };
         Ok(Reply::from(self.engine.enqueue(&host_call)?))
     }
 
@@ -567,7 +576,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn status(&mut self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
-        let host_call = self.host_call_of(call)?;
+        let host_call = match self.host_call_of(call)? {
+            Ok(host_call) => host_call,
+            Err(refused) => return Ok(refused),
+        };
         Ok(Reply::from(self.engine.status(&host_call, status_ref)?))
     }
 
@@ -681,10 +693,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     }
 
     /// The call as the engine takes it, its approval digest computed from the call
-    /// itself.
-    fn host_call_of(&self, call: &Call) -> Result<HostCall, Error> {
+    /// itself; or, inside, the `INPUT_INVALID` reply for arguments the ledger cannot
+    /// hold (nothing written).
+    fn host_call_of(&self, call: &Call) -> Result<Result<HostCall, Reply>, Error> {
         let clock = self.clock_of(call)?;
-        call.to_host_call(clock, self.engine.registry())
+        Ok(call
+            .to_host_call(clock, self.engine.registry())?
+            .map_err(|rejection| Reply::from(toolledger_engine::input_invalid(Some(&rejection)))))
     }
 }
 

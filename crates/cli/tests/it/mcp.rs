@@ -169,7 +169,7 @@ fn operations(dir: &Dir) -> usize {
 }
 
 /// Whether the test's ledger has its tables yet (the gateway creates them at start).
-fn ledger_ready(dir: &Dir) -> bool {
+pub(crate) fn ledger_ready(dir: &Dir) -> bool {
     if crate::on_postgres() {
         !dir.db_rows("SELECT 1 FROM pg_tables WHERE tablename = 'operations'").is_empty()
     } else {
@@ -200,6 +200,22 @@ fn host(command: &[String], steps: &Value, limit: Duration) -> Vec<Value> {
 
 /// [`host`], with the host driver's own options (`--elicit`, `--protocol`).
 fn host_with(options: &[&str], command: &[String], steps: &Value, limit: Duration) -> Vec<Value> {
+    host_raw(options, command, steps, &[], limit)
+}
+
+/// [`host_with`], each string `"@name"` of `steps` written as the raw JSON text `raw`
+/// gives it: numbers no `serde_json::Value` holds as the host writes them.
+fn host_raw(
+    options: &[&str],
+    command: &[String],
+    steps: &Value,
+    raw: &[(&str, &str)],
+    limit: Duration,
+) -> Vec<Value> {
+    let mut text = steps.to_string();
+    for (name, number) in raw {
+        text = text.replace(&format!("\"@{name}\""), number);
+    }
     let mut child = Command::new(python())
         .arg(peer("host.py"))
         .args(options)
@@ -210,7 +226,7 @@ fn host_with(options: &[&str], command: &[String], steps: &Value, limit: Duratio
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(steps.to_string().as_bytes()).unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > limit {
@@ -1698,5 +1714,74 @@ fn toolledger_relay_learns_the_upstreams_and_settles_what_a_killed_gateway_left(
     let again = host(&gateway(&dir, &config), &json!([pay("ord-60", 100, "pay-ord-60")]), LIMIT);
     assert_eq!(code(&again[0]), "OK", "{}", again[0]);
     assert_eq!(again[0]["meta"]["io.toolledger/replayed"], true);
+    audit_passes(&dir);
+}
+
+#[test]
+fn out_of_domain_arguments_are_input_invalid_with_nothing_written_and_an_integral_float_is_its_integer()
+ {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let amount = |value: &str, key: &str| {
+        call(
+            "create_payment",
+            json!({"order_id": "ord-1", "amount_minor": format!("@{value}"), "currency": "USD",
+                "idempotency_key": key}),
+        )
+    };
+    // Each value, as the host's JSON writes it, and the rule the facade's door names.
+    let hostile = [
+        ("9007199254740992", "integer_range"),
+        ("9007199254740993", "integer_range"),
+        ("-9007199254740992", "integer_range"),
+        ("18446744073709551621", "integer_range"),
+        ("1e300", "integer_range"),
+        ("19.99", "fraction"),
+        ("-1.5", "fraction"),
+    ];
+    let mut steps: Vec<Value> = hostile
+        .iter()
+        .enumerate()
+        .map(|(at, (value, _))| amount(value, &format!("k-{at}")))
+        .collect();
+    let deep = (0..40).fold(json!(1), |inner, _| json!([inner]));
+    steps.push(call(
+        "create_payment",
+        json!({"order_id": "ord-1", "amount_minor": deep, "currency": "USD", "idempotency_key": "k-deep"}),
+    ));
+    steps.push(call(
+        "create_payment",
+        json!({"order_id": "x".repeat(10 << 20), "amount_minor": 1, "currency": "USD",
+            "idempotency_key": "k-big"}),
+    ));
+    // An integral float is its integer: one intent, whichever way the host writes it.
+    steps.extend([amount("2599.0", "k-f"), amount("2599", "k-f"), amount("2.599e3", "k-f")]);
+    let raw: Vec<(&str, &str)> = hostile
+        .iter()
+        .map(|(value, _)| (*value, *value))
+        .chain([("2599.0", "2599.0"), ("2599", "2599"), ("2.599e3", "2.599e3")])
+        .collect();
+    let answers = host_raw(&[], &gateway(&dir, &config), &json!(steps), &raw, LIMIT);
+    for (answer, (value, keyword)) in answers.iter().zip(&hostile) {
+        assert_eq!(code(answer), "INPUT_INVALID", "{value}: {answer}");
+        assert_eq!(
+            answer["structuredContent"]["detail"],
+            json!({"pointer": "/amount_minor", "keyword": keyword}),
+            "{value}"
+        );
+    }
+    let deep = &answers[hostile.len()];
+    assert_eq!(code(deep), "INPUT_INVALID", "{deep}");
+    assert_eq!(deep["structuredContent"]["detail"]["keyword"], "depth");
+    let big = &answers[hostile.len() + 1];
+    assert_eq!(code(big), "INPUT_INVALID");
+    assert_eq!(big["structuredContent"]["detail"], json!({"pointer": "", "keyword": "size"}));
+    let [fresh, replay, again] = &answers[hostile.len() + 2..] else { panic!("{answers:?}") };
+    assert_eq!((code(fresh), code(replay), code(again)), ("OK".into(), "OK".into(), "OK".into()));
+    assert_eq!(fresh["meta"]["io.toolledger/replayed"], false);
+    assert_eq!(replay["meta"]["io.toolledger/replayed"], true, "{replay}");
+    assert_eq!(again["meta"]["io.toolledger/replayed"], true, "{again}");
+    // Nothing the door refused was written or sent: one operation, one payment.
+    assert_eq!((operations(&dir), payments(&dir).len()), (1, 1));
     audit_passes(&dir);
 }

@@ -242,5 +242,32 @@ fn the_dashboard_shows_the_declared_tools_and_refuses_a_bad_configuration() {
     dir.write("bad.toml", b"[[tools]]\nfile = \"missing.toml\"\n");
     let refused = dir.run(&["serve", "--listen", "127.0.0.1:0", "--config", "bad.toml"]);
     assert_eq!(refused.code, 2, "{refused:?}");
-    assert!(refused.stderr.contains("missing.toml: no such file"), "{refused:?}");
+    assert!(refused.stderr.contains("missing.toml was not found"), "{refused:?}");
+}
+
+#[test]
+fn a_header_variable_holding_a_line_break_is_refused_before_anything_is_accepted() {
+    let dir = Dir::new();
+    dir.write(
+        "case.json",
+        &std::fs::read(crate::workspace("fixtures/persistence-case.json")).unwrap(),
+    );
+    dir.write(
+        "headers.toml",
+        b"[services.billing]\nbase_url = \"http://127.0.0.1:9\"\nidentity = \"billing@1\"\n\
+          headers_from_env = { Authorization = \"BILLING_TOKEN\" }\n\n[[tools]]\n\
+          builtin = \"refund_order\"\n\
+          downstream = { service = \"billing\", execute = \"/refunds\", lookup = \"/refunds/by-key/{key}\" }\n",
+    );
+    for value in ["Bearer abc\r\nX-Forged: 1", "Bearer abc\n", "a\u{7f}b", " padded"] {
+        let refused = dir.run_with(
+            &["dispatch", "--case", "case.json", "--config", "headers.toml"],
+            &[("BILLING_TOKEN", value)],
+        );
+        assert_eq!(refused.code, 2, "{value:?}: {refused:?}");
+        assert!(refused.stderr.contains("USAGE_ERROR"), "{refused:?}");
+        assert!(refused.stderr.contains("BILLING_TOKEN") && !refused.stderr.contains("abc"));
+    }
+    // Nothing was accepted for a request that could never be sent: no ledger was made.
+    assert!(!crate::mcp::ledger_ready(&dir));
 }

@@ -337,3 +337,38 @@ fn answers_are_read_from_status_and_body_alone_with_bounded_reasons() {
         Err(DownstreamError::Unknown { reason: format!("HTTP 502: {}", "x".repeat(400)) })
     );
 }
+
+#[test]
+fn a_dot_segment_in_a_preconditions_path_is_refused_and_never_asked() {
+    use toolledger_downstream_http::{Filled, HttpPrecondition};
+    let ask = HttpPrecondition::new(
+        "http://127.0.0.1:9/inv/{invoice}/ok?as={who}",
+        Vec::new(),
+        Timeouts::default(),
+    );
+    for segment in ["", ".", ".."] {
+        let arguments = json!({"invoice": segment, "who": "ops"});
+        assert_eq!(ask.url_of(&arguments), Filled::DotSegment, "{segment:?}");
+        let (tenant, subject) = (
+            toolledger_contract::Identifier::new("t").unwrap(),
+            toolledger_contract::Identifier::new("s").unwrap(),
+        );
+        let rules = toolledger_contract::RuleCall {
+            tenant_id: &tenant,
+            subject_id: &subject,
+            roles: &[],
+            arguments: &arguments,
+            context: &Value::Null,
+        };
+        assert!(matches!(
+            toolledger_contract::Precondition::ask(&ask, &rules),
+            toolledger_contract::Verdict::Refuse { .. }
+        ));
+    }
+    // Dots inside a segment, and any argument in the query, are data.
+    assert_eq!(
+        ask.url_of(&json!({"invoice": "...", "who": ".."})),
+        Filled::Url("http://127.0.0.1:9/inv/.../ok?as=..".to_owned())
+    );
+    assert_eq!(ask.url_of(&json!({"who": "x"})), Filled::Missing);
+}

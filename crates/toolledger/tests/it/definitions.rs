@@ -533,3 +533,41 @@ proptest! {
         }
     }
 }
+
+/// A configuration of one service whose headers come from `headers` (a TOML inline table).
+fn service_config(dir: &TempDir, headers: &str) -> std::path::PathBuf {
+    let path = dir.join("toolledger.toml");
+    let text = format!(
+        "[services.billing]\nbase_url = \"http://127.0.0.1:9\"\nidentity = \"billing@1\"\nheaders_from_env = {headers}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_header_the_downstream_writes_or_that_frames_the_message_cannot_be_configured() {
+    let dir = TempDir::new("reserved-headers");
+    for header in
+        ["Idempotency-Key", "idempotency-key", "Content-Length", "Transfer-Encoding", "Host"]
+    {
+        let path = service_config(&dir, &format!("{{ {header} = \"BILLING_TOKEN\" }}"));
+        let refused = toolledger::Config::load(&path).map(drop).unwrap_err();
+        assert_eq!(refused.code().as_str(), "USAGE_ERROR");
+        assert!(refused.to_string().contains("writes this header itself"), "{refused}");
+    }
+    let path = service_config(&dir, "{ Authorization = \"BILLING_TOKEN_IN_TEST\" }");
+    assert!(toolledger::Config::load(&path).is_ok());
+}
+
+#[test]
+fn a_configuration_or_definition_that_is_a_fifo_is_refused_at_once() {
+    let dir = TempDir::new("fifo");
+    let fifo = dir.join("toolledger.toml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Opening a FIFO for reading blocks until a writer comes: none ever does here.
+    let refused = toolledger::Config::load(&fifo).map(drop).unwrap_err();
+    assert!(refused.to_string().ends_with("is not a regular file"), "{refused}");
+    let refused = load_tool(&fifo).map(drop).unwrap_err();
+    assert!(refused.to_string().ends_with("is not a regular file"), "{refused}");
+}
