@@ -347,6 +347,12 @@ impl ToolDefinition {
             })
         };
         let input = schema("input_schema")?;
+        if let Some(at) = number_type(input.document(), "") {
+            return Err(reader.error(
+                &format!("/input_schema{at}"),
+                "\"number\" admits fractions, which a call's arguments never hold (integers within ±(2^53 − 1)): declare \"integer\", in minor units where it is money",
+            ));
+        }
         let output = schema("output_schema")?;
         let bindings = bindings(&reader, top)?;
         let approval = approval(&reader, top)?;
@@ -675,4 +681,24 @@ impl ToolRules for DefinedRules {
 pub fn duplicate_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let mut seen = BTreeSet::new();
     names.into_iter().filter(|name| !seen.insert(*name)).collect()
+}
+
+/// The pointer to the first `type` of `schema` that names `"number"` (alone or in a list):
+/// a field declared so would promise fractions the ledger refuses at its door.
+fn number_type(schema: &Value, at: &str) -> Option<String> {
+    match schema {
+        Value::Object(members) => members.iter().find_map(|(name, value)| {
+            let here = format!("{at}/{}", name.replace('~', "~0").replace('/', "~1"));
+            let names_number = |value: &Value| value.as_str() == Some("number");
+            let is_number = name == "type"
+                && (names_number(value)
+                    || value.as_array().is_some_and(|types| types.iter().any(names_number)));
+            if is_number { Some(here) } else { number_type(value, &here) }
+        }),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| number_type(item, &format!("{at}/{index}"))),
+        _ => None,
+    }
 }

@@ -34,6 +34,9 @@ pub(crate) struct TokenDecl {
     pub(crate) token: String,
     pub(crate) tenant: String,
     pub(crate) subject: String,
+    /// The approver this token stands for, when it may present approvals in `_meta`
+    /// (an approvals console's token, never an agent's).
+    pub(crate) approver: Option<String>,
 }
 
 impl std::fmt::Debug for TokenDecl {
@@ -218,7 +221,7 @@ impl McpConfig {
 }
 
 fn token(file: &str, at: &str, value: &Value) -> Result<TokenDecl, String> {
-    let members = table(file, at, value, &["token_env", "tenant", "subject"])?;
+    let members = table(file, at, value, &["token_env", "tenant", "subject", "approver"])?;
     let named = |member: &str| {
         text(file, &format!("{at}/{member}"), members.get(member))?
             .ok_or_else(|| refused(file, at, format!("names no {member}")))
@@ -232,7 +235,8 @@ fn token(file: &str, at: &str, value: &Value) -> Result<TokenDecl, String> {
                 format!("the environment variable {variable} holds no token of at least 16 bytes"),
             )
         })?;
-    Ok(TokenDecl { token, tenant: named("tenant")?, subject: named("subject")? })
+    let approver = text(file, &format!("{at}/approver"), members.get("approver"))?;
+    Ok(TokenDecl { token, tenant: named("tenant")?, subject: named("subject")?, approver })
 }
 
 fn upstream(

@@ -184,6 +184,21 @@ impl Gateway {
         Gateway { inner: Arc::clone(&self.inner), session: self.inner.number() }
     }
 
+    /// Who may present an approval in `_meta` on this request (`docs/mcp.md`, "Who
+    /// approves"): the stdio host, and a loopback listener's caller when no tokens are
+    /// configured (both the configuration's own principal), may present any; over a
+    /// listener with tokens, only a token declared with an `approver`, as that approver.
+    fn presenter(&self, context: &RequestContext<RoleServer>) -> Presenter {
+        match context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+        {
+            None => Presenter::Host,
+            Some(principal) => Presenter::Token(principal.approver.clone()),
+        }
+    }
+
     /// Who makes the call: the bearer token's principal over HTTP, else the
     /// configuration's (stdio, or a loopback listener without tokens).
     fn principal(&self, context: &RequestContext<RoleServer>) -> (String, String) {
@@ -267,6 +282,7 @@ impl Gateway {
         );
         match approve(
             approval,
+            &self.presenter(context),
             &asked,
             &[&tenant, &subject, &ledgered.ledger_name, &key],
             params,
@@ -603,12 +619,31 @@ fn unix_now() -> i64 {
         .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// Who presents an approval in a request's `_meta`.
+enum Presenter {
+    /// The host that started the gateway (stdio), or a loopback caller without tokens:
+    /// the configuration's own principal.
+    Host,
+    /// A bearer token's holder, and the approver the configuration declares it for.
+    Token(Option<String>),
+}
+
+impl Presenter {
+    fn may_present(&self, approver_id: &str) -> bool {
+        match self {
+            Presenter::Host => true,
+            Presenter::Token(approver) => approver.as_deref() == Some(approver_id),
+        }
+    }
+}
+
 /// The approval of a new call of a tool a person approves: one the host presents in
 /// `_meta`, the person's answer to the gateway's elicitation (in this request's input
 /// responses on 2026-07-28, or asked now on earlier protocols), or a refusal saying what
 /// to do.
 async fn approve(
     approval: &ApprovalDecl,
+    presenter: &Presenter,
     asked: &str,
     scope: &[&str],
     params: &CallToolRequestParams,
@@ -629,6 +664,15 @@ async fn approve(
             time("approved_at"),
             time("expires_at"),
         ) {
+            (Some(_), Some(approver_id), Some(_), Some(_))
+                if !presenter.may_present(&approver_id) =>
+            {
+                Approved::Refused(tool_error(
+                    "APPROVAL_INVALID",
+                    "over HTTP with tokens, an approval is presented only with a token the configuration declares for that approver; this one may not present it. Nothing was accepted or sent",
+                    None,
+                ))
+            }
             (Some(approval_id), Some(approver_id), Some(approved_at), Some(expires_at)) => {
                 Approved::Grant(Grant { approval_id, approver_id, approved_at, expires_at })
             }

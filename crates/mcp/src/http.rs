@@ -22,6 +22,8 @@ use crate::{config::TokenDecl, gateway::Gateway};
 pub(crate) struct Principal {
     pub(crate) tenant: String,
     pub(crate) subject: String,
+    /// The approver the token stands for, when it may present approvals.
+    pub(crate) approver: Option<String>,
 }
 
 /// Whether `presented` is `expected`, in time that does not depend on where they differ.
@@ -34,10 +36,13 @@ fn same(presented: &[u8], expected: &[u8]) -> bool {
 fn authorized(request: &Request<Incoming>, tokens: &[TokenDecl]) -> Option<Principal> {
     let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let presented = value.strip_prefix("Bearer ")?.trim();
-    tokens
-        .iter()
-        .find(|token| same(presented.as_bytes(), token.token.as_bytes()))
-        .map(|token| Principal { tenant: token.tenant.clone(), subject: token.subject.clone() })
+    tokens.iter().find(|token| same(presented.as_bytes(), token.token.as_bytes())).map(|token| {
+        Principal {
+            tenant: token.tenant.clone(),
+            subject: token.subject.clone(),
+            approver: token.approver.clone(),
+        }
+    })
 }
 
 fn unauthorized() -> Response<BoxBody<Bytes, Infallible>> {

@@ -5,7 +5,7 @@ use rmcp::{
     RoleClient, ServiceError, ServiceExt,
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode,
-        MetaObject, RequestMetaObject, ServerResult, SubscribeRequestParams,
+        MetaObject, PingRequest, RequestMetaObject, ServerResult, SubscribeRequestParams,
     },
     service::{Peer, PeerRequestOptions, RunningService},
     transport::{
@@ -13,7 +13,13 @@ use rmcp::{
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
@@ -29,6 +35,11 @@ use crate::{
 /// through `npx` or by a cold interpreter can take seconds before it answers anything,
 /// and the start sends nothing a call could duplicate (`docs/mcp.md`, "Timeouts").
 pub(crate) const START_BOUND: Duration = Duration::from_secs(60);
+
+/// How long an upstream whose request timed out has to answer a `ping` before its
+/// connection is dropped and made again (its child process restarted): a slow tool
+/// leaves a live server that answers at once, a frozen one answers nothing.
+pub(crate) const PING_BOUND: Duration = Duration::from_secs(2);
 
 /// What an upstream serves besides tools, as it declared at initialization.
 #[derive(Debug, Clone, Copy, Default)]
@@ -65,13 +76,16 @@ pub(crate) struct Upstream {
     client: Mutex<Option<RunningService<RoleClient, Asking>>>,
     /// The calls in flight on it, for its progress and log messages.
     relays: Arc<Relays>,
+    /// A request timed out since the connection was last known to answer: the next
+    /// use pings it first.
+    suspect: AtomicBool,
 }
 
 impl Upstream {
     /// Upstream `decl`, whose announcements outside any call go to `hosts`.
     pub(crate) fn new(decl: UpstreamDecl, hosts: Arc<Hosts>) -> Upstream {
         let relays = Arc::new(Relays::new(&decl.name, hosts));
-        Upstream { decl, client: Mutex::new(None), relays }
+        Upstream { decl, client: Mutex::new(None), relays, suspect: AtomicBool::new(false) }
     }
 
     /// A new connection, its start (the child spawned, `initialize` answered) bounded
@@ -123,7 +137,7 @@ impl Upstream {
     async fn live(&self, bound: Duration) -> Result<Peer<RoleClient>, String> {
         let mut client = self.client.lock().await;
         if let Some(running) = client.as_ref() {
-            if !running.is_transport_closed() {
+            if !running.is_transport_closed() && self.answers(running).await {
                 return Ok(running.peer().clone());
             }
         }
@@ -144,6 +158,27 @@ impl Upstream {
             let _ = tokio::time::timeout(self.decl.timeout, subscribed).await;
         }
         Ok(peer)
+    }
+
+    /// Whether the connection is to be kept: yes, unless a request on it timed out and
+    /// it does not answer a `ping` within [`PING_BOUND`] either (a server frozen with
+    /// its process alive, which would otherwise time out every call for ever).
+    async fn answers(&self, running: &RunningService<RoleClient, Asking>) -> bool {
+        if !self.suspect.swap(false, Ordering::SeqCst) {
+            return true;
+        }
+        let ping = running.peer().send_request(ClientRequest::PingRequest(PingRequest::default()));
+        let answered = matches!(
+            tokio::time::timeout(PING_BOUND.min(self.decl.timeout), ping).await,
+            Ok(Ok(_))
+        );
+        if !answered {
+            crate::log(&format!(
+                "upstream {} timed out and does not answer a ping: restarting it",
+                self.decl.name
+            ));
+        }
+        answered
     }
 
     /// Every tool the upstream lists, as JSON.
@@ -217,6 +252,9 @@ impl Upstream {
         };
         let answer = handle.await_response().await;
         drop(in_flight);
+        if matches!(answer, Err(ServiceError::Timeout { .. })) {
+            self.suspect.store(true, Ordering::SeqCst);
+        }
         match answer? {
             ServerResult::CallToolResult(result) => Ok(result),
             _ => Err(ServiceError::UnexpectedResponse),

@@ -439,22 +439,8 @@ impl ServiceDecl {
     /// ```
     pub fn base_url(&self) -> Result<String, Error> {
         let url = resolve(&self.base_url, &format!("services.{}.base_url", self.name))?;
-        if url.starts_with("https://") {
-            return Err(Error::invalid(format!(
-                "services.{}.base_url: TLS is not built in; use http:// (a local proxy can \
-                 terminate TLS)",
-                self.name
-            )));
-        }
-        match url.strip_prefix("http://") {
-            Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
-                Ok(url.trim_end_matches('/').to_owned())
-            }
-            _ => Err(Error::invalid(format!(
-                "services.{}.base_url: expected http://HOST:PORT",
-                self.name
-            ))),
-        }
+        checked_base_url(&url)
+            .map_err(|reason| Error::invalid(format!("services.{}.base_url: {reason}", self.name)))
     }
 
     /// The headers, each value read from its environment variable.
@@ -485,6 +471,25 @@ impl ServiceDecl {
                 Ok((header.clone(), value))
             })
             .collect()
+    }
+}
+
+/// A service's base URL as requests are made to it (no trailing `/`), or why it cannot
+/// be one: one rule for a URL written in the file (checked when it is read) and one
+/// read from the environment (checked when it is used).
+fn checked_base_url(url: &str) -> Result<String, &'static str> {
+    if url.get(..8).is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://")) {
+        return Err("TLS is not built in; use http:// (a local proxy can terminate TLS)");
+    }
+    match url.strip_prefix("http://") {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with('/')
+                && rest.bytes().all(|byte| byte.is_ascii_graphic()) =>
+        {
+            Ok(url.trim_end_matches('/').to_owned())
+        }
+        _ => Err("expected http://HOST:PORT"),
     }
 }
 
@@ -562,7 +567,11 @@ fn service(file: &str, name: &str, value: &Value) -> Result<ServiceDecl, Error> 
         }
     };
     let base_url = match (text("base_url")?, text("base_url_env")?) {
-        (Some(url), None) => Setting::Literal(url),
+        (Some(url), None) => {
+            checked_base_url(&url)
+                .map_err(|reason| refused(file, &format!("{at}/base_url"), reason))?;
+            Setting::Literal(url)
+        }
         (None, Some(variable)) if is_env_name(&variable) => Setting::Env(variable),
         (None, Some(_)) => {
             return Err(refused(

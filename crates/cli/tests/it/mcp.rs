@@ -962,6 +962,33 @@ fn a_hanging_upstream_is_bounded_by_its_timeout_and_stays_unknown_without_a_seco
 }
 
 #[test]
+fn an_upstream_frozen_with_its_process_alive_is_restarted_after_a_ping_goes_unanswered() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"freeze": ["ord-7"]}));
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([
+            pay("ord-7", 700, "pay-ord-7"),
+            pay("ord-8", 800, "pay-ord-8"),
+            pay("ord-9", 900, "pay-ord-9"),
+        ]),
+        LIMIT,
+    );
+    // The frozen call may have happened: unknown, as a hang is.
+    assert_eq!(code(&answers[0]), "OUTCOME_UNKNOWN", "{}", answers[0]);
+    // The next calls find the upstream dead to a ping and start it again: they are
+    // performed, not timed out one after another.
+    assert_eq!(code(&answers[1]), "OK", "{}", answers[1]);
+    assert_eq!(code(&answers[2]), "OK", "{}", answers[2]);
+    let made = payments(&dir);
+    assert_eq!(
+        made.iter().map(|(order, _)| order.as_str()).collect::<Vec<_>>(),
+        ["ord-8", "ord-9"]
+    );
+}
+
+#[test]
 fn an_upstream_slower_to_start_than_its_timeout_is_waited_for_when_the_gateway_starts() {
     let dir = Dir::new();
     let config = payments_config(&dir, "");
@@ -1783,5 +1810,53 @@ fn out_of_domain_arguments_are_input_invalid_with_nothing_written_and_an_integra
     assert_eq!(again["meta"]["io.toolledger/replayed"], true, "{again}");
     // Nothing the door refused was written or sent: one operation, one payment.
     assert_eq!((operations(&dir), payments(&dir).len()), (1, 1));
+    audit_passes(&dir);
+}
+
+#[test]
+fn over_http_only_a_token_declared_for_an_approver_presents_that_approvers_approval() {
+    let dir = Dir::new();
+    let tokens = r#"
+[[mcp.tokens]]
+token_env = "GATEWAY_TOKEN_AGENT"
+tenant = "acme"
+subject = "agent-1"
+
+[[mcp.tokens]]
+token_env = "GATEWAY_TOKEN_CONSOLE"
+tenant = "acme"
+subject = "agent-1"
+approver = "ops-lead"
+"#;
+    let config =
+        payments_config(&dir, "approval = { approver = \"ops-lead\", max_validity_seconds = 300 }");
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "\n[mcp.upstreams.payments]",
+        &format!("{tokens}\n[mcp.upstreams.payments]"),
+        1,
+    );
+    dir.write("toolledger.toml", text.as_bytes());
+    let (agent, console) = ("agent-token-0123456789abcdef", "console-token-0123456789abcdef");
+    let env = [("GATEWAY_TOKEN_AGENT", agent), ("GATEWAY_TOKEN_CONSOLE", console)];
+    let (gateway, url) = listening(&dir, &config, &env);
+    let now = unix_now();
+    let approved = |order: &str, approver: &str| {
+        let mut call = pay(order, 100, &format!("pay-{order}"));
+        call["meta"] = json!({"io.toolledger/approval": {"approval_id": "appr-60",
+            "approver_id": approver, "approved_at": now - 5, "expires_at": now + 60}});
+        call
+    };
+    // The agent's own token cannot write itself an approval by the person's name.
+    let forged = http_host(&url, Some(agent), &json!([approved("ord-60", "ops-lead")]));
+    assert_eq!(code(&forged[0]), "APPROVAL_INVALID", "{}", forged[0]);
+    // The console's token presents its approver's approval, and no one else's.
+    let other = http_host(&url, Some(console), &json!([approved("ord-61", "someone-else")]));
+    assert_eq!(code(&other[0]), "APPROVAL_INVALID", "{}", other[0]);
+    let presented = http_host(&url, Some(console), &json!([approved("ord-62", "ops-lead")]));
+    assert_eq!(code(&presented[0]), "OK", "{}", presented[0]);
+    let made: Vec<String> = payments(&dir).into_iter().map(|(order, _)| order).collect();
+    assert_eq!(made, ["ord-62"]);
+    assert_eq!(operations(&dir), 1);
+    stop_cleanly(&dir, gateway);
     audit_passes(&dir);
 }

@@ -271,3 +271,35 @@ fn a_header_variable_holding_a_line_break_is_refused_before_anything_is_accepted
     // Nothing was accepted for a request that could never be sent: no ledger was made.
     assert!(!crate::mcp::ledger_ready(&dir));
 }
+
+#[test]
+fn tools_check_refuses_what_every_command_would_refuse() {
+    let dir = Dir::new();
+    let refusal = |config: &[u8]| {
+        dir.write("check.toml", config);
+        let refused = dir.run(&["tools", "check", "--config", "check.toml"]);
+        assert_eq!(refused.code, 2, "{refused:?}");
+        let error: Value = serde_json::from_str(refused.stderr.trim()).unwrap();
+        assert_eq!(error["error"]["code"], "USAGE_ERROR");
+        error["error"]["message"].as_str().unwrap().to_owned()
+    };
+    for url in
+        ["https://127.0.0.1:9", "HTTPS://127.0.0.1:9", "ftp://127.0.0.1:9", "http://", "http:///x"]
+    {
+        let message =
+            refusal(format!("[services.s]\nbase_url = {url:?}\nidentity = \"s@1\"\n").as_bytes());
+        assert!(message.contains("at /services/s/base_url"), "{url}: {message}");
+    }
+    // A field no argument can ever fill with a fraction is not declared as if one could.
+    let message = refusal(
+        br#"
+[[tools]]
+name = "tip"
+description = "Tip."
+input_schema = { type = "object", properties = { amount = { type = ["number", "null"] } } }
+output_schema = { type = "object" }
+"#,
+    );
+    assert!(message.contains("/input_schema/properties/amount/type"), "{message}");
+    assert!(message.contains("declare \"integer\""), "{message}");
+}

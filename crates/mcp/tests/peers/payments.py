@@ -16,7 +16,10 @@ file named by ``PAYMENTS_FAULTS`` (absent variable or file: no faults). Each
 key lists the ``order_id`` values it applies to::
 
     {"drop_after_commit": [...], "drop_before_commit": [...], "hang": [...],
-     "off_schema": [...], "refuse": [...]}
+     "freeze": [...], "off_schema": [...], "refuse": [...]}
+
+(``hang`` sleeps in the call, and the server goes on answering; ``freeze`` blocks the
+whole process, which stays alive and answers nothing, not even a ping.)
 
 and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
 after it: a window in which a crash campaign kills the caller. ``"start_delay_ms": N``,
@@ -49,6 +52,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -280,7 +284,7 @@ async def confirmed(args: dict[str, Any], ctx: ServerRequestContext[Any]) -> boo
     return answer.action == "accept" and (answer.content or {}).get("confirm") is True
 
 
-FAULT_KINDS = ("drop_after_commit", "drop_before_commit", "hang", "off_schema", "refuse")
+FAULT_KINDS = ("drop_after_commit", "drop_before_commit", "hang", "freeze", "off_schema", "refuse")
 
 
 def open_state() -> sqlite3.Connection:
@@ -404,6 +408,8 @@ async def create_payment(
         return tool_error("the payer did not confirm the charge")
     if "hang" in faults:
         await anyio.sleep(HANG_SECONDS)
+    if "freeze" in faults:
+        time.sleep(HANG_SECONDS)
     delay = read_delay()
     await anyio.sleep(delay)
     row = insert_payment(conn, args)
