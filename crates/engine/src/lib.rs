@@ -1,17 +1,20 @@
-//! toolledger's flows: `dispatch` (and `enqueue`), the directed worker `process`, and the
-//! explicit status query `status`.
+//! toolledger's flows: `dispatch` (and `enqueue`), the directed worker `process`, the
+//! explicit status query `status`, a relay's batch (`relay_batch`) and an operator's
+//! settlement (`resolve`).
 //!
 //! The [`Engine`] drives a [`LedgerStore`] (the ledger), a [`Downstream`] (where the side
 //! effect happens) and a [`PrincipalResolver`] (the *current* roles, asked at every
 //! check). Each tool's [`ToolRules`](toolledger_contract::ToolRules) judge authorization,
 //! the business precondition and the approval policy. The engine reads no clock: every
-//! instant comes from the call. It never turns an unknown outcome into a success, and
-//! once an intent is accepted in a call, no failure is answered as an error.
+//! instant is handed in (a call's clock, a relay's or an operator's instant). It never
+//! turns an unknown outcome into a success, and once an intent is accepted in a call, no
+//! failure is answered as an error.
 //!
 //! Answers are [`Answer`]s (PASS or BLOCK packages); [`EngineError`] is for what is not
 //! a business answer (the resolver or the store failed before anything was accepted).
-//! Opening a SQLite ledger and rendering the audit belong to the composition root (the
-//! `toolledger` crate and the command line).
+//! Opening a ledger (a SQLite file or a PostgreSQL database) and rendering the audit
+//! belong to the composition root, the `toolledger` facade; the command line reaches
+//! both through it.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 

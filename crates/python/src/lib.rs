@@ -898,7 +898,14 @@ impl Ledger {
             recipe.simulated = false;
             recipe.tools.clear();
         }
-        recipe.tools.retain(|known| known.name != tool.spec.name);
+        // A name is one tool, as in a configuration: a second one would silently take the
+        // first's place (and its performer) under calls already accepted for the first.
+        if recipe.tools.iter().any(|known| known.name == tool.spec.name) {
+            return Err(invalid(format!(
+                "the ledger already serves a tool named {}: a name is one tool",
+                tool.spec.name
+            )));
+        }
         recipe.tools.push(tool.spec.clone());
         recipe.python.insert(tool.spec.name.clone(), target);
         let reopened = py.detach(|| recipe.open()).map_err(|err| raise(&err))?;
@@ -978,8 +985,16 @@ fn parse_ref(text: &str) -> PyResult<StatusRef> {
     StatusRef::new(text).map_err(|_| invalid("not a status ref (sr_ and 32 hex digits)".to_owned()))
 }
 
+/// Whether `text` is an idempotency key, by the ledger's own rule (the adapters ask it
+/// before a human is asked to approve a call that could never be keyed).
+#[pyfunction]
+fn is_key(text: &str) -> bool {
+    toolledger::Identifier::new(text).is_ok()
+}
+
 #[pymodule]
 fn _toolledger(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(is_key, module)?)?;
     module.add_class::<Ledger>()?;
     module.add_class::<Tool>()?;
     module.add_class::<Call>()?;

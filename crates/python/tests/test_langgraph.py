@@ -4,6 +4,7 @@ what already happened instead of executing it again."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -128,3 +129,97 @@ def test_an_approver_the_policy_does_not_name_is_refused(sqlite_location):
     )
     assert results["call_pay_1"].artifact["code"] == "APPROVAL_INVALID"
     assert ("pay", "bob") not in performed
+
+
+def test_a_refused_approval_answers_a_block_package(sqlite_location):
+    results, performed, _ = resumed(sqlite_location, "t-5", {"approved": False})
+    refused = results["call_pay_1"]
+    assert refused.status == "error"
+    assert refused.artifact["gate"] == "BLOCK"
+    assert refused.artifact["code"] == "APPROVAL_INVALID"
+    assert refused.artifact["message"]
+    assert json.loads(refused.content) == refused.artifact
+    assert ("pay", "bob") not in performed
+
+
+def test_an_answer_that_names_no_approver_is_refused_not_raised(sqlite_location):
+    for n, answer in enumerate([{"approved": True}, {"approved": True, "approver_id": None},
+                                {"approved": True, "approver_id": ""}]):
+        results, performed, accepted = resumed(sqlite_location, f"t-6-{n}", answer)
+        refused = results["call_pay_1"]
+        assert refused.status == "error"
+        assert refused.artifact["code"] == "APPROVAL_INVALID"
+        assert "approver" in refused.artifact["message"]
+        assert ("pay", "bob") not in performed
+        assert "pay" not in accepted
+
+
+def test_an_answer_whose_approval_is_malformed_is_refused_not_raised(sqlite_location):
+    for n, answer in enumerate([
+        {"approved": True, "approver_id": "lead 2"},
+        {"approved": True, "approver_id": "lead-2", "approval_id": "not an id"},
+        {"approved": True, "approver_id": "lead-2", "expires_in": "soon"},
+    ]):
+        results, performed, accepted = resumed(sqlite_location, f"t-7-{n}", answer)
+        refused = results["call_pay_1"]
+        assert refused.status == "error"
+        assert refused.artifact["code"] == "APPROVAL_INVALID"
+        assert ("pay", "bob") not in performed
+        assert "pay" not in accepted
+
+
+def test_a_tool_call_id_that_is_not_a_key_is_answered_not_raised(sqlite_location):
+    for n, call_id in enumerate(["call pay 1", "-call", "c" * 129, "appel-é"]):
+        performed: list = []
+        model = GenericFakeChatModel(messages=iter([
+            AIMessage("", tool_calls=[
+                {"name": "open_ticket", "args": {"queue": "billing"}, "id": call_id},
+            ]),
+            AIMessage("The ticket could not be opened."),
+        ]))
+        with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+            graph = build(ledger, model, performed)
+            thread = {"configurable": {"thread_id": f"t-8-{n}"}}
+            done = graph.invoke({"messages": [HumanMessage("open a ticket")]}, thread)
+            answered = [m for m in done["messages"] if m.type == "tool"]
+            assert [m.tool_call_id for m in answered] == [call_id]
+            assert answered[0].status == "error"
+            assert answered[0].artifact["code"] == "USAGE_ERROR"
+            assert "not an idempotency key" in answered[0].artifact["message"]
+            assert performed == [] and ledger.list() == []
+
+
+def test_an_approval_tool_call_whose_id_is_not_a_key_asks_nobody(sqlite_location):
+    performed: list = []
+    model = GenericFakeChatModel(messages=iter([
+        AIMessage("", tool_calls=[
+            {"name": "pay", "args": {"payer": "bob", "amount_minor": 2500, "currency": "EUR"},
+             "id": "call pay 1"},
+        ]),
+        AIMessage("bob could not be paid."),
+    ]))
+    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+        graph = build(ledger, model, performed)
+        done = graph.invoke({"messages": [HumanMessage("pay bob")]},
+                            {"configurable": {"thread_id": "t-9"}})
+        assert "__interrupt__" not in done
+        answered = [m for m in done["messages"] if m.type == "tool"]
+        assert answered[0].artifact["code"] == "USAGE_ERROR"
+        assert performed == [] and ledger.list() == []
+
+
+def test_the_adapters_key_rule_is_the_ledgers(sqlite_location):
+    # The adapter checks a tool call's id before it asks a human; the ledger checks it
+    # again at dispatch. The two rules must agree.
+    from toolledger._adapt import is_key
+
+    ids = ["a", "0", "call_1", "call.1:x-y", "A" * 128, "", "-a", ".a", "_a", "a b",
+           "a/b", "a" * 129, "é", "a\u00e9", "a\n", "call#1"]
+    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+        for key in ids:
+            try:
+                ledger.dispatch(tl.Call("refund_order", {}, key=key))
+                ledger_takes_it = True
+            except tl.InvalidError:
+                ledger_takes_it = False
+            assert is_key(key) == ledger_takes_it, key

@@ -9,6 +9,7 @@ import json
 
 from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
 
 import toolledger as tl
 import toolledger.openai_agents
@@ -82,4 +83,19 @@ def test_a_rejected_call_is_never_performed(sqlite_location):
         state = paused.to_state()
         state.reject(paused.interruptions[0])
         asyncio.run(Runner.run(agent, state))
+        assert performed == [] and ledger.list() == []
+
+
+def test_a_direct_invoke_without_the_sdks_approval_performs_nothing(sqlite_location):
+    # The tool invoked outside Runner's approval flow: no approval was recorded for this
+    # call, so the adapter presents none and the ledger refuses the call.
+    performed: list = []
+    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+        tools = toolledger.openai_agents.function_tools([payments(ledger, performed, True)],
+                                                        approver_id="lead-2")
+        arguments = json.dumps(PAY)
+        context = ToolContext(context=None, tool_name="pay", tool_call_id="call_pay_9",
+                              tool_arguments=arguments)
+        answer = json.loads(asyncio.run(tools[0].on_invoke_tool(context, arguments)))
+        assert answer["gate"] == "BLOCK" and answer["code"] == "APPROVAL_INVALID"
         assert performed == [] and ledger.list() == []

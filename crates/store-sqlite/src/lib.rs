@@ -5,11 +5,14 @@
 //! `toolledger-store`, and so a [`LedgerStore`](toolledger_store::LedgerStore) and an
 //! [`OperatorStore`](toolledger_store::OperatorStore) (and, through the engine, the
 //! stand-in's `StandInReceipts`), with the store crate's statements
-//! and commit points (`docs/schema.md`): every write is one `BEGIN IMMEDIATE`
-//! transaction, and writes of different threads that arrive together share one commit
+//! and commit points (`docs/schema.md`). What is SQLite's here is how they are run:
+//! every write is one `BEGIN IMMEDIATE` transaction (the write lock taken before the
+//! first read), and writes of different threads that arrive together share one commit
 //! (group commit, each in its own savepoint).
 //! Every read re-verifies what it returns with `toolledger_store::verify`. The store
-//! reads no clock: every instant is handed in.
+//! reads no wall clock: every instant it records or judges is handed in; only its waits
+//! for another connection's lock read the monotonic clock, against their bound. One
+//! rusqlite type is in its API: the row [`raw_operation`] decodes.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 

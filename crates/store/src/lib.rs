@@ -1,15 +1,20 @@
 //! The durable ledger: where toolledger's facts live.
 //!
-//! This crate is the engine↔store boundary and names no database: [`LedgerStore`]
+//! This crate is the engine↔store boundary and holds no database driver: [`LedgerStore`]
 //! (the commit points), [`OperatorStore`] (what an operator reads and does), the model
 //! they speak, the verification every read applies to a decoded row, and the audit's
-//! invariants. The simulated downstream's own storage is not part of it: the engine's
+//! invariants. It writes every statement the backends run and renders each for a
+//! [`Dialect`](driver::Dialect), SQLite's or PostgreSQL's, but runs none itself. The
+//! simulated downstream's own storage is not part of it: the engine's
 //! `StandInReceipts` writes its receipts through this crate's driver seam.
 //! `toolledger-store-sqlite` (the embedded default) and `toolledger-store-postgres`
-//! implement it. Every store implements the transactions of `docs/schema.md`:
+//! implement it. Every store implements the transactions of `docs/schema.md`, each commit
+//! point in one transaction of the backend's own kind (`toolledger-store-sqlite` begins
+//! it with `BEGIN IMMEDIATE`, `toolledger-store-postgres` runs it at `READ COMMITTED`
+//! with row locks):
 //!
 //! - **A** [`reserve`](LedgerStore::reserve): operation + outbox event + call identity in
-//!   one `BEGIN IMMEDIATE`; an existing scope is returned for the caller to compare;
+//!   one transaction; an existing scope is returned for the caller to compare;
 //!   [`reserve_claimed`](LedgerStore::reserve_claimed) also leases the new event to the
 //!   dispatcher that will work it (A and the claim in one commit);
 //! - **claim** [`claim`](LedgerStore::claim): pending, or processing with an expired
@@ -17,14 +22,18 @@
 //! - **B** ([`ledger::RecordReceipts`]): the offline downstream stand-in's own commit,
 //!   idempotent on `downstream_request_ref`, run by the engine's stand-in (a real
 //!   downstream commits on its own side);
-//! - **C** [`end`](LedgerStore::end): local receipt + operation succeeded +
-//!   outbox delivered in one transaction, by the current lease holder or a status query
-//!   ([`end`](LedgerStore::end), whichever way the operation ends).
+//! - **C** [`end`](LedgerStore::end), whichever way the operation ends: local receipt +
+//!   operation succeeded + outbox delivered, or the operation and its event failed (with
+//!   the refusal's reason) or quarantined (with the receipt and the rule it broke), in
+//!   one transaction, by the current lease holder, a status query or an operator
+//!   settling it by hand.
 //!
 //! Every read re-verifies what it returns (canonical JSON, recomputed digests) and
-//! answers `STORE_CONTRACT_VIOLATION` on any difference. The store reads no clock: every
-//! instant is handed in. `docs/schema.md` documents the tables, invariants and state
-//! machine.
+//! answers `STORE_CONTRACT_VIOLATION` on any difference. The store reads no wall clock:
+//! every instant a write records or judges is handed in as a [`Now`] (a backend's
+//! [`Db::now`](driver::Db::now) may put the database's clock in its place); [`Waits`]
+//! reads the monotonic clock only to bound a wait. `docs/schema.md` documents the tables,
+//! invariants and state machine.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
@@ -82,8 +91,8 @@ pub use crate::{
     waits::{DEFAULT_BUSY_TIMEOUT_MS, Waits},
 };
 
-/// The name of the command line's simulated downstream, whose receipts live in the
-/// store's `downstream_receipts` table (written by commit B, [`ledger::RecordReceipts`]).
+/// The name of the simulated downstream (the engine's `StandIn`), whose receipts live in
+/// the store's `downstream_receipts` table (written by commit B, [`ledger::RecordReceipts`]).
 pub const STAND_IN_NAME: &str = "toolledger-stand-in";
 /// The revision of the simulated downstream.
 pub const STAND_IN_REVISION: &str = "1";

@@ -1,4 +1,4 @@
-//! The values that cross the engine↔store boundary. None of them is a SQLite type.
+//! The values that cross the engine↔store boundary. None of them is a database driver's type.
 
 use serde_json::Value;
 use toolledger_contract::{
@@ -29,7 +29,7 @@ pub enum OperationStatus {
 }
 
 impl OperationStatus {
-    /// `pending`, `processing`, `succeeded`, `failed` or `quarantined`.
+    /// `pending`, `processing`, `succeeded`, `failed`, `quarantined` or `dead`, as stored.
     pub fn as_str(self) -> &'static str {
         match self {
             OperationStatus::Pending => "pending",

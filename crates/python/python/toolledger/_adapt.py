@@ -1,5 +1,6 @@
-"""What the framework adapters share: the text a model is handed for a reply, and the
-approval a framework's human decision becomes."""
+"""What the framework adapters share: the text a model is handed for a reply, the
+approval a framework's human decision becomes, and the BLOCK package an adapter answers
+itself for a tool call the ledger never saw."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ import time
 from typing import Any, Iterable
 
 from ._toolledger import Approval, Reply
+from ._toolledger import is_key as _is_key
+
+def is_key(text: Any) -> bool:
+    """Whether `text` is an idempotency key, by the ledger's own rule (asked of the
+    binding, never written here twice): the adapters check a tool call's id first, so a
+    call that can never be keyed is answered before a human is asked to approve it."""
+    return isinstance(text, str) and _is_key(text)
+
+
+def refusal(code: str, message: str) -> dict[str, Any]:
+    """The BLOCK package of a tool call refused before the ledger saw it, so with no
+    status and no status ref: nothing was accepted and nothing was sent. `code` is one
+    of the ledger's codes."""
+    return {"gate": "BLOCK", "code": code, "status": None, "status_ref": None,
+            "message": message}
 
 
 def model_text(reply: Reply) -> str:

@@ -66,6 +66,11 @@ class Ledger(_toolledger.Ledger):
         Inside the function, :func:`toolledger.downstream.current_request` is the request
         (its ``request_ref`` is the key to hand a service).
 
+        A name is one tool: under a name the ledger already serves (from its config, its
+        ``tools`` or an earlier ``@ledger.tool``) it raises :class:`InvalidError`
+        (``USAGE_ERROR``) and the first tool stays. The simulation's ``refund_order`` is
+        not one: the first tool registered ends the simulation.
+
         >>> import os, tempfile
         >>> from toolledger import Ledger
         >>> ledger = Ledger.open(os.path.join(tempfile.mkdtemp(), "l.sqlite3"), tenant="acme", subject="u-1")

@@ -14,19 +14,25 @@ the payload names the tool, the arguments and the key; the resume value is
 resume whose ``arguments`` differ from the call's is refused, and an approval that
 expired is ``APPROVAL_EXPIRED``. Nothing is accepted before the human answers.
 
+Whatever is refused is answered, never raised: a ``ToolMessage`` with ``status="error"``
+whose ``artifact`` is a BLOCK package. A refusal, an answer that names no approver or
+holds a malformed approval, or one for other arguments is ``APPROVAL_INVALID``; a tool
+call whose id is not an idempotency key is ``USAGE_ERROR``, and no human is asked.
+
 Needs ``langgraph`` and ``langchain-core`` (``pip install "toolledger[langgraph]"``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
 from ._ledger import LedgeredTool
-from ._adapt import approval_for, model_text
-from ._toolledger import Call
+from ._adapt import approval_for, is_key, model_text, refusal
+from ._toolledger import Approval, Call
 
 __all__ = ["LedgerTool", "tools"]
 
@@ -50,6 +56,12 @@ class LedgerTool(BaseTool):
                 "({'type': 'tool_call', 'id': ..., 'args': ...}): its id is the key"
             )
         call_id, arguments = input["id"], input.get("args", {})
+        if not is_key(call_id):
+            return self._refused(
+                call_id, "USAGE_ERROR",
+                "the tool call's id is not an idempotency key (1 to 128 bytes of "
+                "[A-Za-z0-9_.:-], starting with a letter or digit): nothing was sent",
+            )
         approval = None
         if self.ledgered.tool.requires_approval:
             from langgraph.types import interrupt
@@ -58,40 +70,66 @@ class LedgerTool(BaseTool):
                 {"status": "approval_required", "tool": self.name, "arguments": arguments,
                  "key": call_id}
             )
-            if not isinstance(answer, dict) or answer.get("approved") is not True:
-                return self._message(call_id, None, "the human did not approve it: nothing was sent")
-            if "arguments" in answer and answer["arguments"] != arguments:
-                return self._message(
-                    call_id, None,
-                    "APPROVAL_INVALID: the approval is for other arguments: nothing was sent",
-                )
-            approval = approval_for(
-                call_id,
-                str(answer["approver_id"]),
-                approval_id=answer.get("approval_id"),
-                approved_at=answer.get("approved_at"),
-                valid_for=int(answer.get("expires_in", 600)),
-                approvers=self.approvers,
-            )
+            approval = self._approval(call_id, arguments, answer)
+            if isinstance(approval, ToolMessage):
+                return approval
         reply = self.ledgered.ledger.dispatch(
             Call(self.ledgered.tool.name, arguments, key=call_id, tenant=self.tenant,
                  subject=self.subject, approval=approval, context=self.context)
         )
-        return self._message(call_id, reply, model_text(reply))
+        return self._message(call_id, reply)
+
+    def _approval(self, call_id: str, arguments: Any, answer: Any) -> Approval | ToolMessage:
+        """The approval the human's `answer` becomes, or the refusal to answer instead
+        (nothing is accepted)."""
+        if not isinstance(answer, dict) or answer.get("approved") is not True:
+            return self._refused(call_id, "APPROVAL_INVALID",
+                                 "the human did not approve it: nothing was sent")
+        if "arguments" in answer and answer["arguments"] != arguments:
+            return self._refused(call_id, "APPROVAL_INVALID",
+                                 "the approval is for other arguments: nothing was sent")
+        approver_id = answer.get("approver_id")
+        if approver_id is None or approver_id == "":
+            return self._refused(call_id, "APPROVAL_INVALID",
+                                 "the answer names no approver: nothing was sent")
+        approval_id = answer.get("approval_id")
+        if not is_key(approver_id) or not (approval_id is None or is_key(approval_id)):
+            return self._refused(call_id, "APPROVAL_INVALID",
+                                 "the answer's approver_id or approval_id is not an identifier: "
+                                 "nothing was sent")
+        expires_in, approved_at = answer.get("expires_in", 600), answer.get("approved_at")
+        if not _seconds(expires_in) or not (approved_at is None or _seconds(approved_at)):
+            return self._refused(call_id, "APPROVAL_INVALID",
+                                 "the answer's expires_in or approved_at is not whole seconds: "
+                                 "nothing was sent")
+        return approval_for(call_id, approver_id, approval_id=approval_id,
+                            approved_at=approved_at, valid_for=expires_in,
+                            approvers=self.approvers)
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         import asyncio
 
         return await asyncio.to_thread(self.invoke, input, config, **kwargs)
 
-    def _message(self, call_id: str, reply: Any, text: str) -> ToolMessage:
-        done = reply is not None and reply.done
-        artifact = reply.package if reply is not None else None
-        return ToolMessage(content=text, tool_call_id=call_id, name=self.name,
-                           artifact=artifact, status="success" if done else "error")
+    def _message(self, call_id: str, reply: Any) -> ToolMessage:
+        return ToolMessage(content=model_text(reply), tool_call_id=call_id, name=self.name,
+                           artifact=reply.package,
+                           status="success" if reply.done else "error")
+
+    def _refused(self, call_id: Any, code: str, message: str) -> ToolMessage:
+        """The answer to a tool call refused before the ledger saw it: its BLOCK package,
+        as the artifact and, for the model, as the content."""
+        package = refusal(code, message)
+        return ToolMessage(content=json.dumps(package, ensure_ascii=False, sort_keys=True),
+                           tool_call_id=str(call_id), name=self.name, artifact=package,
+                           status="error")
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a ledgered tool is invoked with the model's tool call, not run directly")
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def tools(

@@ -7,9 +7,13 @@ is resumed or retried replays what already happened instead of executing it agai
 
 ``needs_approval`` is the tool's own policy: a tool whose definition requires approval
 interrupts the run (``result.interruptions``) until the host approves it with
-``RunState.approve``; the SDK invokes it only then, and the adapter turns that decision
-into an approval by ``approver_id`` bound by the ledger to this exact call, valid for
-``approval_seconds``. A rejected call is never invoked, so nothing is accepted.
+``RunState.approve``; the SDK invokes it only then, and the adapter turns the approval
+the SDK recorded for this call id (``ToolContext.is_tool_approved``) into an approval by
+``approver_id`` bound by the ledger to this exact call, valid for ``approval_seconds``.
+A rejected call is never invoked, so nothing is accepted. A tool invoked without a
+recorded approval (``on_invoke_tool`` called directly, outside the SDK's approval flow)
+presents none, and the ledger refuses it: ``APPROVAL_INVALID``, nothing accepted and
+nothing sent.
 
 Needs ``openai-agents`` (``pip install "toolledger[openai-agents]"``).
 """
@@ -48,8 +52,7 @@ def function_tool(
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         key = ctx.tool_call_id
         approval = None
-        if needs_approval:
-            # The SDK invokes a tool that needs approval only once the host approved it.
+        if needs_approval and _approved(ctx, tool.name, key):
             approval = approval_for(key, str(approver_id), valid_for=approval_seconds)
         call = Call(tool.name, json.loads(arguments or "{}"), key=key, tenant=tenant,
                     subject=subject, approval=approval, context=context)
@@ -65,6 +68,14 @@ def function_tool(
         strict_json_schema=False,
         needs_approval=needs_approval,
     )
+
+
+def _approved(ctx: ToolContext[Any], name: str, call_id: str) -> bool:
+    """Whether the SDK recorded an approval of this tool call (``RunState.approve``).
+    Being invoked is not one: ``on_invoke_tool`` can be called outside the SDK's
+    approval flow, and an approval is never made up from ``approver_id`` alone."""
+    approved = getattr(ctx, "is_tool_approved", None)
+    return callable(approved) and approved(name, call_id) is True
 
 
 def function_tools(ledgered: Iterable[LedgeredTool], **options: Any) -> list[FunctionTool]:
