@@ -25,8 +25,15 @@ use std::{
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// Every target in `fuzz/fuzz_targets/`, in the order they run.
-pub(crate) const TARGETS: [&str; 6] =
-    ["json_parse", "case_file", "claims", "stored_row", "http_answer", "tool_definition"];
+pub(crate) const TARGETS: [&str; 7] = [
+    "json_parse",
+    "case_file",
+    "claims",
+    "stored_row",
+    "http_answer",
+    "tool_definition",
+    "accept_path",
+];
 
 /// Runs every target for `minutes` each.
 pub(crate) fn run(root: &Path, minutes: f64) -> Result<String, String> {

@@ -150,6 +150,10 @@ pub enum BlockCode {
     ApprovalInvalid,
     /// The approval's validity ended.
     ApprovalExpired,
+    /// The tool needs a person's approval and none was given (the person declined, or
+    /// could not be asked): nothing was accepted or sent. A frontend that asks the
+    /// person itself (the MCP gateway, a framework's approval flow) answers it.
+    ApprovalRequired,
     /// The business state does not allow the effect.
     BusinessStateInvalid,
     /// The proposal names an unknown tool or its arguments fail the input schema.
@@ -188,7 +192,7 @@ pub enum BlockCode {
 
 impl BlockCode {
     /// Every code, in the contract's order.
-    pub const ALL: [BlockCode; 21] = [
+    pub const ALL: [BlockCode; 22] = [
         BlockCode::OutcomeUnknown,
         BlockCode::IdempotencyConflict,
         BlockCode::CallPurposeConflict,
@@ -196,6 +200,7 @@ impl BlockCode {
         BlockCode::AuthorizationDenied,
         BlockCode::ApprovalInvalid,
         BlockCode::ApprovalExpired,
+        BlockCode::ApprovalRequired,
         BlockCode::BusinessStateInvalid,
         BlockCode::InputInvalid,
         BlockCode::ContractDrift,
@@ -222,6 +227,7 @@ impl BlockCode {
             BlockCode::AuthorizationDenied => "AUTHORIZATION_DENIED",
             BlockCode::ApprovalInvalid => "APPROVAL_INVALID",
             BlockCode::ApprovalExpired => "APPROVAL_EXPIRED",
+            BlockCode::ApprovalRequired => "APPROVAL_REQUIRED",
             BlockCode::BusinessStateInvalid => "BUSINESS_STATE_INVALID",
             BlockCode::InputInvalid => "INPUT_INVALID",
             BlockCode::ContractDrift => "CONTRACT_DRIFT",
@@ -259,6 +265,9 @@ impl BlockCode {
                 "the approval is not eligible, not bound to this call, or not yet valid"
             }
             BlockCode::ApprovalExpired => "the approval has expired",
+            BlockCode::ApprovalRequired => {
+                "this tool needs a person's approval and none was given; nothing was accepted or sent"
+            }
             BlockCode::BusinessStateInvalid => "the business state does not allow this operation",
             BlockCode::InputInvalid => {
                 "the proposal names an unknown tool or fails its input schema"

@@ -2,9 +2,10 @@
 //!
 //! [`Downstream`] is what a host implements over its own client (a payment API, a
 //! ticket system): execute a request idempotently on its `downstream_request_ref`, and
-//! answer a status lookup. It says what happened in the three ways that matter:
-//! a receipt (done), or a [`DownstreamError`] — *not sent* (safe to retry), *refused*
-//! (definitively, nothing happened), *unknown* (it may have happened). It declares a
+//! answer a status lookup. It says what happened in the ways that matter: a receipt
+//! (done), or a [`DownstreamError`] — *not sent* (safe to retry), *refused*
+//! (definitively, nothing happened), *unknown* (it may have happened), or a *conflict*
+//! (the downstream holds another request under this one's ref). It declares a
 //! [`DownstreamIdentity`], recorded with every intent at commit A, so an operation is
 //! only ever worked by the downstream it was accepted for.
 //!
@@ -75,7 +76,7 @@ impl DownstreamRequest {
     }
 }
 
-/// Why a downstream gave no receipt. The three kinds are not interchangeable: each
+/// Why a downstream gave no receipt. The four kinds are not interchangeable: each
 /// leads to a different, honest state. Deliberately exhaustive: the engine matches
 /// every kind, so a new one cannot reach it without a decision about its state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

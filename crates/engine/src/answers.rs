@@ -26,6 +26,11 @@ pub enum Answer {
         code: BlockCode,
         /// The package.
         package: Value,
+        /// For an operation that ended without success: why, as the ledger recorded it
+        /// (the downstream's refusal, a quarantine's reason). Not in the package, which
+        /// carries fixed sentences only; a frontend shows it where its caller may see
+        /// it, without reading the ledger again.
+        ended: Option<String>,
     },
 }
 
@@ -58,13 +63,13 @@ impl Answer {
     /// recovery drills answer this). Any other answer is returned as it is.
     pub fn as_if_lost(self) -> Answer {
         match self {
-            Answer::Block { code: BlockCode::Accepted, mut package } => {
+            Answer::Block { code: BlockCode::Accepted, mut package, ended } => {
                 if let Some(members) = package.as_object_mut() {
                     let unknown = BlockCode::OutcomeUnknown;
                     members.insert("code".to_owned(), Value::from(unknown.as_str()));
                     members.insert("message".to_owned(), Value::from(unknown.message()));
                 }
-                Answer::Block { code: BlockCode::OutcomeUnknown, package }
+                Answer::Block { code: BlockCode::OutcomeUnknown, package, ended }
             }
             other => other,
         }
@@ -85,7 +90,7 @@ pub(crate) fn block(code: BlockCode, operation: Option<&Operation>) -> Answer {
         operation.map(|operation| operation.status.as_str()),
         operation.map(|operation| &operation.intent.status_ref),
     );
-    Answer::Block { code, package }
+    Answer::Block { code, package, ended: None }
 }
 
 /// `INPUT_INVALID` for arguments a JSON Schema (or the facade's value domain) refused:
@@ -119,7 +124,7 @@ pub(crate) fn call_reused(
         visible.then(|| recorded.status.as_str()),
         visible.then_some(&recorded.status_ref),
     );
-    Answer::Block { code: BlockCode::CallReused, package }
+    Answer::Block { code: BlockCode::CallReused, package, ended: None }
 }
 
 pub(crate) fn violation(what: &'static str) -> EngineError {

@@ -221,7 +221,7 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Err(StoreError::CommitUnknown { .. }) => {
                 let package =
                     block_package(BlockCode::OutcomeUnknown, None, Some(&intent.status_ref));
-                return Ok(Answer::Block { code: BlockCode::OutcomeUnknown, package });
+                return Ok(Answer::Block { code: BlockCode::OutcomeUnknown, package, ended: None });
             }
             Err(err) => return Err(err.into()),
         };
@@ -336,12 +336,17 @@ pub(crate) fn ended(operation: &Operation) -> Answer {
         _ => BlockCode::DownstreamRefused,
     };
     let mut answer = block(code, Some(operation));
-    if let (Some(TerminalOutcome::Quarantined { reason, .. }), Answer::Block { package, .. }) =
-        (&operation.outcome, &mut answer)
-    {
-        let kind = crate::worker::quarantine_kind(reason);
-        if let Some(members) = package.as_object_mut() {
-            members.insert("reason".to_owned(), Value::from(kind));
+    if let Answer::Block { package, ended, .. } = &mut answer {
+        match &operation.outcome {
+            Some(TerminalOutcome::Quarantined { reason, .. }) => {
+                let kind = crate::worker::quarantine_kind(reason);
+                if let Some(members) = package.as_object_mut() {
+                    members.insert("reason".to_owned(), Value::from(kind));
+                }
+                *ended = Some(reason.clone());
+            }
+            Some(TerminalOutcome::Failed { reason }) => *ended = Some(reason.clone()),
+            None => {}
         }
     }
     answer

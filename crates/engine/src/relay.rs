@@ -111,7 +111,7 @@ impl Drained {
     fn count(&mut self, answer: &Answer) {
         let slot = match answer {
             Answer::Pass { .. } => &mut self.delivered,
-            Answer::Block { code, package } => match code {
+            Answer::Block { code, package, .. } => match code {
                 BlockCode::DownstreamRefused => &mut self.failed,
                 BlockCode::ReceiptQuarantined => &mut self.quarantined,
                 BlockCode::DownstreamUnavailable if package["status"] == "dead" => &mut self.dead,

@@ -21,8 +21,8 @@ use rmcp::{
 };
 use serde_json::{Map, Value, json};
 use toolledger::{
-    BlockCode, Call, Grant, Identifier, Ledger, Location, ModelCall, NoRoles, Outcome,
-    ProviderProfile, Reply, StatusQuery, StatusRef,
+    BlockCode, Call, Grant, Identifier, Ledger, ModelCall, NoRoles, Outcome, ProviderProfile,
+    Reply, StatusQuery, StatusRef,
 };
 
 use crate::{
@@ -96,7 +96,6 @@ struct Inner {
     tools: HashMap<String, Exposed>,
     listing: Vec<Value>,
     ledger: SharedLedger,
-    location: Location,
     /// The upstreams that serve resources, resource subscriptions, prompts, completions
     /// and `logging/setLevel` (indices into `upstreams`).
     resources: Vec<usize>,
@@ -130,7 +129,6 @@ impl Gateway {
         hosts: Arc<Hosts>,
         tools: Vec<Exposed>,
         ledger: SharedLedger,
-        location: Location,
         serves: &[Serves],
     ) -> Gateway {
         let which = |pick: fn(&Serves) -> bool| -> Vec<usize> {
@@ -163,7 +161,6 @@ impl Gateway {
                 tools,
                 listing,
                 ledger,
-                location,
                 resources,
                 subscribe,
                 prompts,
@@ -319,7 +316,7 @@ impl Gateway {
             ledger.downstream().watch(None, None);
             drop(ledger);
             reply.map(|reply| {
-                let reason = ended_reason(&self.inner.location, &reply);
+                let reason = reply.ended_reason().map(str::to_owned);
                 (reply, reason)
             })
         })
@@ -740,7 +737,7 @@ async fn approve(
         && answer.pointer("/content/approve") == Some(&Value::Bool(true));
     if !accepted {
         return Approved::Refused(tool_error(
-            "APPROVAL_REQUIRED",
+            BlockCode::ApprovalRequired.as_str(),
             "the approver did not approve this call; nothing was accepted or sent",
             None,
         ));
@@ -757,7 +754,7 @@ async fn approve(
 
 fn approval_required(why: &str) -> CallToolResult {
     tool_error(
-        "APPROVAL_REQUIRED",
+        BlockCode::ApprovalRequired.as_str(),
         &format!(
             "this tool needs a person's approval before it is accepted, and {why}; nothing was \
              accepted or sent. Use a host that supports MCP elicitation, or have the host \
@@ -820,16 +817,6 @@ fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).unwrap_or_else(|_| CallToolResult::error(Vec::new()));
     result.result_type = Some(ResultType::COMPLETE);
     result
-}
-
-/// Why an operation that ended without success ended (the upstream's refusal text, a
-/// quarantine's reason), as its history says.
-fn ended_reason(location: &Location, reply: &Reply) -> Option<String> {
-    let Outcome::Blocked { status_ref: Some(status_ref), .. } = reply.outcome() else {
-        return None;
-    };
-    let shown = toolledger::show(location.clone(), status_ref, false).ok()??;
-    shown.pointer("/ended/reason").and_then(Value::as_str).map(str::to_owned)
 }
 
 /// The ledger's reply as a `tools/call` result; `reason`: why it ended, when it did.

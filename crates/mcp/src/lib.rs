@@ -341,7 +341,6 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
     let fallback = fallback_identity()?;
     let handle = tokio::runtime::Handle::current();
     let location = Location::parse(&options.ledger);
-    let shown_from = location.clone();
     let waits = options
         .busy_timeout_ms
         .map(|ms| Waits { busy_timeout: Duration::from_millis(ms), deadline: None })
@@ -416,7 +415,6 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         hosts,
         plan.tools,
         ledger,
-        shown_from,
         &serves,
     );
     let served = match options.listen {

@@ -383,7 +383,12 @@ impl PrincipalResolver for Roles {
             let answer = resolver
                 .bind(py)
                 .call1((tenant_id.as_str(), subject_id.as_str()))
-                .map_err(|_| ResolverError::Unavailable)?;
+                .map_err(|raised| {
+                    // The host's own exception becomes the `__cause__` of the
+                    // `RolesError` this call raises.
+                    crate::errors::keep_cause(raised);
+                    ResolverError::Unavailable
+                })?;
             answer.extract::<Vec<String>>().map_err(|_| {
                 ResolverError::Invalid("the resolver did not answer a list of str".to_owned())
             })

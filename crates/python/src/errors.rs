@@ -28,7 +28,20 @@ create_exception!(
     "The host's role resolver failed or answered something that is not a list of role names (`ROLES_UNAVAILABLE`, `ROLES_INVALID`)."
 );
 
-/// The Python exception for a facade error, with `.code` and `.message` set.
+thread_local! {
+    /// The host's exception behind the facade error this thread is about to raise (a
+    /// role resolver that raised), kept for its `__cause__`.
+    static CAUSE: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps `raised`, the host's own exception, as the cause of the error this call
+/// raises next on this thread.
+pub(crate) fn keep_cause(raised: PyErr) {
+    CAUSE.with_borrow_mut(|cause| *cause = Some(raised));
+}
+
+/// The Python exception for a facade error, with `.code` and `.message` set, and the
+/// host's own exception that caused it (a role resolver's) as its `__cause__`.
 pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
     use toolledger::ErrorCode as Code;
     let code = error.code();
@@ -45,6 +58,10 @@ pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
         }
         _ => Error::new_err(message.clone()),
     };
+    let cause = CAUSE.with_borrow_mut(Option::take);
+    if let (Code::RolesUnavailable, Some(cause)) = (code, cause) {
+        Python::attach(|py| err.set_cause(py, Some(cause)));
+    }
     annotate(err, code.as_str(), &message)
 }
 

@@ -245,6 +245,9 @@ def test_a_role_resolver_that_fails_accepts_nothing(sqlite_location, payments):
             ledger.dispatch(tl.Call("pay", ARGS, key="k-1", subject="agent-7"))
         assert failed.value.code == "ROLES_UNAVAILABLE"
         assert isinstance(failed.value, tl.Error)
+        # The resolver's own exception is kept as the cause, for the host's traceback.
+        assert isinstance(failed.value.__cause__, OSError)
+        assert str(failed.value.__cause__) == "the directory is down"
         assert ledger.list() == [] and payments.effects == []
 
 

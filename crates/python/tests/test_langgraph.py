@@ -136,7 +136,7 @@ def test_a_refused_approval_answers_a_block_package(sqlite_location):
     refused = results["call_pay_1"]
     assert refused.status == "error"
     assert refused.artifact["gate"] == "BLOCK"
-    assert refused.artifact["code"] == "APPROVAL_INVALID"
+    assert refused.artifact["code"] == "APPROVAL_REQUIRED"
     assert refused.artifact["message"]
     assert json.loads(refused.content) == refused.artifact
     assert ("pay", "bob") not in performed

@@ -1,4 +1,5 @@
-//! The `toolledger-store-v1` schema and the connection opener.
+//! The `toolledger-store-v5` schema (and the migrations from earlier versions) and the
+//! connection opener.
 //!
 //! Every connection gets the four pragmas of `docs/schema.md` and each is read back: a store
 //! that cannot be WAL is refused. A file is classified *before* anything is written to

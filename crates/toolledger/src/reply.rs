@@ -177,6 +177,7 @@ impl Outcome {
 pub struct Reply {
     outcome: Outcome,
     package: Value,
+    ended: Option<String>,
 }
 
 impl Reply {
@@ -191,6 +192,22 @@ impl Reply {
     /// ```
     pub fn outcome(&self) -> &Outcome {
         &self.outcome
+    }
+
+    /// For an operation that ended without success, why, as the ledger recorded it: the
+    /// downstream's refusal ("card declined"), or a quarantine's reason. The package
+    /// carries fixed sentences only, so a frontend that shows the reason reads it here,
+    /// never from the ledger again.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-ended");
+    /// let reply = ledger.dispatch(&call)?;
+    /// assert_eq!(reply.ended_reason(), None);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn ended_reason(&self) -> Option<&str> {
+        self.ended.as_deref()
     }
 
     /// The package, as a JSON value.
@@ -262,9 +279,10 @@ impl From<Answer> for Reply {
             },
             Answer::Block { code, .. } => Outcome::Blocked { code: *code, status_ref },
         };
-        let package = match answer {
-            Answer::Pass { package, .. } | Answer::Block { package, .. } => package,
+        let (package, ended) = match answer {
+            Answer::Pass { package, .. } => (package, None),
+            Answer::Block { package, ended, .. } => (package, ended),
         };
-        Reply { outcome, package }
+        Reply { outcome, package, ended }
     }
 }

@@ -135,6 +135,6 @@ fn block_packages_carry_a_fixed_message_and_nullable_status() {
     assert_eq!(missing["status_ref"], Value::Null);
     let mut codes: Vec<&str> = BlockCode::ALL.iter().map(|code| code.as_str()).collect();
     codes.dedup();
-    assert_eq!(codes.len(), 21);
+    assert_eq!(codes.len(), 22);
     assert!(verify_package(&missing).is_err());
 }

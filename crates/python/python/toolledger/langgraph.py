@@ -15,8 +15,9 @@ resume whose ``arguments`` differ from the call's is refused, and an approval th
 expired is ``APPROVAL_EXPIRED``. Nothing is accepted before the human answers.
 
 Whatever is refused is answered, never raised: a ``ToolMessage`` with ``status="error"``
-whose ``artifact`` is a BLOCK package. A refusal, an answer that names no approver or
-holds a malformed approval, or one for other arguments is ``APPROVAL_INVALID``; a tool
+whose ``artifact`` is a BLOCK package. A human's refusal is ``APPROVAL_REQUIRED`` (as the
+MCP gateway answers a declined approval); an answer that names no approver or holds a
+malformed approval, or one for other arguments, is ``APPROVAL_INVALID``; a tool
 call whose id is not an idempotency key is ``USAGE_ERROR``, and no human is asked.
 
 Needs ``langgraph`` and ``langchain-core`` (``pip install "toolledger[langgraph]"``).
@@ -83,7 +84,7 @@ class LedgerTool(BaseTool):
         """The approval the human's `answer` becomes, or the refusal to answer instead
         (nothing is accepted)."""
         if not isinstance(answer, dict) or answer.get("approved") is not True:
-            return self._refused(call_id, "APPROVAL_INVALID",
+            return self._refused(call_id, "APPROVAL_REQUIRED",
                                  "the human did not approve it: nothing was sent")
         if "arguments" in answer and answer["arguments"] != arguments:
             return self._refused(call_id, "APPROVAL_INVALID",
