@@ -3,9 +3,9 @@
 //!
 //! The workspace's crates form a graph of allowed edges: each crate names the
 //! workspace crates it may depend on (for builds, and a few more for tests only), and
-//! any other edge is a violation. The store's boundary (`store`) names no database; the
-//! engine depends on it alone, and each backend (`store-sqlite`) depends on it, never
-//! on another backend. A crate may use external crates only from its allowance: SQLite
+//! any other edge is a violation. The store's boundary (`store`) holds no database
+//! driver (it renders its SQL per dialect); the engine depends on it alone, and each
+//! backend (`store-sqlite`) depends on it, never on another backend. A crate may use external crates only from its allowance: SQLite
 //! only in `store-sqlite` (and the benches' and tests' raw baselines), clap only in
 //! `cli`. The reference service `refundd` stands apart and depends on none.
 
@@ -127,6 +127,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-bench" => {
             &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio", "nix"]
         }
+        // hyper on tokio for the dashboard's and the relay's metrics listener (the crates
+        // the gateway already brings), never a listener of its own.
         "toolledger-cli" => &[
             "serde",
             "serde_json",
@@ -137,6 +139,11 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "clap_complete",
             "signal-hook",
             "libc",
+            "tokio",
+            "hyper",
+            "hyper-util",
+            "http-body-util",
+            "bytes",
         ],
         _ => &[],
     }

@@ -11,7 +11,6 @@ mod claims;
 mod clock;
 mod demo;
 mod html;
-mod listen;
 mod relay;
 mod run;
 mod serve;

@@ -16,8 +16,8 @@ use toolledger::{Drained, Location, Relay, RelayEvent, Until};
 use crate::{
     args::LogFormat,
     claims::Claims,
-    listen::{self, Answer, Limits, Listener, Refusal, Request},
     run::{Failure, Printed},
+    serve::listener::{self, Answer, Limits, Listener, Refusal, Request},
 };
 
 fn counts(drained: &Drained) -> Value {
@@ -115,8 +115,9 @@ pub(crate) fn run(
 }
 
 /// Serves `GET /metrics` (the `metrics` command's text) on a loopback address until
-/// `stop`, on the listener `serve` uses (its bounds, its `Host` rule: a request not
-/// addressed to this address is 421). Any other request is 404; a body is 413.
+/// `stop`, on the listener `serve` uses (hyper on tokio, its bounds, its `Host` rule: a
+/// request not addressed to this address is 421). Any other request is 404; a body is
+/// 413.
 fn serve_metrics(
     addr: SocketAddr,
     db: &Location,
@@ -126,7 +127,8 @@ fn serve_metrics(
     if !addr.ip().is_loopback() {
         return Err(refused("--metrics-listen must be a loopback address"));
     }
-    // A scraper or two: a few connections, and no request has a body.
+    // A scraper or two: a few connections (past them the oldest not being answered is
+    // closed, so idle ones lock no scraper out), and no request has a body.
     let limits = Limits { body_bytes_max: 0, connections_max: 16 };
     let listener =
         Listener::bind(addr, limits).map_err(|_| refused("--metrics-listen could not be bound"))?;
@@ -135,7 +137,7 @@ fn serve_metrics(
     std::thread::Builder::new()
         .name("toolledger-metrics".to_owned())
         .spawn(move || {
-            let _ = listener.serve(metrics, &stop);
+            listener.serve(metrics, &stop);
         })
         .map_err(|_| Failure {
             code: "INTERNAL_ERROR",
@@ -159,7 +161,7 @@ fn text(status: u16, content_type: &str, body: String) -> Answer {
     }
 }
 
-impl listen::Service for Metrics {
+impl listener::Service for Metrics {
     fn answer(&self, request: &Request) -> Answer {
         let path = request.target().split_once('?').map_or(request.target(), |(path, _)| path);
         if (request.method(), path) != ("GET", "/metrics") {

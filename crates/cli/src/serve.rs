@@ -14,7 +14,7 @@
 //! origin: every browser mark it carries must say so, and a cross-site form post is
 //! refused even with the token. Pages carry a policy that allows no script, frame or
 //! foreign form target, and show no path, SQL or token. Connections, their bounds and
-//! the `Host` rule are `listen.rs`'s.
+//! the `Host` rule are [`listener`]'s, which `relay --metrics-listen` serves on too.
 
 use std::{
     collections::VecDeque,
@@ -35,9 +35,10 @@ use toolledger::read_bounded;
 
 use crate::{
     html::{age, cell, escape, operation_link, page, plot, query_value, state as tag},
-    listen::{self, Answer, Limits, Listener, Refusal, Request},
     run::{Failure, Printed},
 };
+
+use self::listener::{Answer, Limits, Listener, Refusal, Request};
 
 /// How `serve` was started.
 #[derive(Debug)]
@@ -59,8 +60,10 @@ const PAGE: usize = 50;
 const SAMPLES: usize = 2_160;
 /// The longest request body read (a requeue form).
 const BODY_MAX: usize = 8_192;
-/// Connections answered at once: a slow client holds one of them, never the server.
-const CONNECTIONS_MAX: usize = 128;
+/// Connections held at once. Past it the oldest one not being answered is closed to make
+/// room (`listener`), so idle connections lock nobody out; the cap keeps the descriptors
+/// they hold well below the usual limit of 1024, which the ledger's own files need too.
+const CONNECTIONS_MAX: usize = 256;
 
 /// What the server shares between its threads.
 struct State {
@@ -126,13 +129,9 @@ pub(crate) fn run(db: &Location, options: Options) -> Result<Printed, Failure> {
     let _ = writeln!(stdout, "listening on {bound}");
     let _ = stdout.flush();
     let served = listener.serve(Arc::new(Dashboard { state, bound }), &stop);
-    // The sampler ends with the flag, also when the listener could not start.
+    // The sampler ends with the flag.
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
-    let served = served.map_err(|_| Failure {
-        code: "INTERNAL_ERROR",
-        message: "the server could not start its listener".to_owned(),
-    })?;
     Ok(Printed::Package(json!({"gate": "PASS", "code": "OK", "served": served}), true))
 }
 
@@ -235,9 +234,7 @@ fn title(status: u16) -> &'static str {
         411 => "Length required",
         413 => "Request too large",
         421 => "Misdirected request",
-        431 => "Headers too large",
         501 => "Not implemented",
-        505 => "HTTP version not supported",
         _ => "Unavailable",
     }
 }
@@ -258,7 +255,7 @@ struct Dashboard {
     bound: SocketAddr,
 }
 
-impl listen::Service for Dashboard {
+impl listener::Service for Dashboard {
     fn answer(&self, request: &Request) -> Answer {
         secured(respond(&self.state, self.bound, request))
     }
@@ -807,6 +804,573 @@ fn percent_decode(text: &[u8]) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// The command's HTTP listener, the dashboard's and `relay --metrics-listen`'s: hyper's
+/// HTTP/1.1 on a tokio runtime of its own (as the MCP gateway serves), each connection a
+/// task, one request per connection, bounded against clients that are slow, stalled, idle
+/// or hostile.
+///
+/// Invariants:
+/// - the request line and headers must arrive within [`HEAD_DEADLINE`] of the connection
+///   (hyper's header read timeout on tokio's timer: the connection is closed), the body
+///   within [`BODY_DEADLINE`] of the headers (408), and an answer is read by the client
+///   within [`WRITE_DEADLINE`] of its being ready (else the connection is closed);
+/// - the request line and headers are at most [`HEAD_BYTES_MAX`] bytes and
+///   [`HEADERS_MAX`] headers (hyper answers 431); a body at most the listener's
+///   [`Limits::body_bytes_max`] (413, refused before any of it is read and before a
+///   `100 Continue`), framed by `Content-Length` only: a `Transfer-Encoding` is 411 when
+///   chunked, 501 for another coding ending in chunked (hyper refuses any other as 400);
+/// - a request is 400 when its target is not a path in visible ASCII, an HTTP/1.1 request names no
+///   `Host`, a header of [`SINGLE`] is repeated, a header value holds a byte outside
+///   visible ASCII, space and tab, or hyper cannot parse it;
+/// - at most [`Limits::connections_max`] connections are held. A new one past the cap
+///   closes the oldest held connection whose answer is not being computed (one still
+///   sending its request, or slow to read its answer): idle connections lock nobody out,
+///   whoever connects last is answered. Only when every held connection is being
+///   answered is the newcomer closed unanswered;
+/// - a listener on a loopback address answers only requests whose `Host` names it
+///   ([`addressed_to_us`]): a page of another site whose name resolves to 127.0.0.1 (DNS
+///   rebinding) is refused 421 before the service sees the request;
+/// - [`Listener::serve`] returns within [`STOP_POLL`] + [`STOP_GRACE`] of the stop flag,
+///   whatever the clients do: a connection still sending its request is closed, and only
+///   an answer already being computed or written gets the grace.
+///
+/// It does not do keep-alive, pipelining, chunked bodies, TLS or HTTP/2: each answer says
+/// `Connection: close`. The listener's own refusals are a status, a stable code and a
+/// fixed sentence ([`Refusal`]), rendered by the service, never the input; those hyper
+/// makes before any service is reached (400, 431) have no body.
+pub(crate) mod listener {
+    use std::{
+        collections::BTreeMap,
+        convert::Infallible,
+        future::Future,
+        io,
+        net::SocketAddr,
+        pin::Pin,
+        sync::{
+            Arc, Mutex, MutexGuard, PoisonError,
+            atomic::{AtomicBool, AtomicU64, Ordering},
+        },
+        time::Duration,
+    };
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full, Limited};
+    use hyper::{
+        Response, StatusCode, Version,
+        body::{Body, Incoming},
+        header::{self, HeaderName, HeaderValue},
+        server::conn::http1,
+    };
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tokio::{
+        io::AsyncWrite,
+        net::{TcpListener, TcpStream},
+        runtime::Runtime,
+        sync::watch,
+        time::Instant,
+    };
+
+    /// The request line and headers, the blank line that ends them included.
+    const HEAD_BYTES_MAX: usize = 16 * 1024;
+    /// Header lines in one request.
+    const HEADERS_MAX: usize = 64;
+    /// From the connection's start to the end of its headers.
+    const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+    /// From the end of the headers to the end of the body.
+    const BODY_DEADLINE: Duration = Duration::from_secs(10);
+    /// From an answer's being ready to its last byte's being written.
+    const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+    /// How often the stop flag is looked at.
+    const STOP_POLL: Duration = Duration::from_millis(50);
+    /// How long a stopping listener waits for the answers it is computing or writing.
+    const STOP_GRACE: Duration = Duration::from_secs(3);
+    /// After an answer, what is still read and discarded (so that closing with unread
+    /// bytes does not reset the connection before the client has read the answer), and
+    /// for how long at most.
+    const LINGER: Duration = Duration::from_secs(1);
+    const LINGER_BYTES_MAX: usize = 64 * 1024;
+    /// Answers computed at once, each on a thread of the runtime's blocking pool (they
+    /// read the ledger); more wait for one of them.
+    const ANSWERS_AT_ONCE: usize = 8;
+    /// Headers that decide something and so may appear once: a second `Host` or
+    /// `Content-Length` is how requests are smuggled, a second `Origin` or token how a
+    /// check is confused.
+    const SINGLE: [&str; 9] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "content-type",
+        "authorization",
+        "origin",
+        "referer",
+        "sec-fetch-site",
+        "x-toolledger-token",
+    ];
+
+    /// What one listener accepts.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Limits {
+        /// The longest body read; a longer `Content-Length` is 413.
+        pub(crate) body_bytes_max: usize,
+        /// Connections held at once; past it, the oldest not being answered is closed.
+        pub(crate) connections_max: usize,
+    }
+
+    /// One request, read whole and checked against the limits.
+    #[derive(Debug)]
+    pub(crate) struct Request {
+        method: String,
+        target: String,
+        /// Every value visible ASCII, spaces and tabs; a name of [`SINGLE`] at most once.
+        headers: header::HeaderMap,
+        body: Bytes,
+    }
+
+    impl Request {
+        pub(crate) fn method(&self) -> &str {
+            &self.method
+        }
+
+        /// The origin-form target: a path, maybe with a query.
+        pub(crate) fn target(&self) -> &str {
+            &self.target
+        }
+
+        /// The value of the header `name` (any case).
+        pub(crate) fn header(&self, name: &str) -> Option<&str> {
+            self.headers.get(name).and_then(|value| value.to_str().ok())
+        }
+
+        pub(crate) fn body(&self) -> &[u8] {
+            &self.body
+        }
+    }
+
+    /// One answer; the listener adds `Content-Length` and `Connection: close`.
+    #[derive(Debug)]
+    pub(crate) struct Answer {
+        pub(crate) status: u16,
+        pub(crate) headers: Vec<(&'static str, String)>,
+        pub(crate) body: Vec<u8>,
+    }
+
+    /// A request the listener refused before any service answered it.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Refusal {
+        pub(crate) status: u16,
+        pub(crate) code: &'static str,
+        pub(crate) message: &'static str,
+    }
+
+    const fn refusal(status: u16, code: &'static str, message: &'static str) -> Refusal {
+        Refusal { status, code, message }
+    }
+
+    const MALFORMED: Refusal =
+        refusal(400, "BAD_REQUEST", "the request is not well-formed HTTP/1.1");
+    const TIMEOUT: Refusal = refusal(408, "TIMEOUT", "the request did not arrive in time");
+    const CHUNKED: Refusal =
+        refusal(411, "LENGTH_REQUIRED", "a body must be sent with a Content-Length, not chunked");
+    const TOO_LARGE: Refusal = refusal(413, "TOO_LARGE", "the request body is too large");
+    const MISDIRECTED: Refusal =
+        refusal(421, "MISDIRECTED", "this server answers only its own address");
+    const ENCODED: Refusal =
+        refusal(501, "NOT_IMPLEMENTED", "a body must be sent with a Content-Length, not encoded");
+    const STOPPING: Refusal = refusal(503, "STOPPING", "the server is stopping");
+
+    /// What a listener serves: the answer to a request, and how its refusals look.
+    pub(crate) trait Service: Send + Sync + 'static {
+        fn answer(&self, request: &Request) -> Answer;
+        fn refuse(&self, refusal: Refusal) -> Answer;
+    }
+
+    /// Whether `host`, a request's `Host`, names the server bound at `bound`: that
+    /// address itself, `localhost:PORT` or `127.0.0.1:PORT`. Every listener on a loopback
+    /// address applies this rule.
+    pub(crate) fn addressed_to_us(bound: SocketAddr, host: Option<&str>) -> bool {
+        let port = bound.port();
+        host.is_some_and(|host| {
+            [bound.to_string(), format!("localhost:{port}"), format!("127.0.0.1:{port}")]
+                .iter()
+                .any(|ours| ours.eq_ignore_ascii_case(host))
+        })
+    }
+
+    /// A bound socket and the runtime that will serve it, not yet serving.
+    #[derive(Debug)]
+    pub(crate) struct Listener {
+        runtime: Runtime,
+        socket: TcpListener,
+        bound: SocketAddr,
+        limits: Limits,
+    }
+
+    /// Where one held connection is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Phase {
+        /// Waiting for the client's request, its head or its body.
+        Waiting,
+        /// Its answer being computed: the one phase a newcomer never cuts short.
+        Answering,
+        /// Its answer ready, to be written by this instant.
+        Answered(Instant),
+        /// Closed by the listener, to make room or because it stops.
+        Dropped,
+    }
+
+    /// What the acceptor and the connections share.
+    #[derive(Debug)]
+    struct Shared {
+        bound: SocketAddr,
+        limits: Limits,
+        http: http1::Builder,
+        closing: AtomicBool,
+        served: AtomicU64,
+        /// The connections held, oldest first (ids only grow); one is removed when it
+        /// ends or is dropped.
+        held: Mutex<BTreeMap<u64, watch::Sender<Phase>>>,
+    }
+
+    impl Shared {
+        fn held(&self) -> MutexGuard<'_, BTreeMap<u64, watch::Sender<Phase>>> {
+            self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// Holds connection `id`, first dropping the oldest held connection not being
+        /// answered when the cap is reached; `None` (the newcomer is closed) when every
+        /// held connection is being answered.
+        fn admit(&self, id: u64) -> Option<watch::Sender<Phase>> {
+            let mut held = self.held();
+            if held.len() >= self.limits.connections_max {
+                let oldest = held.iter().find(|(_, phase)| {
+                    phase.send_if_modified(|now| {
+                        let cut = *now != Phase::Answering;
+                        if cut {
+                            *now = Phase::Dropped;
+                        }
+                        cut
+                    })
+                });
+                let oldest = *oldest?.0;
+                held.remove(&oldest);
+            }
+            let (phase, _) = watch::channel(Phase::Waiting);
+            held.insert(id, phase.clone());
+            Some(phase)
+        }
+
+        /// Stops: every connection still waiting for its request is dropped.
+        fn stop(&self) {
+            self.closing.store(true, Ordering::SeqCst);
+            self.held().retain(|_, phase| {
+                !phase.send_if_modified(|now| {
+                    let cut = *now == Phase::Waiting;
+                    if cut {
+                        *now = Phase::Dropped;
+                    }
+                    cut
+                })
+            });
+        }
+    }
+
+    /// Moves a connection to `to`, unless the listener dropped it: then false.
+    fn advance(phase: &watch::Sender<Phase>, to: Phase) -> bool {
+        phase.send_if_modified(|now| {
+            let moves = *now != Phase::Dropped;
+            if moves {
+                *now = to;
+            }
+            moves
+        })
+    }
+
+    impl Listener {
+        pub(crate) fn bind(addr: SocketAddr, limits: Limits) -> io::Result<Listener> {
+            // One thread accepts and speaks HTTP for every connection (each is a task);
+            // the answers, which read the ledger, run on the blocking pool.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .max_blocking_threads(ANSWERS_AT_ONCE)
+                .thread_name("toolledger-http")
+                .build()?;
+            let socket = runtime.block_on(TcpListener::bind(addr))?;
+            let bound = socket.local_addr()?;
+            Ok(Listener { runtime, socket, bound, limits })
+        }
+
+        /// The address bound (the port chosen, for `:0`).
+        pub(crate) fn bound(&self) -> SocketAddr {
+            self.bound
+        }
+
+        /// Serves `service` until `stop`, then returns the number of requests read
+        /// whole. The stop flag is looked at every [`STOP_POLL`]; then accepting stops,
+        /// connections still sending their request are closed, answers being computed or
+        /// written get [`STOP_GRACE`], and it returns regardless.
+        pub(crate) fn serve<S: Service>(self, service: Arc<S>, stop: &AtomicBool) -> u64 {
+            let Listener { runtime, socket, bound, limits } = self;
+            let mut http = http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .header_read_timeout(HEAD_DEADLINE)
+                .max_header_size(HEAD_BYTES_MAX)
+                .max_buf_size(2 * HEAD_BYTES_MAX)
+                .max_headers(HEADERS_MAX)
+                .keep_alive(false)
+                // A client may end its side once its request is sent.
+                .half_close(true)
+                .title_case_headers(true);
+            let shared = Arc::new(Shared {
+                bound,
+                limits,
+                http,
+                closing: AtomicBool::new(false),
+                served: AtomicU64::new(0),
+                held: Mutex::new(BTreeMap::new()),
+            });
+            runtime.block_on(async {
+                let mut poll = tokio::time::interval(STOP_POLL);
+                let mut id = 0_u64;
+                loop {
+                    tokio::select! {
+                        accepted = socket.accept() => {
+                            let Ok((stream, _)) = accepted else {
+                                // Out of descriptors, most likely: wait for connections to end.
+                                tokio::time::sleep(STOP_POLL).await;
+                                continue;
+                            };
+                            id += 1;
+                            // Not admitted, the stream is dropped: closed unanswered.
+                            if let Some(phase) = shared.admit(id) {
+                                let (shared, service) = (Arc::clone(&shared), Arc::clone(&service));
+                                tokio::spawn(connection(stream, id, phase, shared, service));
+                            }
+                        }
+                        _ = poll.tick() => if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                }
+                drop(socket);
+                shared.stop();
+                let started = Instant::now();
+                while !shared.held().is_empty() && started.elapsed() < STOP_GRACE {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+            // Whatever is left (an answer past the grace) ends with the process.
+            runtime.shutdown_background();
+            shared.served.load(Ordering::SeqCst)
+        }
+    }
+
+    type Answering =
+        Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+
+    /// One connection, until hyper has answered its request (then a bounded linger), or
+    /// the listener cuts it.
+    async fn connection<S: Service>(
+        stream: TcpStream,
+        id: u64,
+        phase: watch::Sender<Phase>,
+        shared: Arc<Shared>,
+        service: Arc<S>,
+    ) {
+        // The answer goes out in one write; Nagle would only hold its tail back.
+        let _ = stream.set_nodelay(true);
+        let cut = cut(phase.subscribe());
+        let handler = {
+            let shared = Arc::clone(&shared);
+            hyper::service::service_fn(move |request| -> Answering {
+                let (shared, service, phase) =
+                    (Arc::clone(&shared), Arc::clone(&service), phase.clone());
+                Box::pin(async move { Ok(respond(request, &shared, service, &phase).await) })
+            })
+        };
+        let mut http = shared.http.serve_connection(TokioIo::new(stream), handler);
+        let done = tokio::select! {
+            _ = std::future::poll_fn(|cx| http.poll_without_shutdown(cx)) => true,
+            () = cut => false,
+        };
+        if done {
+            linger(http.into_parts().io.into_inner()).await;
+        }
+        shared.held().remove(&id);
+    }
+
+    /// Resolves when the listener cuts the connection: dropped, or its answer not
+    /// written by its deadline.
+    async fn cut(mut phase: watch::Receiver<Phase>) {
+        loop {
+            let deadline = match *phase.borrow_and_update() {
+                Phase::Dropped => return,
+                Phase::Answered(by) => Some(by),
+                Phase::Waiting | Phase::Answering => None,
+            };
+            let overdue = async {
+                match deadline {
+                    Some(by) => tokio::time::sleep_until(by).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = overdue => return,
+                changed = phase.changed() => if changed.is_err() {
+                    return;
+                },
+            }
+        }
+    }
+
+    /// The answer to one request: the listener's refusal, or the service's answer,
+    /// computed on the blocking pool.
+    async fn respond<S: Service>(
+        request: hyper::Request<Incoming>,
+        shared: &Shared,
+        service: Arc<S>,
+        phase: &watch::Sender<Phase>,
+    ) -> Response<Full<Bytes>> {
+        let answer = match read(request, shared.limits.body_bytes_max).await {
+            Err(refusal) => service.refuse(refusal),
+            Ok(request) => {
+                shared.served.fetch_add(1, Ordering::SeqCst);
+                let bound = shared.bound;
+                if bound.ip().is_loopback() && !addressed_to_us(bound, request.header("host")) {
+                    service.refuse(MISDIRECTED)
+                // Marked answering before the stop flag is read: a stopping listener either
+                // waits for this answer or sees it refused, never leaves it half done.
+                } else if !advance(phase, Phase::Answering) || shared.closing.load(Ordering::SeqCst)
+                {
+                    service.refuse(STOPPING)
+                } else {
+                    let answering = Arc::clone(&service);
+                    tokio::task::spawn_blocking(move || answering.answer(&request))
+                        .await
+                        // Only a runtime shutting down cancels it (a panic ends the process).
+                        .unwrap_or_else(|_| service.refuse(STOPPING))
+                }
+            }
+        };
+        advance(phase, Phase::Answered(Instant::now() + WRITE_DEADLINE));
+        encode(answer)
+    }
+
+    /// The request whole, checked; its body read by [`BODY_DEADLINE`].
+    async fn read(
+        request: hyper::Request<Incoming>,
+        body_bytes_max: usize,
+    ) -> Result<Request, Refusal> {
+        let (head, body) = request.into_parts();
+        let uri = &head.uri;
+        let target = match uri.path_and_query() {
+            // A path, in visible ASCII (hyper lets UTF-8 through).
+            Some(target)
+                if uri.scheme().is_none()
+                    && uri.authority().is_none()
+                    && target.as_str().starts_with('/')
+                    && target.as_str().bytes().all(|byte| byte.is_ascii_graphic()) =>
+            {
+                target.as_str().to_owned()
+            }
+            _ => return Err(MALFORMED),
+        };
+        let headers = head.headers;
+        if head.method.as_str().len() > 16
+            || (head.version == Version::HTTP_11 && !headers.contains_key(header::HOST))
+            || headers.values().any(|value| value.to_str().is_err())
+            || SINGLE.iter().any(|name| headers.get_all(*name).iter().nth(1).is_some())
+        {
+            return Err(MALFORMED);
+        }
+        match headers.get(header::TRANSFER_ENCODING) {
+            Some(coding) if coding.as_bytes().eq_ignore_ascii_case(b"chunked") => {
+                return Err(CHUNKED);
+            }
+            Some(_) => return Err(ENCODED),
+            None => {}
+        }
+        // hyper has checked the `Content-Length`: the body's exact length.
+        let length = body.size_hint().upper().unwrap_or(u64::MAX);
+        if usize::try_from(length).map_or(true, |length| length > body_bytes_max) {
+            return Err(TOO_LARGE);
+        }
+        // Reading the body is what tells hyper to send a `100 Continue` to a client that
+        // asked for one.
+        let body =
+            match tokio::time::timeout(BODY_DEADLINE, Limited::new(body, body_bytes_max).collect())
+                .await
+            {
+                Ok(Ok(collected)) => collected.to_bytes(),
+                // A body cut short: the client went away.
+                Ok(Err(_)) => return Err(MALFORMED),
+                Err(_) => return Err(TIMEOUT),
+            };
+        Ok(Request { method: head.method.as_str().to_owned(), target, headers, body })
+    }
+
+    /// The answer as hyper writes it. A header value holding a control character is left
+    /// out: nothing a service puts in a header can start another.
+    fn encode(answer: Answer) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+        *response.status_mut() =
+            StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in answer.headers {
+            if value.chars().any(char::is_control) {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value))
+            {
+                headers.append(name, value);
+            }
+        }
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+
+    /// Ends the answer and reads what the client still sends, bounded, until it closes.
+    async fn linger(mut stream: TcpStream) {
+        if std::future::poll_fn(|cx| Pin::new(&mut stream).poll_shutdown(cx)).await.is_err() {
+            return;
+        }
+        let drain = async {
+            let mut sink = [0_u8; 4096];
+            let mut drained = 0;
+            while drained < LINGER_BYTES_MAX {
+                if stream.readable().await.is_err() {
+                    return;
+                }
+                match stream.try_read(&mut sink) {
+                    Ok(0) => return,
+                    Ok(read) => drained += read,
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER, drain).await;
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_the_server_s_own_names_are_ours() {
+            let bound: SocketAddr = "127.0.0.1:8780".parse().unwrap();
+            for host in ["127.0.0.1:8780", "localhost:8780", "LOCALHOST:8780"] {
+                assert!(addressed_to_us(bound, Some(host)), "{host}");
+            }
+            for host in [None, Some("evil.example:8780"), Some("localhost"), Some("127.0.0.1:8781")]
+            {
+                assert!(!addressed_to_us(bound, host), "{host:?}");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -21,17 +21,47 @@ use toolledger_contract::Rejection;
 use toolledger_json::{V2_INTEGER_MAX, canonical_str_len};
 
 /// The deepest nesting the ledger holds: the arguments object is level 1.
+///
+/// ```
+/// assert_eq!(toolledger::door::DEPTH_MAX, 32);
+/// ```
 pub const DEPTH_MAX: usize = 32;
 /// The longest canonical text of the arguments the ledger holds, in bytes.
+///
+/// ```
+/// assert_eq!(toolledger::door::SIZE_MAX, 65_536);
+/// ```
 pub const SIZE_MAX: usize = 65_536;
 
 /// The keyword of a number outside the v2 domain: an integer beyond ±(2^53 − 1).
+///
+/// ```
+/// let refused = toolledger::door::admit(&serde_json::json!({"n": 1e300})).unwrap_err();
+/// assert_eq!(refused.keyword, toolledger::door::INTEGER_RANGE);
+/// ```
 pub const INTEGER_RANGE: &str = "integer_range";
 /// The keyword of a number with a fraction.
+///
+/// ```
+/// let refused = toolledger::door::admit(&serde_json::json!({"n": 0.5})).unwrap_err();
+/// assert_eq!(refused.keyword, toolledger::door::FRACTION);
+/// ```
 pub const FRACTION: &str = "fraction";
 /// The keyword of a value nested deeper than the ledger stores.
+///
+/// ```
+/// let deep = (0..40).fold(serde_json::json!(1), |inner, _| serde_json::json!([inner]));
+/// let refused = toolledger::door::admit(&serde_json::json!({"n": deep})).unwrap_err();
+/// assert_eq!(refused.keyword, toolledger::door::DEPTH);
+/// ```
 pub const DEPTH: &str = "depth";
 /// The keyword of a value whose canonical text is longer than the ledger stores.
+///
+/// ```
+/// let long = "x".repeat(toolledger::door::SIZE_MAX);
+/// let refused = toolledger::door::admit(&serde_json::json!({"s": long})).unwrap_err();
+/// assert_eq!((refused.pointer.as_str(), refused.keyword.as_str()), ("", toolledger::door::SIZE));
+/// ```
 pub const SIZE: &str = "size";
 
 /// `value` as the ledger holds it (integral floats made integers), or where and why it
