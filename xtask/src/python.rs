@@ -19,13 +19,21 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
     // The reference service the HTTP-downstream tests start, in its own process.
     cargo(
         root,
-        &["build", "--locked", "-q", "-p", "toolledger-refundd", "--target-dir", target_dir],
+        &[
+            "build",
+            "--locked",
+            "-q",
+            "-p",
+            "toolledger-refundd",
+            "-p",
+            "toolledger-cli",
+            "--target-dir",
+            target_dir,
+        ],
         &[("RUSTFLAGS", "")],
     )?;
-    let refundd = root
-        .join(target_dir)
-        .join(if release { "release" } else { "debug" })
-        .join("toolledger-refundd");
+    let binaries = root.join(target_dir).join(if release { "release" } else { "debug" });
+    let (refundd, cli) = (binaries.join("toolledger-refundd"), binaries.join("toolledger"));
     let test = venv(root, &root.join("target/python/test-venv"), true)?;
     pip(root, &test, &["-r", "crates/python/tests/requirements.txt"])?;
     pip(root, &test, &[wheel.to_string_lossy().as_ref()])?;
@@ -36,6 +44,7 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
         .arg(root.join("docs/python.md"))
         .args(["--doctest-glob", "*.md"])
         .env("TOOLLEDGER_REFUNDD", &refundd)
+        .env("TOOLLEDGER_CLI", &cli)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .map_err(|err| format!("could not start pytest: {err}"))?;

@@ -231,15 +231,25 @@ def payments() -> Payments:
     return Payments()
 
 
-def refundd_binary() -> str:
-    given = os.environ.get("TOOLLEDGER_REFUNDD")
+def _binary(name: str, variable: str) -> str:
+    """The workspace's binary `name`: `$variable`, else a build of it under `target/`,
+    else one on the PATH. A binary that cannot be found fails the test, never skips it."""
+    given = os.environ.get(variable)
     if given:
         return given
     for profile in ("ci/test-debug/debug", "debug", "release"):
-        candidate = ROOT / "target" / profile / "toolledger-refundd"
+        candidate = ROOT / "target" / profile / name
         if candidate.exists():
             return str(candidate)
-    found = shutil.which("toolledger-refundd")
+    found = shutil.which(name)
     if found:
         return found
-    raise RuntimeError("no toolledger-refundd binary: set TOOLLEDGER_REFUNDD")
+    raise RuntimeError(f"no {name} binary: set {variable}")
+
+
+def refundd_binary() -> str:
+    return _binary("toolledger-refundd", "TOOLLEDGER_REFUNDD")
+
+
+def toolledger_binary() -> str:
+    return _binary("toolledger", "TOOLLEDGER_CLI")

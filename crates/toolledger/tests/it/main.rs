@@ -5,6 +5,7 @@
 mod tickets;
 
 mod definitions;
+mod doors;
 mod host;
 mod migrate;
 mod relay;
