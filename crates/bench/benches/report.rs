@@ -407,8 +407,8 @@ fn main() {
     {
         let mut ledger = http_ledger(&backlog, &service.base);
         for index in 0..events {
-            let answer = ledger.engine().enqueue(&cases.get(900_000 + index)).unwrap();
-            assert!(matches!(answer, toolledger::Answer::Block { .. }));
+            let reply = ledger.enqueue_loaded(&cases.get(900_000 + index)).unwrap();
+            assert!(matches!(reply.outcome(), toolledger::Outcome::Accepted { .. }));
         }
     }
     let started = Instant::now();
@@ -1035,8 +1035,8 @@ fn http_dispatches(
     count: usize,
 ) -> Rate {
     timed(count, |index| {
-        let answer = ledger.engine().dispatch(&cases.get(first + index), &worker()).unwrap();
-        assert!(matches!(answer, toolledger::Answer::Pass { .. }), "{}", answer.package());
+        let reply = ledger.dispatch_loaded(&cases.get(first + index)).unwrap();
+        assert!(matches!(reply.outcome(), toolledger::Outcome::Fresh(_)), "{}", reply.package());
     })
 }
 

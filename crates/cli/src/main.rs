@@ -1,7 +1,7 @@
 //! `toolledger`: the command a person runs first and an operator scripts against.
 //!
-//! Thin over the engine: parse the command line, read the case and claims files, call
-//! the engine, print one canonical JSON object and a newline, and exit 0 (PASS), 1
+//! Thin over the facade: parse the command line, read the case and claims files, hand
+//! the loaded call to the facade, print one canonical JSON object and a newline, and exit 0 (PASS), 1
 //! (BLOCK) or 2 (an error, reported on stderr as one JSON line with a stable code).
 //! This is the only crate that knows about paths, stdout and exit codes.
 #![allow(clippy::print_stderr, reason = "a command: errors go to stderr as one JSON line")]

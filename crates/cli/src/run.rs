@@ -16,9 +16,9 @@ use clap::{
 use serde_json::{Value, json};
 use toolledger::read_bounded;
 use toolledger::{
-    Answer, Config, ContractError, EngineError, ErrorCode, HostCall, Identifier, Ledger, Location,
-    Migrated, RefundOrder, Registry, StatusRef, StoreClock, ToolSpec, Waits, drill::FailurePoint,
-    load_case,
+    Config, ContractError, EngineError, ErrorCode, HostCall, Identifier, Ledger, Location,
+    Migrated, RefundOrder, Registry, Reply, StatusRef, StoreClock, ToolSpec, Waits,
+    drill::FailurePoint, load_case,
 };
 use toolledger_json::{Limits, canonicalize};
 
@@ -143,12 +143,9 @@ pub(crate) fn run(argv: Vec<OsString>) -> Outcome {
         _ => {}
     }
     match execute(&cli.command, &settings) {
-        Ok(Printed::Answer(answer)) => {
-            let code = match answer {
-                Answer::Pass { .. } => 0,
-                Answer::Block { .. } => 1,
-            };
-            printed(&settings, answer.package(), code)
+        Ok(Printed::Reply(reply)) => {
+            let code = if reply.outcome().is_done() { 0 } else { 1 };
+            printed(&settings, reply.package(), code)
         }
         Ok(Printed::Package(package, passed)) => {
             printed(&settings, &package, if passed { 0 } else { 1 })
@@ -227,10 +224,10 @@ impl Settings {
     }
 }
 
-/// What a command answered: an engine answer, or another package (audit, migrate) and
-/// whether it passed.
+/// What a command answered: the facade's reply to a call, or another package (audit,
+/// migrate) and whether it passed.
 pub(crate) enum Printed {
-    Answer(Answer),
+    Reply(Reply),
     Package(Value, bool),
     /// Text printed as it is (list's lines, metrics' exposition), exit 0.
     Text(String),
@@ -366,16 +363,16 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
         }
         Command::Show { status_ref, show_arguments, .. } => {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
-                return Ok(Printed::Answer(Answer::not_found()));
+                return Ok(Printed::Reply(Reply::not_found()));
             };
             match toolledger::show(&db, &status_ref, *show_arguments)? {
                 Some(shown) => Ok(Printed::Package(shown, true)),
-                None => Ok(Printed::Answer(Answer::not_found())),
+                None => Ok(Printed::Reply(Reply::not_found())),
             }
         }
         Command::Requeue { status_ref, reason, now, .. } => {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
-                return Ok(Printed::Answer(Answer::not_found()));
+                return Ok(Printed::Reply(Reply::not_found()));
             };
             kept_reason(reason)?;
             match toolledger::requeue(&db, &status_ref, reason, *now)? {
@@ -383,7 +380,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                     json!({"gate": "PASS", "code": "OK", "requeued": status_ref.as_str(), "status": "pending"}),
                     true,
                 )),
-                toolledger::Requeued::Missing => Ok(Printed::Answer(Answer::not_found())),
+                toolledger::Requeued::Missing => Ok(Printed::Reply(Reply::not_found())),
                 toolledger::Requeued::Refused(status) => Ok(Printed::Package(
                     json!({"gate": "BLOCK", "code": "NOT_REQUEUEABLE", "status": status.as_str(),
                         "status_ref": status_ref.as_str(),
@@ -400,7 +397,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             // It settles what exists; it never creates a ledger.
             drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
-                return Ok(Printed::Answer(Answer::not_found()));
+                return Ok(Printed::Reply(Reply::not_found()));
             };
             // A tool of the MCP gateway is learned from its upstream, as the gateway does.
             let mcp = started(config.as_ref())?;
@@ -557,30 +554,30 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let tools = tools_of(config.as_ref())?;
             let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             let worker = default_worker();
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
-            let engine = ledger.engine();
-            let answer = match failure {
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            let reply = match failure {
                 // A crash right after commit A: the host learns nothing, so the drill
                 // answers what a host must assume, OUTCOME_UNKNOWN with the ref.
-                Some(DispatchFailure::IntentCommit) => engine.enqueue(&case)?.as_if_lost(),
+                Some(DispatchFailure::IntentCommit) => ledger.enqueue_loaded(&case)?.as_if_lost(),
                 Some(DispatchFailure::Claim) => {
-                    engine.downstream().switch().arm(FailurePoint::AfterClaim);
-                    engine.dispatch(&case, &worker)?
+                    ledger.downstream().switch().arm(FailurePoint::AfterClaim);
+                    ledger.dispatch_loaded(&case)?
                 }
                 Some(DispatchFailure::DownstreamCommit) => {
-                    engine.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
-                    engine.dispatch(&case, &worker)?
+                    ledger.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
+                    ledger.dispatch_loaded(&case)?
                 }
-                None => engine.dispatch(&case, &worker)?,
+                None => ledger.dispatch_loaded(&case)?,
             };
-            Ok(Printed::Answer(answer))
+            Ok(Printed::Reply(reply))
         }
         Command::Enqueue { now, downstream, .. } => {
             let config = configured(downstream)?;
             let tools = tools_of(config.as_ref())?;
             let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
-            Ok(Printed::Answer(ledger.engine().enqueue(&case)?))
+            let worker = default_worker();
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            Ok(Printed::Reply(ledger.enqueue_loaded(&case)?))
         }
         Command::Process { status_ref, now, worker_id, failure, downstream, .. } => {
             let worker = match worker_id {
@@ -594,21 +591,19 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             // A worker takes an operation that exists; it never creates a ledger.
             drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
-                return Ok(Printed::Answer(Answer::not_found()));
+                return Ok(Printed::Reply(Reply::not_found()));
             };
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
-            let engine = ledger.engine();
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
             match failure {
                 Some(ProcessFailure::Claim) => {
-                    engine.downstream().switch().arm(FailurePoint::AfterClaim);
+                    ledger.downstream().switch().arm(FailurePoint::AfterClaim);
                 }
                 Some(ProcessFailure::DownstreamCommit) => {
-                    engine.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
+                    ledger.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
                 }
                 None => {}
             }
-            let answer = engine.process(&status_ref, &case.clock, &case.business_state, &worker)?;
-            Ok(Printed::Answer(answer))
+            Ok(Printed::Reply(ledger.process_loaded(&status_ref, &case)?))
         }
         Command::Status { status_ref, now, downstream, .. } => {
             let config = configured(downstream)?;
@@ -617,10 +612,11 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             // A status query reconciles what exists; it never creates a ledger.
             drop(toolledger::Store::open_existing(&db, waits, clock)?);
             let Ok(status_ref) = StatusRef::new(status_ref) else {
-                return Ok(Printed::Answer(Answer::not_found()));
+                return Ok(Printed::Reply(Reply::not_found()));
             };
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools)?;
-            Ok(Printed::Answer(ledger.engine().status(&case, &status_ref)?))
+            let worker = default_worker();
+            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            Ok(Printed::Reply(ledger.status_loaded(&case, &status_ref)?))
         }
     }
 }
@@ -680,7 +676,7 @@ fn resolved(status_ref: &StatusRef, resolution: toolledger::Resolution) -> Print
             json!({"gate": "PASS", "code": "OK", "resolved": status_ref.as_str(), "status": status.as_str()}),
             true,
         ),
-        Resolution::Store(Resolved::Missing) => Printed::Answer(Answer::not_found()),
+        Resolution::Store(Resolved::Missing) => Printed::Reply(Reply::not_found()),
         Resolution::Store(Resolved::Refused(status)) => block(
             BlockCode::NotResolvable,
             BlockCode::NotResolvable.message().to_owned(),
@@ -728,6 +724,7 @@ fn registry_of(tools: &[ToolSpec]) -> Registry {
 
 /// The command line's ledger: its tools, and the simulated downstream, the
 /// configuration's services, or the one `--downstream` names.
+#[allow(clippy::too_many_arguments, reason = "each is one of the command's own settings")]
 fn open(
     db: &Location,
     clock: StoreClock,
@@ -736,10 +733,11 @@ fn open(
     downstream: &DownstreamArgs,
     config: Option<Config>,
     tools: Vec<ToolSpec>,
+    worker: &Identifier,
 ) -> Result<Ledger<Wire, Claims>, Failure> {
     let wire = Chosen::from_args(downstream, toolledger::Faults::default(), config)?.open(db)?;
     let builder = tools.into_iter().fold(Ledger::builder(db), toolledger::LedgerBuilder::tool);
-    Ok(builder.waits(waits).store_clock(clock).open(wire, claims)?)
+    Ok(builder.waits(waits).store_clock(clock).worker_id(worker.as_str()).open(wire, claims)?)
 }
 
 /// `migrate`: upgrades the store, naming the downstream its older operations belong to.

@@ -671,16 +671,112 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         self.engine.downstream()
     }
 
-    /// The flows underneath, for a caller that already holds a validated [`HostCall`] (the
-    /// command line, which reads case files).
+    /// Dispatches a call the host already holds as a validated [`HostCall`], its
+    /// approval digest its own: a case file loaded by [`load_case`] (the command line).
+    /// The call's clock (instant and lease) and business context are used as given; its
+    /// arguments pass the same door as a [`Call`]'s ([`door`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::dispatch`].
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("engine");
-    /// assert!(ledger.engine().registry().tool("refund_order").is_some());
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("dispatch-loaded");
+    /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
+    /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
+    /// let case = toolledger::load_case(&bytes, &registry, None)?;
+    /// assert!(matches!(ledger.dispatch_loaded(&case)?.outcome(), toolledger::Outcome::Fresh(_)));
     /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn engine(&mut self) -> &mut Engine<Store, D, R> {
-        &mut self.engine
+    pub fn dispatch_loaded(&mut self, call: &HostCall) -> Result<Reply, Error> {
+        let call = match admitted(call) {
+            Ok(call) => call,
+            Err(rejection) => return Ok(refused(&rejection)),
+        };
+        Ok(Reply::from(self.engine.dispatch(&call, &self.worker)?))
+    }
+
+    /// Accepts a loaded call (commit A) and stops, as [`Ledger::enqueue`] does a
+    /// [`Call`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::dispatch`].
+    ///
+    /// ```
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("enqueue-loaded");
+    /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
+    /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
+    /// let case = toolledger::load_case(&bytes, &registry, None)?;
+    /// assert!(matches!(ledger.enqueue_loaded(&case)?.outcome(), toolledger::Outcome::Accepted { .. }));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn enqueue_loaded(&mut self, call: &HostCall) -> Result<Reply, Error> {
+        let call = match admitted(call) {
+            Ok(call) => call,
+            Err(rejection) => return Ok(refused(&rejection)),
+        };
+        Ok(Reply::from(self.engine.enqueue(&call)?))
+    }
+
+    /// The status query of a loaded call, as [`Ledger::status`] is of a [`Call`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::status`].
+    ///
+    /// ```
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("status-loaded");
+    /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
+    /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
+    /// let case = toolledger::load_case(&bytes, &registry, None)?;
+    /// let status_ref = ledger.dispatch_loaded(&case)?.status_ref().unwrap().clone();
+    /// assert!(matches!(ledger.status_loaded(&case, &status_ref)?.outcome(), toolledger::Outcome::Replayed(_)));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn status_loaded(
+        &mut self,
+        call: &HostCall,
+        status_ref: &StatusRef,
+    ) -> Result<Reply, Error> {
+        let call = match admitted(call) {
+            Ok(call) => call,
+            Err(rejection) => return Ok(refused(&rejection)),
+        };
+        Ok(Reply::from(self.engine.status(&call, status_ref)?))
+    }
+
+    /// Works the accepted operation `status_ref` as [`Ledger::process`] does, judged at
+    /// the loaded call's clock and against its business context.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::process`].
+    ///
+    /// ```
+    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("process-loaded");
+    /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
+    /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
+    /// let case = toolledger::load_case(&bytes, &registry, None)?;
+    /// let status_ref = ledger.enqueue_loaded(&case)?.status_ref().unwrap().clone();
+    /// assert!(ledger.process_loaded(&status_ref, &case)?.outcome().is_done());
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn process_loaded(
+        &mut self,
+        status_ref: &StatusRef,
+        call: &HostCall,
+    ) -> Result<Reply, Error> {
+        Ok(Reply::from(self.engine.process(
+            status_ref,
+            &call.clock,
+            &call.business_state,
+            &self.worker,
+        )?))
     }
 
     fn clock_of(&self, call: &Call) -> Result<Clock, Error> {
@@ -701,6 +797,20 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
             .to_host_call(clock, self.engine.registry())?
             .map_err(|rejection| Reply::from(toolledger_engine::input_invalid(Some(&rejection)))))
     }
+}
+
+/// A loaded call with its arguments through the door ([`door::admit`]), or the
+/// `INPUT_INVALID` reply (nothing written).
+fn admitted(call: &HostCall) -> Result<HostCall, toolledger_contract::Rejection> {
+    let arguments = door::admit(&call.proposal.arguments)?;
+    let mut call = call.clone();
+    call.proposal.arguments = arguments;
+    Ok(call)
+}
+
+/// The `INPUT_INVALID` reply for arguments the door refused.
+fn refused(rejection: &toolledger_contract::Rejection) -> Reply {
+    Reply::from(toolledger_engine::input_invalid(Some(rejection)))
 }
 
 /// Upgrades the store at `location` to the current schema, after an online backup to a

@@ -181,6 +181,41 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// `NOT_FOUND` with no operation shown: what a status ref that is not even well
+    /// formed is answered, exactly as one that names nothing.
+    ///
+    /// ```
+    /// let reply = toolledger::Reply::not_found();
+    /// assert_eq!(reply.package()["code"], "NOT_FOUND");
+    /// ```
+    pub fn not_found() -> Reply {
+        Reply::from(Answer::not_found())
+    }
+
+    /// What a host that crashed right after commit A must assume of this `ACCEPTED`
+    /// reply, which it never saw: `OUTCOME_UNKNOWN`, with the same status and ref (the
+    /// recovery drills answer this). Any other reply is returned as it is.
+    ///
+    /// ```
+    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("as-if-lost");
+    /// let lost = ledger.enqueue(&call)?.as_if_lost();
+    /// assert!(matches!(lost.outcome(), toolledger::Outcome::Unknown { .. }));
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    #[must_use]
+    pub fn as_if_lost(self) -> Reply {
+        match self.outcome {
+            Outcome::Accepted { .. } => {
+                let Reply { package, ended, .. } = self;
+                Reply::from(
+                    Answer::Block { code: BlockCode::Accepted, package, ended }.as_if_lost(),
+                )
+            }
+            _ => self,
+        }
+    }
+
     /// The typed outcome.
     ///
     /// ```

@@ -379,11 +379,11 @@ fn text_a_downstream_wrote_is_shown_as_text() {
         // The case's instants, as the dashboard's --now judges them (a PostgreSQL ledger
         // would otherwise stamp the database's clock).
         .store_clock(toolledger::StoreClock::Caller)
+        .worker_id("host-worker")
         .open(hostile, toolledger::NoRoles)
         .unwrap();
-    let worker = toolledger::Identifier::new("host-worker").unwrap();
-    let refused = host.engine().dispatch(&case, &worker).unwrap();
-    assert_eq!(refused.code(), "DOWNSTREAM_REFUSED", "{}", refused.package());
+    let refused = host.dispatch_loaded(&case).unwrap();
+    assert_eq!(refused.package()["code"], "DOWNSTREAM_REFUSED", "{}", refused.package());
     let status_ref = refused.package()["status_ref"].as_str().unwrap().to_owned();
     drop(host);
 

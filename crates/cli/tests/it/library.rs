@@ -45,11 +45,11 @@ fn the_simulation_refuses_an_operation_of_another_downstream_and_writes_nothing(
     let mut host = Ledger::builder(dir.location())
         .tool(RefundOrder::default().tool())
         .store_clock(toolledger::StoreClock::Caller)
+        .worker_id("host-worker")
         .open(payments, NoRoles)
         .unwrap();
-    let worker = toolledger::Identifier::new("host-worker").unwrap();
-    let unknown = host.engine().dispatch(&case, &worker).unwrap();
-    assert_eq!(unknown.code(), "OUTCOME_UNKNOWN");
+    let unknown = host.dispatch_loaded(&case).unwrap();
+    assert_eq!(unknown.package()["code"], "OUTCOME_UNKNOWN");
     let status_ref = unknown.package()["status_ref"].as_str().unwrap().to_owned();
     drop(host);
     let rows = |dir: &Dir| {
