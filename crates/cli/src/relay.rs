@@ -17,7 +17,7 @@ use crate::{
     args::LogFormat,
     claims::Claims,
     run::{Failure, Printed},
-    serve::listener::{self, Answer, Limits, Listener, Refusal, Request},
+    serve::listener::{self, Limits, Listener, Refusal, Request, Served},
 };
 
 fn counts(drained: &Drained) -> Value {
@@ -150,8 +150,8 @@ struct Metrics {
     db: Location,
 }
 
-fn text(status: u16, content_type: &str, body: String) -> Answer {
-    Answer {
+fn text(status: u16, content_type: &str, body: String) -> Served {
+    Served {
         status,
         headers: vec![
             ("Content-Type", content_type.to_owned()),
@@ -162,7 +162,7 @@ fn text(status: u16, content_type: &str, body: String) -> Answer {
 }
 
 impl listener::Service for Metrics {
-    fn answer(&self, request: &Request) -> Answer {
+    fn answer(&self, request: &Request) -> Served {
         let path = request.target().split_once('?').map_or(request.target(), |(path, _)| path);
         if (request.method(), path) != ("GET", "/metrics") {
             return text(404, "text/plain; charset=utf-8", "not found\n".to_owned());
@@ -175,7 +175,7 @@ impl listener::Service for Metrics {
         }
     }
 
-    fn refuse(&self, refusal: Refusal) -> Answer {
+    fn refuse(&self, refusal: Refusal) -> Served {
         text(refusal.status, "text/plain; charset=utf-8", format!("{}\n", refusal.message))
     }
 }

@@ -38,7 +38,7 @@ use crate::{
     run::{Failure, Printed},
 };
 
-use self::listener::{Answer, Limits, Listener, Refusal, Request};
+use self::listener::{Limits, Listener, Refusal, Request, Served};
 
 /// How `serve` was started.
 #[derive(Debug)]
@@ -186,24 +186,24 @@ fn sample(state: &State, stop: &AtomicBool) {
 }
 
 /// One answer.
-struct Reply {
+struct Page {
     status: u16,
     content_type: &'static str,
     body: String,
     location: Option<String>,
 }
 
-impl Reply {
-    fn html(status: u16, body: String) -> Reply {
-        Reply { status, content_type: "text/html; charset=utf-8", body, location: None }
+impl Page {
+    fn html(status: u16, body: String) -> Page {
+        Page { status, content_type: "text/html; charset=utf-8", body, location: None }
     }
 
-    fn text(status: u16, content_type: &'static str, body: String) -> Reply {
-        Reply { status, content_type, body, location: None }
+    fn text(status: u16, content_type: &'static str, body: String) -> Page {
+        Page { status, content_type, body, location: None }
     }
 
-    fn see_other(location: String) -> Reply {
-        Reply {
+    fn see_other(location: String) -> Page {
+        Page {
             status: 303,
             content_type: "text/plain; charset=utf-8",
             body: String::new(),
@@ -212,14 +212,14 @@ impl Reply {
     }
 
     /// An error page: a stable code and a fixed message, never the input.
-    fn error(status: u16, code: &str, message: &str) -> Reply {
+    fn error(status: u16, code: &str, message: &str) -> Page {
         let body = format!(
             "<h1>{}</h1><p class=\"error\"><code>{}</code>: {}</p>",
             escape(title(status)),
             escape(code),
             escape(message)
         );
-        Reply::html(status, page(title(status), &body))
+        Page::html(status, page(title(status), &body))
     }
 }
 
@@ -239,13 +239,13 @@ fn title(status: u16) -> &'static str {
     }
 }
 
-impl From<toolledger::Error> for Reply {
-    fn from(err: toolledger::Error) -> Reply {
+impl From<toolledger::Error> for Page {
+    fn from(err: toolledger::Error) -> Page {
         let status = match err.code().as_str() {
             "USAGE_ERROR" => 400,
             _ => 503,
         };
-        Reply::error(status, err.code().as_str(), &err.to_string())
+        Page::error(status, err.code().as_str(), &err.to_string())
     }
 }
 
@@ -256,17 +256,17 @@ struct Dashboard {
 }
 
 impl listener::Service for Dashboard {
-    fn answer(&self, request: &Request) -> Answer {
+    fn answer(&self, request: &Request) -> Served {
         secured(respond(&self.state, self.bound, request))
     }
 
-    fn refuse(&self, refusal: Refusal) -> Answer {
-        secured(Reply::error(refusal.status, refusal.code, refusal.message))
+    fn refuse(&self, refusal: Refusal) -> Served {
+        secured(Page::error(refusal.status, refusal.code, refusal.message))
     }
 }
 
 /// The answer to `request`.
-fn respond(state: &State, bound: SocketAddr, request: &Request) -> Reply {
+fn respond(state: &State, bound: SocketAddr, request: &Request) -> Page {
     let header = |name: &str| request.header(name).map(str::to_owned);
     let headers = Headers {
         origin: header("Origin"),
@@ -284,7 +284,7 @@ fn respond(state: &State, bound: SocketAddr, request: &Request) -> Reply {
 }
 
 /// `reply` with the headers every page carries.
-fn secured(reply: Reply) -> Answer {
+fn secured(reply: Page) -> Served {
     let mut headers = vec![
         ("Content-Type", reply.content_type.to_owned()),
         ("Cache-Control", "no-store".to_owned()),
@@ -300,7 +300,7 @@ fn secured(reply: Reply) -> Answer {
     if let Some(location) = reply.location {
         headers.push(("Location", location));
     }
-    Answer { status: reply.status, headers, body: reply.body.into_bytes() }
+    Served { status: reply.status, headers, body: reply.body.into_bytes() }
 }
 
 /// The request headers the server judges.
@@ -326,12 +326,12 @@ fn handle(
     url: &str,
     headers: &Headers,
     body: &[u8],
-) -> Reply {
+) -> Page {
     // (A loopback listener has already refused a request whose `Host` is not ours.)
     if !bound.ip().is_loopback() {
         let given = headers.token.as_deref().unwrap_or_default();
         if !state.token.as_deref().is_some_and(|token| token_matches(token, given)) {
-            return Reply::error(
+            return Page::error(
                 403,
                 "TOKEN_REQUIRED",
                 "this server needs its token on every request",
@@ -340,22 +340,22 @@ fn handle(
     }
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     let Some(query) = parse_form(query.as_bytes()) else {
-        return Reply::error(400, "USAGE_ERROR", "the query is not valid form encoding");
+        return Page::error(400, "USAGE_ERROR", "the query is not valid form encoding");
     };
     match (method, path) {
         ("GET", "/") => overview(state),
         ("GET", "/operations") => operations(state, &query),
         ("GET", "/tools") => tools(state),
         ("GET", "/healthz") => match opens(&state.db) {
-            Ok(_) => Reply::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
-            Err(_) => Reply::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
+            Ok(_) => Page::text(200, "text/plain; charset=utf-8", "ok\n".to_owned()),
+            Err(_) => Page::text(503, "text/plain; charset=utf-8", "unavailable\n".to_owned()),
         },
         ("GET", "/metrics") => match toolledger::metrics(&state.db, state.now()) {
-            Ok(text) => Reply::text(200, "text/plain; version=0.0.4; charset=utf-8", text),
+            Ok(text) => Page::text(200, "text/plain; version=0.0.4; charset=utf-8", text),
             Err(err) => err.into(),
         },
         ("GET", "/style.css") => {
-            Reply::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
+            Page::text(200, "text/css; charset=utf-8", crate::html::STYLE.to_owned())
         }
         ("GET", path) if path.starts_with("/operations/") => {
             let wanted = percent_decode(&path.as_bytes()["/operations/".len()..]);
@@ -366,14 +366,14 @@ fn handle(
             let wanted = percent_decode(status_ref);
             requeue(state, bound, wanted.as_deref().unwrap_or_default(), headers, body)
         }
-        ("GET" | "POST", _) => Reply::error(404, "NOT_FOUND", "no such page"),
-        _ => Reply::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
+        ("GET" | "POST", _) => Page::error(404, "NOT_FOUND", "no such page"),
+        _ => Page::error(405, "METHOD_NOT_ALLOWED", "only GET, and POST for actions"),
     }
 }
 
 /// The tools this dashboard's configuration declares: what each does, its revisions,
 /// and who performs it.
-fn tools(state: &State) -> Reply {
+fn tools(state: &State) -> Page {
     let text = |tool: &serde_json::Value, pointer: &str| {
         escape(tool.pointer(pointer).and_then(serde_json::Value::as_str).unwrap_or(""))
     };
@@ -398,10 +398,10 @@ fn tools(state: &State) -> Reply {
         ));
     }
     body.push_str("</table>");
-    Reply::html(200, crate::html::page("Tools", &body))
+    Page::html(200, crate::html::page("Tools", &body))
 }
 
-fn overview(state: &State) -> Reply {
+fn overview(state: &State) -> Page {
     let now = state.now();
     let figures = match toolledger::figures(&state.db, now) {
         Ok(figures) => figures,
@@ -458,7 +458,7 @@ fn overview(state: &State) -> Reply {
             ));
         }
     }
-    Reply::html(200, page("Overview", &body))
+    Page::html(200, page("Overview", &body))
 }
 
 /// Listed operations as a table, or a line saying there are none.
@@ -498,7 +498,7 @@ fn table(listed: &[toolledger::Listed], arguments: bool) -> String {
     out
 }
 
-fn operations(state: &State, query: &[(String, String)]) -> Reply {
+fn operations(state: &State, query: &[(String, String)]) -> Page {
     let get = |name: &str| {
         query
             .iter()
@@ -509,26 +509,26 @@ fn operations(state: &State, query: &[(String, String)]) -> Reply {
     if let Some(wanted) = get("q") {
         return match StatusRef::new(wanted) {
             Ok(status_ref) => {
-                Reply::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
+                Page::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
             }
             Err(_) => {
-                Reply::error(404, "NOT_FOUND", "that is not a status_ref (sr_ and 32 hex digits)")
+                Page::error(404, "NOT_FOUND", "that is not a status_ref (sr_ and 32 hex digits)")
             }
         };
     }
     let chosen = get("state");
     if chosen.is_some_and(|chosen| !STATES.contains(&chosen)) {
-        return Reply::error(400, "USAGE_ERROR", "unknown state");
+        return Page::error(400, "USAGE_ERROR", "unknown state");
     }
     let tool = get("tool");
     if tool.is_some_and(|tool| tool.len() > 128) {
-        return Reply::error(400, "USAGE_ERROR", "the tool name is too long");
+        return Page::error(400, "USAGE_ERROR", "the tool name is too long");
     }
     let minutes = match get("older_than_minutes").map(str::parse::<i64>) {
         None => 0,
         Some(Ok(minutes)) if (0..=5_256_000).contains(&minutes) => minutes,
         Some(_) => {
-            return Reply::error(400, "USAGE_ERROR", "older_than_minutes must be 0 to 5256000");
+            return Page::error(400, "USAGE_ERROR", "older_than_minutes must be 0 to 5256000");
         }
     };
     let filter = ListFilter {
@@ -578,16 +578,16 @@ fn operations(state: &State, query: &[(String, String)]) -> Reply {
             escape(&next)
         ));
     }
-    Reply::html(200, page("Operations", &body))
+    Page::html(200, page("Operations", &body))
 }
 
-fn operation(state: &State, wanted: &str) -> Reply {
+fn operation(state: &State, wanted: &str) -> Page {
     let Ok(status_ref) = StatusRef::new(wanted) else {
-        return Reply::error(404, "NOT_FOUND", "no such operation");
+        return Page::error(404, "NOT_FOUND", "no such operation");
     };
     let shown = match toolledger::show(&state.db, &status_ref, state.options.show_arguments) {
         Ok(Some(shown)) => shown,
-        Ok(None) => return Reply::error(404, "NOT_FOUND", "no such operation"),
+        Ok(None) => return Page::error(404, "NOT_FOUND", "no such operation"),
         Err(err) => return err.into(),
     };
     let status = shown["status"].as_str().unwrap_or_default();
@@ -654,7 +654,7 @@ fn operation(state: &State, wanted: &str) -> Reply {
             );
         }
     }
-    Reply::html(200, page("Operation", &body))
+    Page::html(200, page("Operation", &body))
 }
 
 /// The operation's state as the list names it: `unknown` for a processing operation
@@ -670,22 +670,16 @@ fn state_of(status: &str, shown: &Value, now: i64) -> String {
     tag(if unknown { "unknown" } else { status })
 }
 
-fn requeue(
-    state: &State,
-    bound: SocketAddr,
-    wanted: &str,
-    headers: &Headers,
-    body: &[u8],
-) -> Reply {
+fn requeue(state: &State, bound: SocketAddr, wanted: &str, headers: &Headers, body: &[u8]) -> Page {
     if !state.options.allow_actions {
-        return Reply::error(
+        return Page::error(
             403,
             "READ_ONLY",
             "actions are disabled: start the server with --allow-actions",
         );
     }
     if !same_origin(bound, headers) {
-        return Reply::error(
+        return Page::error(
             403,
             "CROSS_SITE",
             "actions are accepted only from this dashboard's own pages",
@@ -695,14 +689,14 @@ fn requeue(
         (false, _) => Vec::new(),
         (true, Some(form)) => form,
         (true, None) => {
-            return Reply::error(400, "USAGE_ERROR", "the form is not valid form encoding");
+            return Page::error(400, "USAGE_ERROR", "the form is not valid form encoding");
         }
     };
     let field =
         |name: &str| form.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str());
     let given = headers.token.as_deref().or_else(|| field("token")).unwrap_or_default();
     if !state.token.as_deref().is_some_and(|token| token_matches(token, given)) {
-        return Reply::error(
+        return Page::error(
             403,
             "TOKEN_REQUIRED",
             "the token is missing or wrong: nothing was changed",
@@ -710,21 +704,21 @@ fn requeue(
     }
     // The library's rule, as the command line applies it: refused, never shortened.
     let Some(reason) = toolledger::operator_reason(field("reason").unwrap_or_default()) else {
-        return Reply::error(
+        return Page::error(
             400,
             "USAGE_ERROR",
             "a reason of 1 to 512 bytes without control characters is required",
         );
     };
     let Ok(status_ref) = StatusRef::new(wanted) else {
-        return Reply::error(404, "NOT_FOUND", "no such operation");
+        return Page::error(404, "NOT_FOUND", "no such operation");
     };
     match toolledger::requeue(&state.db, &status_ref, reason, state.now()) {
         Ok(toolledger::Requeued::Requeued) => {
-            Reply::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
+            Page::see_other(format!("/operations/{}", query_value(status_ref.as_str())))
         }
-        Ok(toolledger::Requeued::Missing) => Reply::error(404, "NOT_FOUND", "no such operation"),
-        Ok(toolledger::Requeued::Refused(status)) => Reply::error(
+        Ok(toolledger::Requeued::Missing) => Page::error(404, "NOT_FOUND", "no such operation"),
+        Ok(toolledger::Requeued::Refused(status)) => Page::error(
             409,
             "NOT_REQUEUEABLE",
             &format!(
@@ -950,7 +944,7 @@ pub(crate) mod listener {
 
     /// One answer; the listener adds `Content-Length` and `Connection: close`.
     #[derive(Debug)]
-    pub(crate) struct Answer {
+    pub(crate) struct Served {
         pub(crate) status: u16,
         pub(crate) headers: Vec<(&'static str, String)>,
         pub(crate) body: Vec<u8>,
@@ -982,8 +976,8 @@ pub(crate) mod listener {
 
     /// What a listener serves: the answer to a request, and how its refusals look.
     pub(crate) trait Service: Send + Sync + 'static {
-        fn answer(&self, request: &Request) -> Answer;
-        fn refuse(&self, refusal: Refusal) -> Answer;
+        fn answer(&self, request: &Request) -> Served;
+        fn refuse(&self, refusal: Refusal) -> Served;
     }
 
     /// Whether `host`, a request's `Host`, names the server bound at `bound`: that
@@ -1313,7 +1307,7 @@ pub(crate) mod listener {
 
     /// The answer as hyper writes it. A header value holding a control character is left
     /// out: nothing a service puts in a header can start another.
-    fn encode(answer: Answer) -> Response<Full<Bytes>> {
+    fn encode(answer: Served) -> Response<Full<Bytes>> {
         let mut response = Response::new(Full::new(Bytes::from(answer.body)));
         *response.status_mut() =
             StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

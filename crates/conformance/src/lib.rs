@@ -1,9 +1,9 @@
 //! The engine and its stores, tested together.
 //!
-//! A [`Backend`] is one database a ledger can live in, seen the way a test needs it: a
+//! A [`StoreUnderTest`] is one database a ledger can live in, seen the way a test needs it: a
 //! fresh, empty ledger; as many store connections to it as the test opens; and a raw
 //! connection of the database's own driver, to look at rows and to tamper with them.
-//! The suite in `tests/it` is written once over [`Backend`] and instantiated for
+//! The suite in `tests/it` is written once over [`StoreUnderTest`] and instantiated for
 //! [`Sqlite`] (a file in a temporary directory) and [`Postgres`] (a fresh database on
 //! the throwaway cluster the harness starts, or on `TOOLLEDGER_PG_URL`).
 //!
@@ -39,7 +39,7 @@ mod faulty;
 mod postgres;
 
 /// One database a ledger can live in.
-pub trait Backend: Send + Sync + Sized + 'static {
+pub trait StoreUnderTest: Send + Sync + Sized + 'static {
     /// Its store.
     type Store: LedgerStore + StandInReceipts + OperatorStore + Send + 'static;
 
@@ -144,7 +144,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
 }
 
 /// The engine a test drives on backend `B`.
-pub type Flow<B, R> = Engine<<B as Backend>::Store, Interrupt<StandIn<<B as Backend>::Store>>, R>;
+pub type Flow<B, R> =
+    Engine<<B as StoreUnderTest>::Store, Interrupt<StandIn<<B as StoreUnderTest>::Store>>, R>;
 
 /// A ledger in a SQLite file of its own temporary directory (removed on drop).
 #[derive(Debug)]
@@ -284,7 +285,7 @@ pub fn setting(name: &str, default: u64) -> u64 {
     }
 }
 
-impl Backend for Sqlite {
+impl StoreUnderTest for Sqlite {
     type Store = SqliteStore;
     const NAME: &'static str = "sqlite";
 

@@ -2,10 +2,10 @@
 
 use toolledger_engine::EngineError;
 use toolledger_store::Waits;
-use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_postgres::{PgStore, StoreClock};
 use toolledger_testkit::cluster::Cluster;
 
-use crate::Backend;
+use crate::StoreUnderTest;
 
 /// A ledger in a fresh database of the PostgreSQL server the harness started (or of
 /// `TOOLLEDGER_PG_URL`). Stores judge time by the instants they are handed, as the
@@ -27,7 +27,7 @@ impl Postgres {
     }
 }
 
-impl Backend for Postgres {
+impl StoreUnderTest for Postgres {
     type Store = PgStore;
     const NAME: &'static str = "postgres";
 
@@ -41,7 +41,7 @@ impl Backend for Postgres {
     }
 
     fn open(&self) -> Result<PgStore, EngineError> {
-        Ok(PgStore::connect(&self.url, Waits::default())?.with_clock(Clock::Caller))
+        Ok(PgStore::connect(&self.url, Waits::default())?.with_clock(StoreClock::Caller))
     }
 
     fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {

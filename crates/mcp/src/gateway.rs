@@ -29,7 +29,7 @@ use crate::{
     config::ApprovalDecl,
     downstream::McpDownstream,
     hosts::{Hosts, Key, Target},
-    http::Principal,
+    http::TokenHolder,
     relay::{HostCall, Question, is_modern},
     tools::{Exposed, KEY_ARGUMENT, KEY_META, STATUS_TOOL, hex},
     upstream::{Serves, Upstream},
@@ -189,7 +189,7 @@ impl Gateway {
         match context
             .extensions
             .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
+            .and_then(|parts| parts.extensions.get::<TokenHolder>())
         {
             None => Presenter::Host,
             Some(principal) => Presenter::Token(principal.approver.clone()),
@@ -202,7 +202,7 @@ impl Gateway {
         context
             .extensions
             .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
+            .and_then(|parts| parts.extensions.get::<TokenHolder>())
             .map_or_else(
                 || (self.inner.tenant.clone(), self.inner.subject.clone()),
                 |principal| (principal.tenant.clone(), principal.subject.clone()),

@@ -19,7 +19,7 @@ use crate::{config::TokenDecl, gateway::Gateway};
 /// Who an HTTP request is from, as its bearer token says; the gateway reads it from
 /// the request's parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Principal {
+pub(crate) struct TokenHolder {
     pub(crate) tenant: String,
     pub(crate) subject: String,
     /// The approver the token stands for, when it may present approvals.
@@ -33,11 +33,11 @@ fn same(presented: &[u8], expected: &[u8]) -> bool {
 }
 
 /// The principal of the token a request presents, if it presents one configured.
-fn authorized(request: &Request<Incoming>, tokens: &[TokenDecl]) -> Option<Principal> {
+fn authorized(request: &Request<Incoming>, tokens: &[TokenDecl]) -> Option<TokenHolder> {
     let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let presented = value.strip_prefix("Bearer ")?.trim();
     tokens.iter().find(|token| same(presented.as_bytes(), token.token.as_bytes())).map(|token| {
-        Principal {
+        TokenHolder {
             tenant: token.tenant.clone(),
             subject: token.subject.clone(),
             approver: token.approver.clone(),

@@ -315,7 +315,7 @@ impl Call {
 
 impl Call {
     /// The facade's call, the principal defaulting to the ledger's.
-    fn facade(&self, principal: &Principal) -> PyResult<toolledger::Call> {
+    fn facade(&self, principal: &DefaultPrincipal) -> PyResult<toolledger::Call> {
         let (tenant, subject) = principal.of(self.tenant.as_deref(), self.subject.as_deref())?;
         let model_call = match &self.model_call {
             Some(model_call) => model_call.facade(),
@@ -350,12 +350,12 @@ impl Call {
 
 /// The ledger's default principal, for calls that name none.
 #[derive(Debug, Clone, Default)]
-struct Principal {
+struct DefaultPrincipal {
     tenant: Option<String>,
     subject: Option<String>,
 }
 
-impl Principal {
+impl DefaultPrincipal {
     fn of<'a>(
         &'a self,
         tenant: Option<&'a str>,
@@ -446,7 +446,7 @@ struct State {
 #[derive(Debug)]
 struct Ledger {
     state: Mutex<State>,
-    principal: Principal,
+    principal: DefaultPrincipal,
 }
 
 fn locked(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -524,7 +524,7 @@ impl Ledger {
         let ledger = py.detach(|| recipe.open()).map_err(|err| raise(&err))?;
         Ok(Ledger {
             state: Mutex::new(State { recipe, ledger: Some(ledger) }),
-            principal: Principal { tenant, subject },
+            principal: DefaultPrincipal { tenant, subject },
         })
     }
 

@@ -13,9 +13,9 @@
 //! a serialization failure or deadlock is retried a bounded number of times.
 //!
 //! Leases and due times are judged on the **database's clock** by default
-//! ([`Clock::Database`]): every write transaction reads `now()` and uses it instead of
+//! ([`StoreClock::Database`]): every write transaction reads `now()` and uses it instead of
 //! the instant handed in, so workers on several hosts need no trusted clock of their
-//! own. [`Clock::Caller`] keeps the handed-in instants, for tests and drills.
+//! own. [`StoreClock::Caller`] keeps the handed-in instants, for tests and drills.
 //!
 //! A store whose connection is lost answers that call with
 //! `postgres failed: the connection to the server was lost` (a write in flight is not
@@ -40,7 +40,7 @@ use toolledger_store::{
 
 pub use crate::{
     audit::{CHECKS, HEALTH},
-    pg::{ATTEMPTS, Clock, PgStore, migrate, raw_operation},
+    pg::{ATTEMPTS, PgStore, StoreClock, migrate, raw_operation},
     pool::PgPool,
     schema::{SCHEMA_ID, SCHEMA_VERSION},
 };

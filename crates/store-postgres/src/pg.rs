@@ -43,9 +43,15 @@ use crate::{
 /// caller is answered `Busy`.
 pub const ATTEMPTS: u32 = 5;
 
-/// Which clock a store's writes judge and stamp by.
+/// Whose clock a ledger's writes judge and stamp by (leases, due times, `created_at`):
+/// the database server's, or the instants each call is handed. A SQLite ledger always
+/// uses the instants it is handed (one host, one clock).
+///
+/// ```
+/// assert_eq!(toolledger_store_postgres::StoreClock::default(), toolledger_store_postgres::StoreClock::Database);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Clock {
+pub enum StoreClock {
     /// The database server's: every write transaction reads `now()` first (whole
     /// seconds) and uses it instead of the instant handed in for everything it stores
     /// and judges — lease ends, due times, `created_at`/`updated_at`. Workers on several
@@ -62,7 +68,7 @@ pub enum Clock {
 pub struct PgStore {
     config: Config,
     waits: Waits,
-    clock: Clock,
+    clock: StoreClock,
     /// The connection; `None` once it was lost, until the next call reconnects.
     conn: Option<Conn>,
     /// The pool the connection goes back to when the store is dropped.
@@ -268,7 +274,7 @@ impl PgStore {
     /// database holds none of toolledger's tables; opened when `meta` names
     /// `toolledger-store-v4` and every table, column, index, constraint and trigger is
     /// the expected one; anything else is [`StoreError::SchemaUnsupported`] and nothing
-    /// is written. Writes judge by the database's clock ([`Clock::Database`]).
+    /// is written. Writes judge by the database's clock ([`StoreClock::Database`]).
     ///
     /// # Errors
     ///
@@ -315,14 +321,14 @@ impl PgStore {
             err => err,
         })?;
         schema::prepare(&mut conn, create, opening == Opening::Audit)?;
-        Ok(PgStore { config, waits, clock: Clock::default(), conn: Some(conn), home: None })
+        Ok(PgStore { config, waits, clock: StoreClock::default(), conn: Some(conn), home: None })
     }
 
     /// A store on a connection the pool made (the schema already checked).
     pub(crate) fn pooled(
         config: Config,
         waits: Waits,
-        clock: Clock,
+        clock: StoreClock,
         conn: Conn,
         home: Arc<Shared>,
     ) -> PgStore {
@@ -336,13 +342,13 @@ impl PgStore {
 
     /// The store with its writes judged by `clock`.
     #[must_use]
-    pub fn with_clock(mut self, clock: Clock) -> PgStore {
+    pub fn with_clock(mut self, clock: StoreClock) -> PgStore {
         self.clock = clock;
         self
     }
 
     /// Which clock the store's writes judge by.
-    pub fn clock(&self) -> Clock {
+    pub fn clock(&self) -> StoreClock {
         self.clock
     }
 
@@ -572,7 +578,7 @@ impl PgStore {
 /// store's writes judge by.
 pub(crate) struct Pg<'a, C: GenericClient> {
     db: Db<'a, C>,
-    clock: Clock,
+    clock: StoreClock,
 }
 
 impl<C: GenericClient> LedgerDb for Pg<'_, C> {
@@ -586,8 +592,8 @@ impl<C: GenericClient> LedgerDb for Pg<'_, C> {
 
     fn now(&mut self, caller: Now) -> Result<Now, StoreError> {
         match self.clock {
-            Clock::Database => session::database_now(&mut self.db),
-            Clock::Caller => Ok(caller),
+            StoreClock::Database => session::database_now(&mut self.db),
+            StoreClock::Caller => Ok(caller),
         }
     }
 

@@ -8,7 +8,7 @@ use tokio_postgres::Config;
 
 use crate::{
     StoreError, Waits,
-    pg::{Clock, PgStore},
+    pg::{PgStore, StoreClock},
     session::{self, Conn},
 };
 
@@ -16,7 +16,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct PgPool {
     shared: Arc<Shared>,
-    clock: Clock,
+    clock: StoreClock,
 }
 
 /// What the clones of a pool and its lent stores share.
@@ -77,12 +77,12 @@ impl PgPool {
             state: Mutex::new(state),
             returned: Condvar::new(),
         };
-        Ok(PgPool { shared: Arc::new(shared), clock: Clock::default() })
+        Ok(PgPool { shared: Arc::new(shared), clock: StoreClock::default() })
     }
 
     /// The pool handing out stores whose writes judge by `clock`.
     #[must_use]
-    pub fn with_clock(mut self, clock: Clock) -> PgPool {
+    pub fn with_clock(mut self, clock: StoreClock) -> PgPool {
         self.clock = clock;
         self
     }

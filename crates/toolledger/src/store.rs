@@ -13,7 +13,8 @@ use toolledger_store::{
     NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
     Resolved, Settlement, Shown, StoreError, Waits,
 };
-use toolledger_store_postgres::{Clock, PgPool, PgStore};
+pub use toolledger_store_postgres::StoreClock;
+use toolledger_store_postgres::{PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
 
 use crate::Error;
@@ -102,21 +103,6 @@ impl From<&Location> for Location {
     }
 }
 
-/// Whose clock a PostgreSQL ledger judges leases and due times by. SQLite ledgers always
-/// use the instants they are handed (one host, one clock).
-///
-/// ```
-/// assert_eq!(toolledger::StoreClock::default(), toolledger::StoreClock::Database);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StoreClock {
-    /// The database server's clock: relays on several hosts need no trusted wall clock.
-    #[default]
-    Database,
-    /// The instant each call is handed (a simulated clock: drills and tests).
-    Caller,
-}
-
 /// One connection to a ledger, wherever it lives.
 ///
 /// ```
@@ -158,7 +144,7 @@ impl Store {
         Ok(match location {
             Location::Sqlite(path) => Store::Sqlite(SqliteStore::open_with(path, waits)?),
             Location::Postgres(url) => {
-                Store::Postgres(Box::new(PgStore::connect(url, waits)?.with_clock(pg_clock(clock))))
+                Store::Postgres(Box::new(PgStore::connect(url, waits)?.with_clock(clock)))
             }
         })
     }
@@ -185,9 +171,9 @@ impl Store {
     ) -> Result<Store, Error> {
         Ok(match location {
             Location::Sqlite(path) => Store::Sqlite(SqliteStore::open_existing_with(path, waits)?),
-            Location::Postgres(url) => Store::Postgres(Box::new(
-                PgStore::connect_existing(url, waits)?.with_clock(pg_clock(clock)),
-            )),
+            Location::Postgres(url) => {
+                Store::Postgres(Box::new(PgStore::connect_existing(url, waits)?.with_clock(clock)))
+            }
         })
     }
 
@@ -205,7 +191,7 @@ impl Store {
                 (0..count).map(|_| Store::open(location, waits, clock)).collect()
             }
             Location::Postgres(url) => {
-                let pool = PgPool::new(url, count, waits)?.with_clock(pg_clock(clock));
+                let pool = PgPool::new(url, count, waits)?.with_clock(clock);
                 (0..count).map(|_| Ok(Store::Postgres(Box::new(pool.store()?)))).collect()
             }
         }
@@ -228,13 +214,6 @@ impl Store {
             Store::Sqlite(_) => "sqlite",
             Store::Postgres(_) => "postgres",
         }
-    }
-}
-
-fn pg_clock(clock: StoreClock) -> Clock {
-    match clock {
-        StoreClock::Database => Clock::Database,
-        StoreClock::Caller => Clock::Caller,
     }
 }
 

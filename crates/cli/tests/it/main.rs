@@ -59,8 +59,9 @@ impl Dir {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let postgres = on_postgres()
-            .then(<toolledger_conformance::Postgres as toolledger_conformance::Backend>::fresh);
+        let postgres = on_postgres().then(
+            <toolledger_conformance::Postgres as toolledger_conformance::StoreUnderTest>::fresh,
+        );
         let dir = Dir(dir, postgres);
         dir.write(
             "case.json",
@@ -176,7 +177,7 @@ impl Dir {
     /// Every row `sql` answers in the test's ledger, each value as text.
     pub fn db_rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
         match &self.1 {
-            Some(postgres) => toolledger_conformance::Backend::rows(postgres, sql),
+            Some(postgres) => toolledger_conformance::StoreUnderTest::rows(postgres, sql),
             None => toolledger_conformance::sqlite_rows(&self.join("toolledger.sqlite3"), sql),
         }
     }
@@ -184,7 +185,7 @@ impl Dir {
     /// Runs `sql` on the test's ledger, as an intruder with a raw connection would.
     pub fn db_execute(&self, sql: &str) {
         match &self.1 {
-            Some(postgres) => toolledger_conformance::Backend::execute(postgres, sql),
+            Some(postgres) => toolledger_conformance::StoreUnderTest::execute(postgres, sql),
             None => toolledger_conformance::sqlite_execute(&self.join("toolledger.sqlite3"), sql),
         }
     }
@@ -204,7 +205,7 @@ impl Dir {
     pub fn ledger_is_empty(&self) -> bool {
         match &self.1 {
             Some(postgres) => {
-                let tables = toolledger_conformance::Backend::rows(
+                let tables = toolledger_conformance::StoreUnderTest::rows(
                     postgres,
                     "SELECT 1 FROM pg_tables WHERE tablename = 'operations'",
                 );

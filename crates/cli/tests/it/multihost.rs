@@ -13,7 +13,7 @@ use std::{
 };
 
 use serde_json::Value;
-use toolledger_conformance::{Backend, Postgres};
+use toolledger_conformance::{Postgres, StoreUnderTest};
 
 use crate::{
     Dir,

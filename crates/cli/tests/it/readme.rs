@@ -114,7 +114,8 @@ fn check_markdown(relative: &str, markdown: &str) {
     if steps.is_empty() {
         return;
     }
-    let postgres = <toolledger_conformance::Postgres as toolledger_conformance::Backend>::fresh();
+    let postgres =
+        <toolledger_conformance::Postgres as toolledger_conformance::StoreUnderTest>::fresh();
     let scratch = tempfile::tempdir().unwrap();
     let (home, tmp, work) =
         (scratch.path().join("home"), scratch.path().join("tmp"), scratch.path().join("work"));

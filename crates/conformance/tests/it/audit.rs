@@ -10,7 +10,7 @@ use crate::{
 use serde_json::{Value, json};
 use toolledger_contract::Registry;
 
-use crate::{Backend, Db, Roles, TempDir, case, dispatch};
+use crate::{Db, Roles, StoreUnderTest, TempDir, case, dispatch};
 
 fn audited(db: &Db) -> Audited {
     failed(db)

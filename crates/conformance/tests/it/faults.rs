@@ -4,7 +4,7 @@
 //! public recovery path (status, then a worker past the lease) ends with exactly one
 //! downstream receipt.
 
-use crate::Backend;
+use crate::StoreUnderTest;
 use toolledger_contract::{
     Clock, Identifier, LeaseSeconds, PrincipalResolver, Registry, ResolverError,
 };

@@ -4,7 +4,7 @@
 //! caller then waits in `BEGIN IMMEDIATE` holding the gate, and takes everyone queued
 //! behind it once the lock is free.
 
-use crate::Backend;
+use crate::StoreUnderTest;
 use std::{
     collections::BTreeMap,
     sync::{

@@ -2,7 +2,7 @@
 //! provider/API/adapter replay and different intent conflict; replay after reopening;
 //! replay after revocation is NOT_FOUND.
 
-use crate::Backend;
+use crate::StoreUnderTest;
 use serde_json::json;
 use toolledger_contract::{IdempotencyKey, Registry};
 

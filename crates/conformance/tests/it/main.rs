@@ -191,7 +191,7 @@ pub fn stand_in_identity() -> toolledger_contract::DownstreamIdentity {
 #[allow(dead_code, reason = "keeps the Downstream trait in scope for tests that name it")]
 fn _downstream_in_scope<D: Downstream>(_: &D) {}
 
-pub use toolledger_conformance::{Backend, Roles};
+pub use toolledger_conformance::{Roles, StoreUnderTest};
 
 /// A SQLite ledger in its own temporary directory.
 pub type Db = toolledger_conformance::Sqlite;

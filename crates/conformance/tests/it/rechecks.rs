@@ -2,8 +2,8 @@
 //! refundable, tampered approval or provider columns. Each fails closed with no
 //! downstream receipt and leaves the operation recoverable.
 
-use crate::Backend;
 use crate::FailurePoint;
+use crate::StoreUnderTest;
 use serde_json::json;
 use toolledger_contract::{Clock, LeaseSeconds, Registry};
 

@@ -2,7 +2,7 @@
 //! refused untouched; time checks before any reservation; injected failures inside
 //! commits A and C roll back whole; an orphan downstream receipt is an audit finding.
 
-use crate::Backend;
+use crate::StoreUnderTest;
 use serde_json::json;
 use toolledger_contract::{Registry, Sha256Hex, load_case};
 use toolledger_engine::{Downstream, DownstreamRequest, StandIn};

@@ -33,7 +33,7 @@ use proptest::{
     prelude::*,
     test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner},
 };
-use toolledger_conformance::{Backend, Faults, Faulty, PowerLoss, Roles, Rule, setting};
+use toolledger_conformance::{Faults, Faulty, PowerLoss, Roles, Rule, StoreUnderTest, setting};
 use toolledger_contract::{
     Clock, HostCall, IdempotencyKey, LeaseSeconds, Registry, Scope,
     digest::{downstream_request_ref, result_sha256, status_ref},
@@ -127,8 +127,11 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-type Simulated<B> =
-    Engine<Faulty<<B as Backend>::Store>, Interrupt<StandIn<Faulty<<B as Backend>::Store>>>, Roles>;
+type Simulated<B> = Engine<
+    Faulty<<B as StoreUnderTest>::Store>,
+    Interrupt<StandIn<Faulty<<B as StoreUnderTest>::Store>>>,
+    Roles,
+>;
 
 /// What the model knows of one key.
 #[derive(Debug, Default, Clone)]
@@ -158,7 +161,7 @@ fn bump(cell: &Cell<u64>) {
     cell.set(cell.get() + 1);
 }
 
-struct Sim<B: Backend> {
+struct Sim<B: StoreUnderTest> {
     backend: B,
     faults: Faults,
     /// The disk under the ledger where a commit may be lazy.
@@ -192,7 +195,7 @@ fn scope_of(case: &HostCall) -> Scope {
     }
 }
 
-fn engine<B: Backend>(backend: &B, faults: &Faults, roles: &Roles) -> Simulated<B> {
+fn engine<B: StoreUnderTest>(backend: &B, faults: &Faults, roles: &Roles) -> Simulated<B> {
     let downstream = Interrupt::new(
         StandIn::new(Faulty::new(backend.store(), faults.clone())),
         Switch::default(),
@@ -206,7 +209,7 @@ fn engine<B: Backend>(backend: &B, faults: &Faults, roles: &Roles) -> Simulated<
 }
 
 /// `(status, result digest)` of each key's operation in the store.
-fn held<B: Backend>(backend: &B) -> BTreeMap<String, (String, String)> {
+fn held<B: StoreUnderTest>(backend: &B) -> BTreeMap<String, (String, String)> {
     backend
         .rows(
             "SELECT o.idempotency_key, o.status, coalesce(l.result_sha256, '') FROM operations o \
@@ -224,7 +227,7 @@ fn terminal(status: &str) -> bool {
     matches!(status, "succeeded" | "failed" | "quarantined" | "dead")
 }
 
-impl<B: Backend> Sim<B> {
+impl<B: StoreUnderTest> Sim<B> {
     fn new() -> Sim<B> {
         let backend = B::fresh();
         let power = backend.power_loss();
@@ -595,7 +598,7 @@ impl<B: Backend> Sim<B> {
     }
 }
 
-fn simulate<B: Backend>(steps: &[Step], tally: &Tally) -> Result<(), String> {
+fn simulate<B: StoreUnderTest>(steps: &[Step], tally: &Tally) -> Result<(), String> {
     let mut sim = Sim::<B>::new();
     bump(&tally.runs);
     for (index, step) in steps.iter().enumerate() {
@@ -607,7 +610,7 @@ fn simulate<B: Backend>(steps: &[Step], tally: &Tally) -> Result<(), String> {
 }
 
 /// Runs the seeded interleavings on backend `B`.
-fn interleavings_keep_every_promise<B: Backend>() {
+fn interleavings_keep_every_promise<B: StoreUnderTest>() {
     let seed = setting("TOOLLEDGER_SIM_SEED", SEED);
     // PostgreSQL runs one case in fifty: each of its cases costs about fifty times a
     // SQLite one here (a database created per case, a connection per restarted process,

@@ -2,7 +2,7 @@
 //! downstream evidence enter the call binding; packages verify; the approval context is
 //! persisted and recomputed; a status-query identity can never dispatch.
 
-use crate::Backend;
+use crate::StoreUnderTest;
 use serde_json::json;
 use toolledger_contract::{
     IdempotencyKey, Registry, approval_sha256, digest::request_sha256, verify_package,

@@ -12,7 +12,7 @@ use toolledger_store::{
     Claim, Claimed, Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt, OperationStatus,
     OperatorStore, Release, Reservation, StoreError, TerminalOutcome, Waits,
 };
-use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_postgres::{PgStore, StoreClock};
 
 use crate::{
     assert_audit_passes, at, count, fresh, intent, lease, raw, receipts, sr, stand_in, store,
@@ -287,7 +287,7 @@ fn a_lock_held_past_the_bound_is_busy_and_nothing_is_written() {
     let mut tx = holder.transaction().unwrap();
     tx.batch_execute("SELECT * FROM outbox FOR UPDATE").unwrap();
     let waits = Waits { busy_timeout: Duration::from_millis(300), deadline: None };
-    let mut store = PgStore::connect(&url, waits).unwrap().with_clock(Clock::Caller);
+    let mut store = PgStore::connect(&url, waits).unwrap().with_clock(StoreClock::Caller);
     let started = Instant::now();
     assert_eq!(
         store.claim(&status_ref, &worker("w"), at(1), lease(30)).unwrap_err(),

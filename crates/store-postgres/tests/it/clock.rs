@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolledger_contract::UnixSeconds;
 use toolledger_store::{Claim, Lease, LedgerStore, Release, Reservation, Waits};
-use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_postgres::{PgStore, StoreClock};
 
 use crate::{assert_audit_passes, fresh, intent, lease, raw, sr, worker};
 
@@ -20,7 +20,7 @@ fn close_to_real_time(seconds: i64) -> bool {
 fn the_database_clock_stamps_and_judges_every_write() {
     let url = fresh("db_clock");
     let mut store = PgStore::connect(&url, Waits::default()).unwrap();
-    assert_eq!(store.clock(), Clock::Database);
+    assert_eq!(store.clock(), StoreClock::Database);
     // A caller whose clock is far off: 2001, then 2100.
     let past = UnixSeconds::new(1_000_000_000).unwrap();
     let future = UnixSeconds::new(4_102_444_800).unwrap();
@@ -66,7 +66,8 @@ fn the_database_clock_stamps_and_judges_every_write() {
 #[test]
 fn the_caller_clock_keeps_the_instants_handed_in() {
     let url = fresh("caller_clock");
-    let mut store = PgStore::connect(&url, Waits::default()).unwrap().with_clock(Clock::Caller);
+    let mut store =
+        PgStore::connect(&url, Waits::default()).unwrap().with_clock(StoreClock::Caller);
     let past = UnixSeconds::new(1_000_000_000).unwrap();
     let (new, call) = intent("k-1");
     let Reservation::Reserved(reserved) = store.reserve(&new, &call, past).unwrap() else {

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 use toolledger_store::{LedgerStore, Reservation, StoreError, Waits};
-use toolledger_store_postgres::{Clock, PgPool};
+use toolledger_store_postgres::{PgPool, StoreClock};
 
 use crate::{assert_audit_passes, at, count, fresh, intent, raw, store};
 
@@ -83,7 +83,7 @@ fn a_server_that_cannot_be_reached_is_a_clean_error() {
 fn the_pool_lends_at_most_its_size_and_takes_connections_back() {
     let url = fresh("pool");
     let waits = Waits { busy_timeout: Duration::from_millis(300), deadline: None };
-    let pool = PgPool::new(&url, 2, waits).unwrap().with_clock(Clock::Caller);
+    let pool = PgPool::new(&url, 2, waits).unwrap().with_clock(StoreClock::Caller);
     assert_eq!(pool.open(), (1, 1));
     let mut first = pool.store().unwrap();
     let second = pool.store().unwrap();

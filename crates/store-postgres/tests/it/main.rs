@@ -24,7 +24,7 @@ use toolledger_store::{
     CallIdentity, DownstreamReceipt, LocalReceipt, NewOperation, Now, STAND_IN_NAME,
     STAND_IN_REVISION, Waits,
 };
-use toolledger_store_postgres::{Clock, PgStore};
+use toolledger_store_postgres::{PgStore, StoreClock};
 use toolledger_testkit::cluster::Cluster;
 
 const CASE: &[u8] =
@@ -45,7 +45,7 @@ pub fn fresh(prefix: &str) -> String {
 
 /// A store on `url` whose writes use the instants handed in (time is simulated).
 pub fn store(url: &str) -> PgStore {
-    PgStore::connect(url, Waits::default()).unwrap().with_clock(Clock::Caller)
+    PgStore::connect(url, Waits::default()).unwrap().with_clock(StoreClock::Caller)
 }
 
 /// A plain client on `url`, for what a test does behind the store's back.

@@ -3,10 +3,10 @@
 
 use serde_json::json;
 
-use crate::{Audited, Backend, audited, case, dispatch};
+use crate::{Audited, StoreUnderTest, audited, case, dispatch};
 
 /// A ledger with one succeeded operation, changed by `sql` through a raw connection.
-pub(crate) fn store_after<B: Backend>(sql: &str) -> B {
+pub(crate) fn store_after<B: StoreUnderTest>(sql: &str) -> B {
     let db = B::fresh();
     let mut engine = db.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
@@ -16,7 +16,7 @@ pub(crate) fn store_after<B: Backend>(sql: &str) -> B {
 }
 
 /// The audit of `db`, which must fail.
-pub(crate) fn failed<B: Backend>(db: &B) -> Audited {
+pub(crate) fn failed<B: StoreUnderTest>(db: &B) -> Audited {
     let answer = audited(&db.audit());
     assert_eq!(answer.code(), "AUDIT_FAILED", "{}", answer.package());
     answer
@@ -38,14 +38,14 @@ pub(crate) fn has(answer: &Audited, check: &str) {
     assert_eq!(answer.package()["checks"][check], json!(false), "{check}");
 }
 
-pub(crate) fn a_local_receipts_downstream_request_ref_must_recompute<B: Backend>() {
+pub(crate) fn a_local_receipts_downstream_request_ref_must_recompute<B: StoreUnderTest>() {
     let db = store_after::<B>(
         "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
     );
     has(&failed(&db), "digests_recompute");
 }
 
-pub(crate) fn call_identities_must_be_bound_to_their_operation<B: Backend>() {
+pub(crate) fn call_identities_must_be_bound_to_their_operation<B: StoreUnderTest>() {
     // The dispatch identity no longer names the operation's first call.
     let db = store_after::<B>("UPDATE call_identities SET provider_call_id = 'call-999'");
     has(&failed(&db), "call_identities_bound");
@@ -61,7 +61,7 @@ pub(crate) fn call_identities_must_be_bound_to_their_operation<B: Backend>() {
     has(&failed(&db), "call_identities_bound");
 }
 
-pub(crate) fn a_succeeded_operation_needs_its_downstream_receipt<B: Backend>() {
+pub(crate) fn a_succeeded_operation_needs_its_downstream_receipt<B: StoreUnderTest>() {
     let db = store_after::<B>("DELETE FROM downstream_receipts");
     has(&failed(&db), "local_receipts_have_downstream_receipt");
 }

@@ -14,7 +14,7 @@ use toolledger_engine::Answer;
 use toolledger_store::{Claim, LedgerStore};
 
 use crate::{
-    Backend, FailurePoint, Flows, Roles, at, case, case_with, dispatch, id, status_ref_of,
+    FailurePoint, Flows, Roles, StoreUnderTest, at, case, case_with, dispatch, id, status_ref_of,
 };
 
 const THREADS: usize = 8;
@@ -46,7 +46,7 @@ where
 
 /// Runs `cases[i]` on thread `i`, each with its own engine (and connections), all
 /// released at once. Every thread opens the store itself, so creation races too.
-fn race<B: Backend>(db: &Arc<B>, cases: Vec<HostCall>) -> Vec<Answer> {
+fn race<B: StoreUnderTest>(db: &Arc<B>, cases: Vec<HostCall>) -> Vec<Answer> {
     assert_eq!(cases.len(), THREADS);
     let db = Arc::clone(db);
     released_together(
@@ -71,7 +71,7 @@ fn tally(answers: &[Answer]) -> BTreeMap<String, usize> {
 }
 
 pub(crate) fn eight_connections_reserving_one_intent_make_one_operation_and_one_side_effect<
-    B: Backend,
+    B: StoreUnderTest,
 >() {
     let db = Arc::new(B::fresh());
     let answers = race(&db, vec![case(); THREADS]);
@@ -95,7 +95,9 @@ pub(crate) fn eight_connections_reserving_one_intent_make_one_operation_and_one_
     assert!(db.audit().passed(), "{:?}", db.audit());
 }
 
-pub(crate) fn eight_different_intents_under_one_key_one_wins_the_rest_conflict<B: Backend>() {
+pub(crate) fn eight_different_intents_under_one_key_one_wins_the_rest_conflict<
+    B: StoreUnderTest,
+>() {
     let db = Arc::new(B::fresh());
     let cases = (0..THREADS as i64)
         .map(|index| {
@@ -109,7 +111,7 @@ pub(crate) fn eight_different_intents_under_one_key_one_wins_the_rest_conflict<B
     assert_eq!((db.count("operations"), db.count("downstream_receipts")), (1, 1));
 }
 
-pub(crate) fn eight_workers_claiming_one_event_get_exactly_one_owner<B: Backend>() {
+pub(crate) fn eight_workers_claiming_one_event_get_exactly_one_owner<B: StoreUnderTest>() {
     let db = Arc::new(B::fresh());
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
@@ -136,7 +138,7 @@ pub(crate) fn eight_workers_claiming_one_event_get_exactly_one_owner<B: Backend>
     assert_eq!(db.int("SELECT attempt_count FROM outbox"), 1);
 }
 
-pub(crate) fn eight_processes_of_one_event_make_one_side_effect<B: Backend>() {
+pub(crate) fn eight_processes_of_one_event_make_one_side_effect<B: StoreUnderTest>() {
     let db = Arc::new(B::fresh());
     let status_ref =
         status_ref_of(&dispatch(&mut db.engine(), &case(), Some(FailurePoint::AfterIntentCommit)));
@@ -160,7 +162,7 @@ pub(crate) fn eight_processes_of_one_event_make_one_side_effect<B: Backend>() {
     assert_eq!((db.count("downstream_receipts"), db.count("local_receipts")), (1, 1));
 }
 
-pub(crate) fn a_replay_on_another_connection_sees_the_first_ones_receipt<B: Backend>() {
+pub(crate) fn a_replay_on_another_connection_sees_the_first_ones_receipt<B: StoreUnderTest>() {
     let db = Arc::new(B::fresh());
     let mut first = db.engine();
     let mut second = db.engine();

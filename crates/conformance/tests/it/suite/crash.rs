@@ -12,12 +12,12 @@ use toolledger_store::{
     Claim, Claimed, Ending, Finalize, Finalizer, Lease, LedgerStore, LocalReceipt,
 };
 
-use crate::{Backend, FailurePoint, Flows, at, case, dispatch, id, status_ref_of};
+use crate::{FailurePoint, Flows, StoreUnderTest, at, case, dispatch, id, status_ref_of};
 
 const NOW: i64 = 1_767_225_600;
 
 /// Every row of the ledger's tables, as text: to prove a call touched nothing.
-fn snapshot<B: Backend>(db: &B) -> Vec<String> {
+fn snapshot<B: StoreUnderTest>(db: &B) -> Vec<String> {
     let mut rows = Vec::new();
     for table in
         ["operations", "outbox", "downstream_receipts", "local_receipts", "call_identities"]
@@ -34,7 +34,7 @@ fn clock(now: i64) -> Clock {
 }
 
 pub(crate) fn each_failure_point_leaves_the_crash_table_state_and_redispatch_touches_nothing<
-    B: Backend,
+    B: StoreUnderTest,
 >() {
     let expected = [
         (FailurePoint::AfterIntentCommit, ("pending", "pending", 0, 0, 0), "pending"),
@@ -74,7 +74,7 @@ fn case_at(now: i64) -> toolledger_contract::HostCall {
     case
 }
 
-pub(crate) fn a_live_lease_is_held_and_an_expired_one_is_reclaimed<B: Backend>() {
+pub(crate) fn a_live_lease_is_held_and_an_expired_one_is_reclaimed<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterClaim));
@@ -102,7 +102,7 @@ pub(crate) fn a_live_lease_is_held_and_an_expired_one_is_reclaimed<B: Backend>()
     assert_eq!(replay.package()["result"]["host_view"]["purpose"], json!("dispatch"));
 }
 
-pub(crate) fn an_accepted_intent_is_worked_later_by_process<B: Backend>() {
+pub(crate) fn an_accepted_intent_is_worked_later_by_process<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));
@@ -119,7 +119,7 @@ pub(crate) fn an_accepted_intent_is_worked_later_by_process<B: Backend>() {
     assert_eq!(fresh.delivery().unwrap().as_str(), "fresh");
 }
 
-pub(crate) fn a_reclaimed_downstream_request_is_not_executed_twice<B: Backend>() {
+pub(crate) fn a_reclaimed_downstream_request_is_not_executed_twice<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
@@ -141,7 +141,7 @@ pub(crate) fn a_reclaimed_downstream_request_is_not_executed_twice<B: Backend>()
     );
 }
 
-pub(crate) fn a_status_query_reconciles_after_the_downstream_commit<B: Backend>() {
+pub(crate) fn a_status_query_reconciles_after_the_downstream_commit<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
@@ -171,7 +171,7 @@ pub(crate) fn a_status_query_reconciles_after_the_downstream_commit<B: Backend>(
     assert_eq!(db.state(), ("succeeded".to_owned(), "delivered".to_owned(), 1, 1, 1));
 }
 
-pub(crate) fn a_status_query_before_any_downstream_commit_stays_unknown<B: Backend>() {
+pub(crate) fn a_status_query_before_any_downstream_commit_stays_unknown<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     for point in [FailurePoint::AfterIntentCommit, FailurePoint::AfterClaim] {
@@ -190,7 +190,7 @@ pub(crate) fn a_status_query_before_any_downstream_commit_stays_unknown<B: Backe
 
 /// Store level: a worker whose lease was reclaimed must not write commit C, and C never
 /// runs twice.
-pub(crate) fn a_stale_lease_holder_cannot_finalize<B: Backend>() {
+pub(crate) fn a_stale_lease_holder_cannot_finalize<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterIntentCommit));

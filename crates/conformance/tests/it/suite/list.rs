@@ -10,7 +10,7 @@ use toolledger_store::{
     NewOperation, OperatorStore, Release, STATES, StoreError,
 };
 
-use crate::{Backend, at, case, id, stand_in_identity};
+use crate::{StoreUnderTest, at, case, id, stand_in_identity};
 
 const BASE: i64 = 1_767_225_600;
 /// When every listing is judged: the live leases (1,000 s) are still held, the short
@@ -38,7 +38,7 @@ fn claim<S: LedgerStore>(store: &mut S, status_ref: &StatusRef, now: i64, lease_
 /// 24 operations of two tools in five states. Accepted four to a second and claimed in
 /// shared seconds, so ties on `updated_at` are broken by row id; the stored `processing`
 /// rows alternate live and ended leases (`processing`, `unknown`), ties included.
-fn ledger<B: Backend>() -> (B, B::Store, Vec<StatusRef>) {
+fn ledger<B: StoreUnderTest>() -> (B, B::Store, Vec<StatusRef>) {
     let db = B::fresh();
     let mut store = db.store();
     let mut refs = Vec::new();
@@ -138,7 +138,7 @@ fn assert_ordered(listed: &[Listed]) {
     assert_eq!(distinct.len(), listed.len(), "an operation is listed twice");
 }
 
-pub(crate) fn pages_of_any_size_add_up_to_the_unpaged_listing<B: Backend>() {
+pub(crate) fn pages_of_any_size_add_up_to_the_unpaged_listing<B: StoreUnderTest>() {
     let (_db, mut store, _) = ledger::<B>();
     let all = unpaged(&mut store, ListFilter::default());
     assert_ordered(&all);
@@ -154,7 +154,9 @@ pub(crate) fn pages_of_any_size_add_up_to_the_unpaged_listing<B: Backend>() {
     }
 }
 
-pub(crate) fn the_tool_filter_and_its_combination_with_state_and_age_walk_by_pages<B: Backend>() {
+pub(crate) fn the_tool_filter_and_its_combination_with_state_and_age_walk_by_pages<
+    B: StoreUnderTest,
+>() {
     let (_db, mut store, _) = ledger::<B>();
     let all = unpaged(&mut store, ListFilter::default());
     for tool in TOOLS {
@@ -191,7 +193,7 @@ pub(crate) fn the_tool_filter_and_its_combination_with_state_and_age_walk_by_pag
 }
 
 pub(crate) fn a_page_boundary_inside_the_processing_unknown_split_loses_and_repeats_nothing<
-    B: Backend,
+    B: StoreUnderTest,
 >() {
     let (_db, mut store, _) = ledger::<B>();
     // Stored `processing` rows, in (updated_at, id) order, alternate a live lease and an
@@ -216,7 +218,7 @@ pub(crate) fn a_page_boundary_inside_the_processing_unknown_split_loses_and_repe
     assert_eq!(next[0].state, "unknown");
 }
 
-pub(crate) fn an_operation_that_moves_between_pages_does_not_break_the_walk<B: Backend>() {
+pub(crate) fn an_operation_that_moves_between_pages_does_not_break_the_walk<B: StoreUnderTest>() {
     let (_db, mut store, _) = ledger::<B>();
     let before = unpaged(&mut store, ListFilter::default());
     let pending: Vec<String> = before
@@ -263,7 +265,7 @@ pub(crate) fn an_operation_that_moves_between_pages_does_not_break_the_walk<B: B
     assert_eq!(refs(&after), seen);
 }
 
-pub(crate) fn a_malformed_edited_or_misplaced_cursor_is_a_usage_error<B: Backend>() {
+pub(crate) fn a_malformed_edited_or_misplaced_cursor_is_a_usage_error<B: StoreUnderTest>() {
     let (_db, mut store, _) = ledger::<B>();
     let refunds = ListFilter { tool: Some("refund_order"), limit: 2, ..ListFilter::default() };
     let cursor = store.list(&refunds, false, at(NOW)).unwrap().pop().unwrap().cursor;

@@ -1,9 +1,9 @@
-//! The conformance suite: every test here is written once over [`Backend`] and runs on
+//! The conformance suite: every test here is written once over [`StoreUnderTest`] and runs on
 //! every store, so SQLite and PostgreSQL are held to the same rows of the matrix:
 //! races, crashes at each commit point, leases and fencing, tampering, the audit, and
 //! the operator's paged `list`.
 //!
-//! [`Backend`]: toolledger_conformance::Backend
+//! [`StoreUnderTest`]: toolledger_conformance::StoreUnderTest
 
 pub(crate) mod audit;
 pub(crate) mod concurrency;

@@ -3,13 +3,13 @@
 
 use toolledger_contract::{Clock, LeaseSeconds};
 
-use crate::{Backend, FailurePoint, Flows, at, audited, case, dispatch, id, status_ref_of};
+use crate::{FailurePoint, Flows, StoreUnderTest, at, audited, case, dispatch, id, status_ref_of};
 
 const NOW: i64 = 1_767_225_600;
 
 /// Dispatch fresh, tamper with `sql`, then expect every flow that reads the row to
 /// refuse with STORE_CONTRACT_VIOLATION.
-pub(crate) fn refused_after<B: Backend>(sql: &str) {
+pub(crate) fn refused_after<B: StoreUnderTest>(sql: &str) {
     let db = B::fresh();
     let mut engine = db.engine();
     let fresh = dispatch(&mut engine, &case(), None);
@@ -38,7 +38,9 @@ pub(crate) fn refused_after<B: Backend>(sql: &str) {
 }
 
 /// Invariant 2 broken by hand, each way: every command refuses, none writes.
-pub(crate) fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused<B: Backend>() {
+pub(crate) fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused<
+    B: StoreUnderTest,
+>() {
     refused_after::<B>("UPDATE operations SET status = 'pending'");
     refused_after::<B>("UPDATE operations SET status = 'processing'");
     refused_after::<B>(
@@ -50,19 +52,19 @@ pub(crate) fn a_status_out_of_step_with_its_outbox_event_or_receipt_is_refused<B
 
 /// A changed tenant: the row no longer recomputes its refs, so every reader refuses it,
 /// dispatch included (its reservation meets the row's refs under another scope).
-pub(crate) fn a_changed_tenant_is_refused_by_every_command<B: Backend>() {
+pub(crate) fn a_changed_tenant_is_refused_by_every_command<B: StoreUnderTest>() {
     refused_after::<B>("UPDATE operations SET tenant_id = 'tenant-z'");
     refused_after::<B>("UPDATE operations SET subject_id = 'user-9'");
 }
 
 /// The local receipt's own copy of the downstream request ref must be its operation's.
-pub(crate) fn a_local_receipt_naming_another_downstream_request_is_refused<B: Backend>() {
+pub(crate) fn a_local_receipt_naming_another_downstream_request_is_refused<B: StoreUnderTest>() {
     refused_after::<B>(
         "UPDATE local_receipts SET downstream_request_ref = 'dr_11111111111111111111111111111111'",
     );
 }
 
-pub(crate) fn non_canonical_arguments_are_refused<B: Backend>() {
+pub(crate) fn non_canonical_arguments_are_refused<B: StoreUnderTest>() {
     refused_after::<B>(
         r#"UPDATE operations SET arguments_json = '{"amount_minor": 2599,"currency":"USD","order_id":"ord-1001","reason":"damaged"}'"#,
     );
@@ -71,14 +73,14 @@ pub(crate) fn non_canonical_arguments_are_refused<B: Backend>() {
     );
 }
 
-pub(crate) fn duplicate_key_arguments_are_refused<B: Backend>() {
+pub(crate) fn duplicate_key_arguments_are_refused<B: StoreUnderTest>() {
     refused_after::<B>(
         r#"UPDATE operations SET arguments_json = '{"amount_minor":2599,"currency":"USD","order_id":"ord-1001","reason":"damaged","reason":"damaged"}'"#,
     );
 }
 
 pub(crate) fn arguments_outside_the_input_schema_are_refused_even_with_a_matching_digest<
-    B: Backend,
+    B: StoreUnderTest,
 >() {
     // Rewrite the arguments *and* every digest derived from them, so the row agrees
     // with itself but not with the input schema.
@@ -118,7 +120,7 @@ pub(crate) fn arguments_outside_the_input_schema_are_refused_even_with_a_matchin
     assert_eq!(db.count("downstream_receipts"), 0);
 }
 
-pub(crate) fn a_changed_stored_digest_is_refused<B: Backend>() {
+pub(crate) fn a_changed_stored_digest_is_refused<B: StoreUnderTest>() {
     refused_after::<B>(
         "UPDATE operations SET request_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
     );
@@ -127,7 +129,7 @@ pub(crate) fn a_changed_stored_digest_is_refused<B: Backend>() {
     );
 }
 
-pub(crate) fn a_changed_status_ref_is_refused_wherever_the_row_is_read<B: Backend>() {
+pub(crate) fn a_changed_status_ref_is_refused_wherever_the_row_is_read<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     dispatch(&mut engine, &case(), None);
@@ -145,7 +147,7 @@ pub(crate) fn a_changed_status_ref_is_refused_wherever_the_row_is_read<B: Backen
     assert!(!db.audit().passed());
 }
 
-pub(crate) fn a_receipt_with_a_wrong_output_or_input_binding_is_refused<B: Backend>() {
+pub(crate) fn a_receipt_with_a_wrong_output_or_input_binding_is_refused<B: StoreUnderTest>() {
     // The local receipt's output no longer matches its receipt.
     refused_after::<B>(
         r#"UPDATE local_receipts SET output_json = '{"amount_minor":9999,"currency":"USD","order_id":"ord-1001","refund_id":"rf_00000000000000000000000000000000","status":"refunded"}'"#,
@@ -159,7 +161,7 @@ pub(crate) fn a_receipt_with_a_wrong_output_or_input_binding_is_refused<B: Backe
 /// contract, so the status query quarantines the operation (receipt kept, reason
 /// recorded) instead of finalizing it, every later read answers RECEIPT_QUARANTINED, and
 /// the audit lists it as needing attention.
-pub(crate) fn a_downstream_receipt_breaking_the_input_binding_is_quarantined<B: Backend>() {
+pub(crate) fn a_downstream_receipt_breaking_the_input_binding_is_quarantined<B: StoreUnderTest>() {
     let db = B::fresh();
     let mut engine = db.engine();
     let unknown = dispatch(&mut engine, &case(), Some(FailurePoint::AfterDownstreamCommit));
@@ -209,7 +211,7 @@ pub(crate) fn a_downstream_receipt_breaking_the_input_binding_is_quarantined<B: 
 /// it and the audit names it, while the status query, which reads the operation's own
 /// rows, still answers; nothing is written. Removed, a replay reads those rows and answers
 /// exactly as it did from the record.
-pub(crate) fn a_changed_replay_record_is_refused_on_replay<B: Backend>() {
+pub(crate) fn a_changed_replay_record_is_refused_on_replay<B: StoreUnderTest>() {
     for sql in [
         "UPDATE replays SET result_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
         "UPDATE replays SET request_sha256 = '1111111111111111111111111111111111111111111111111111111111111111'",
@@ -253,7 +255,9 @@ pub(crate) fn a_changed_replay_record_is_refused_on_replay<B: Backend>() {
 /// Any change to a row a replay record was copied from removes the record, in the same
 /// statement (the schema's triggers): a replay then reads the rows themselves, so it
 /// refuses a changed one, and answers from one that still verifies.
-pub(crate) fn a_change_to_a_finished_operations_rows_removes_its_replay_record<B: Backend>() {
+pub(crate) fn a_change_to_a_finished_operations_rows_removes_its_replay_record<
+    B: StoreUnderTest,
+>() {
     for sql in [
         "UPDATE operations SET updated_at = updated_at + 1",
         "UPDATE outbox SET updated_at = updated_at + 1",
