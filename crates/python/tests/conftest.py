@@ -165,6 +165,21 @@ def payment_tool(**policy) -> Tool:
     )
 
 
+def pay_function(ledger, performed: list, mark=None, *, name=None, approval=False):
+    """A Python function registered as the ledgered tool `name` (default `pay`) on
+    `ledger`: it records `mark` (default: the payer) in `performed` at each effect."""
+
+    @ledger.tool(name, input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT,
+                 approval={"required": True} if approval else None)
+    def pay(payer, amount_minor, currency, note=None):
+        "Pay a payer."
+        performed.append(payer if mark is None else mark)
+        return {"payment_id": f"pay-{len(performed)}", "amount_minor": amount_minor,
+                "currency": currency}
+
+    return pay
+
+
 class Payments:
     """A payments provider that never deduplicates: every `execute` that gets past its
     fault is one more effect, counted. `mode` makes the next executes fail:

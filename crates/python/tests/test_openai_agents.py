@@ -13,21 +13,9 @@ from agents.tool_context import ToolContext
 
 import toolledger as tl
 import toolledger.openai_agents
-from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT
+from conftest import pay_function
 
 PAY = {"payer": "bob", "amount_minor": 2500, "currency": "EUR"}
-
-
-def payments(ledger, performed, approval):
-    @ledger.tool(input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT,
-                 approval={"required": True} if approval else None)
-    def pay(payer, amount_minor, currency, note=None):
-        "Pay a payer."
-        performed.append(payer)
-        return {"payment_id": f"pay-{len(performed)}", "amount_minor": amount_minor,
-                "currency": currency}
-
-    return pay
 
 
 def scripted():
@@ -40,7 +28,7 @@ def scripted():
 def test_a_tool_call_is_performed_once_and_a_retried_run_replays_it(sqlite_location):
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        tools = toolledger.openai_agents.function_tools([payments(ledger, performed, False)])
+        tools = toolledger.openai_agents.function_tools([pay_function(ledger, performed)])
         agent = Agent(name="payer", model=scripted(), tools=tools)
         result = asyncio.run(Runner.run(agent, "pay bob"))
         assert result.final_output == "bob is paid"
@@ -57,7 +45,7 @@ def test_a_tool_call_is_performed_once_and_a_retried_run_replays_it(sqlite_locat
 def test_needs_approval_interrupts_the_run_until_the_host_approves(sqlite_location):
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        pay = payments(ledger, performed, True)
+        pay = pay_function(ledger, performed, approval=True)
         tools = toolledger.openai_agents.function_tools([pay], approver_id="lead-2")
         assert tools[0].needs_approval is True
         agent = Agent(name="payer", model=scripted(), tools=tools)
@@ -76,7 +64,7 @@ def test_needs_approval_interrupts_the_run_until_the_host_approves(sqlite_locati
 def test_a_rejected_call_is_never_performed(sqlite_location):
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        tools = toolledger.openai_agents.function_tools([payments(ledger, performed, True)],
+        tools = toolledger.openai_agents.function_tools([pay_function(ledger, performed, approval=True)],
                                                         approver_id="lead-2")
         agent = Agent(name="payer", model=scripted(), tools=tools)
         paused = asyncio.run(Runner.run(agent, "pay bob"))
@@ -91,7 +79,7 @@ def test_a_direct_invoke_without_the_sdks_approval_performs_nothing(sqlite_locat
     # call, so the adapter presents none and the ledger refuses the call.
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        tools = toolledger.openai_agents.function_tools([payments(ledger, performed, True)],
+        tools = toolledger.openai_agents.function_tools([pay_function(ledger, performed, approval=True)],
                                                         approver_id="lead-2")
         arguments = json.dumps(PAY)
         context = ToolContext(context=None, tool_name="pay", tool_call_id="call_pay_9",

@@ -7,29 +7,18 @@ from __future__ import annotations
 import pytest
 
 import toolledger as tl
-from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT, payment_tool
+from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT, pay_function, payment_tool
 
 PAY = {"payer": "bob", "amount_minor": 2500, "currency": "EUR"}
 NOW = 1_767_225_600
 
 
-def payer(ledger, performed, mark, name="pay"):
-    @ledger.tool(name, input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT)
-    def pay(payer, amount_minor, currency, note=None):
-        "Pay a payer."
-        performed.append(mark)
-        return {"payment_id": f"pay-{len(performed)}", "amount_minor": amount_minor,
-                "currency": currency}
-
-    return pay
-
-
 def test_a_second_tool_under_a_registered_name_is_refused_and_the_first_kept(sqlite_location):
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
-        first = payer(ledger, performed, "first")
+        first = pay_function(ledger, performed, "first")
         with pytest.raises(tl.InvalidError) as refused:
-            payer(ledger, performed, "second")
+            pay_function(ledger, performed, "second")
         assert refused.value.code == "USAGE_ERROR"
         assert "pay" in refused.value.message and "already" in refused.value.message
         assert ledger.tools == ["pay"]
@@ -42,7 +31,7 @@ def test_a_tool_under_the_name_of_a_given_tool_is_refused(sqlite_location, payme
     with tl.Ledger.open(sqlite_location, tools=[payment_tool()], downstream=payments,
                         tenant="acme", subject="user-1") as ledger:
         with pytest.raises(tl.InvalidError) as refused:
-            payer(ledger, performed, "python")
+            pay_function(ledger, performed, "python")
         assert refused.value.code == "USAGE_ERROR"
         assert ledger.dispatch(tl.Call("pay", PAY, key="k-1")).done
         assert performed == [] and len(payments.effects) == 1
@@ -55,7 +44,7 @@ def test_the_simulations_refund_order_is_not_a_registration(sqlite_location):
     performed: list = []
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
         assert ledger.tools == ["refund_order"]
-        mine = payer(ledger, performed, "mine", name="refund_order")
+        mine = pay_function(ledger, performed, "mine", name="refund_order")
         assert ledger.tools == ["refund_order"]
         assert mine(PAY, key="k-1").done and performed == ["mine"]
 

@@ -1354,6 +1354,17 @@ fn stop_cleanly(dir: &Dir, mut gateway: Listening) {
     assert!(status.success(), "SIGTERM ends the gateway cleanly: {status}\n{log}");
 }
 
+/// The configuration at `config` with the `[[mcp.tokens]]` entries `tokens` added.
+fn with_tokens(dir: &Dir, config: &Path, tokens: &str) -> PathBuf {
+    let text = std::fs::read_to_string(config).unwrap().replacen(
+        "\n[mcp.upstreams.payments]",
+        &format!("{tokens}\n[mcp.upstreams.payments]"),
+        1,
+    );
+    dir.write("toolledger.toml", text.as_bytes());
+    dir.join("toolledger.toml")
+}
+
 /// The SDK host over Streamable HTTP at `url`, with the token in `$TOKEN` when given.
 fn http_host(url: &str, token: Option<&str>, steps: &Value) -> Vec<Value> {
     let mut command = vec!["--url".to_owned(), url.to_owned()];
@@ -1393,13 +1404,7 @@ token_env = "GATEWAY_TOKEN_BILLING"
 tenant = "acme"
 subject = "billing-agent"
 "#;
-    let config = payments_config(&dir, "");
-    let text = std::fs::read_to_string(&config).unwrap().replacen(
-        "\n[mcp.upstreams.payments]",
-        &format!("{tokens}\n[mcp.upstreams.payments]"),
-        1,
-    );
-    dir.write("toolledger.toml", text.as_bytes());
+    let config = with_tokens(&dir, &payments_config(&dir, ""), tokens);
     let (ops, billing) = ("ops-token-0123456789abcdef", "billing-token-0123456789abcdef");
     let env = [("GATEWAY_TOKEN_OPS", ops), ("GATEWAY_TOKEN_BILLING", billing)];
     let (gateway, url) = listening(&dir, &config, &env);
@@ -1828,14 +1833,8 @@ tenant = "acme"
 subject = "agent-1"
 approver = "ops-lead"
 "#;
-    let config =
-        payments_config(&dir, "approval = { approver = \"ops-lead\", max_validity_seconds = 300 }");
-    let text = std::fs::read_to_string(&config).unwrap().replacen(
-        "\n[mcp.upstreams.payments]",
-        &format!("{tokens}\n[mcp.upstreams.payments]"),
-        1,
-    );
-    dir.write("toolledger.toml", text.as_bytes());
+    let approval = "approval = { approver = \"ops-lead\", max_validity_seconds = 300 }";
+    let config = with_tokens(&dir, &payments_config(&dir, approval), tokens);
     let (agent, console) = ("agent-token-0123456789abcdef", "console-token-0123456789abcdef");
     let env = [("GATEWAY_TOKEN_AGENT", agent), ("GATEWAY_TOKEN_CONSOLE", console)];
     let (gateway, url) = listening(&dir, &config, &env);
