@@ -1623,6 +1623,24 @@ fn tools_as_data(
         put(&format!("validate_invalid_input_us_{key}"), json!(median(invalid)));
     }
     put("validate_calls_per_loop", json!(settings.validations));
+
+    // The facade's door on a call's arguments (`refund_order`'s valid ones), against
+    // the clone of them the facade made before it had a door: what the door adds to
+    // every call of the facade's API, taking turns in each round.
+    let arguments = &validated[0].valid;
+    let (mut door, mut clone) = (Vec::new(), Vec::new());
+    for _ in 0..settings.rounds {
+        door.push(validate_us(settings.validations, || {
+            toolledger::door::admit(std::hint::black_box(arguments)).is_ok()
+        }));
+        clone.push(validate_us(settings.validations, || {
+            std::hint::black_box(arguments.clone()).is_object()
+        }));
+    }
+    let (door, clone) = (median(door), median(clone));
+    put("door_admit_us", json!(door));
+    put("arguments_clone_us", json!(clone));
+    put("door_admit_vs_clone", json!(door / clone));
 }
 
 /// Each round's `subject / baseline`, to three decimals.

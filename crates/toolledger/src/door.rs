@@ -16,7 +16,7 @@
 //! A refusal names where (a JSON pointer) and which rule (`keyword`), never the value,
 //! and comes before anything is written: the call is answered `INPUT_INVALID`.
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use toolledger_contract::Rejection;
 use toolledger_json::{V2_INTEGER_MAX, canonical_str_len};
 
@@ -82,7 +82,25 @@ pub const SIZE: &str = "size";
 /// level past the depth bound, or the whole value (`""`) when its text is too long.
 pub fn admit(value: &Value) -> Result<Value, Rejection> {
     let mut walk = Walk { room: SIZE_MAX, depth_max: DEPTH_MAX };
-    walk.value(value, 0).map_err(Refused::into_rejection)
+    let floats = walk.check(value, 0).map_err(Refused::into_rejection)?;
+    // Most calls hold no float: their value is held as it is.
+    Ok(if floats { integers(value) } else { value.clone() })
+}
+
+/// `value`, checked, with each float written as the integer it is.
+fn integers(value: &Value) -> Value {
+    match value {
+        Value::Number(number) if number.is_f64() => {
+            #[allow(clippy::cast_possible_truncation, reason = "checked: integral, within ±2^53")]
+            let integer = number.as_f64().unwrap_or_default() as i64;
+            Value::Number(Number::from(integer))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(integers).collect()),
+        Value::Object(members) => Value::Object(
+            members.iter().map(|(name, item)| (name.clone(), integers(item))).collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// How far the walk may still go.
@@ -135,53 +153,53 @@ impl Walk {
         Ok(())
     }
 
-    fn value(&mut self, value: &Value, depth: usize) -> Result<Value, Refused> {
+    /// Checks `value` at `depth` against every bound, allocating nothing; `true` when it
+    /// holds a float (integral, or it would have been refused) that the ledger writes
+    /// as its integer.
+    fn check(&mut self, value: &Value, depth: usize) -> Result<bool, Refused> {
         match value {
-            Value::Null => self.take(4).map(|()| Value::Null),
-            Value::Bool(flag) => self.take(if *flag { 4 } else { 5 }).map(|()| Value::Bool(*flag)),
+            Value::Null => self.take(4).map(|()| false),
+            Value::Bool(flag) => self.take(if *flag { 4 } else { 5 }).map(|()| false),
             Value::String(text) => {
                 // The unescaped length is a lower bound: a long string is refused unread.
                 if text.len() >= self.room {
                     return Err(Refused::at(SIZE));
                 }
-                self.take(canonical_str_len(text))?;
-                Ok(Value::String(text.clone()))
+                self.take(canonical_str_len(text)).map(|()| false)
             }
             Value::Number(number) => {
                 let integer = integer_of(number).map_err(Refused::at)?;
-                self.take(decimal_len(integer))?;
-                Ok(Value::Number(Number::from(integer)))
+                self.take(decimal_len(integer)).map(|()| number.is_f64())
             }
             Value::Array(items) => {
                 let depth = self.deeper(depth)?;
                 self.take(2 + items.len().saturating_sub(1))?;
-                let mut held = Vec::with_capacity(items.len());
+                let mut floats = false;
                 for (index, item) in items.iter().enumerate() {
-                    held.push(self.value(item, depth).map_err(|mut refused| {
+                    floats |= self.check(item, depth).map_err(|mut refused| {
                         if refused.keyword != SIZE {
                             refused.path.push(Segment::Index(index));
                         }
                         refused
-                    })?);
+                    })?;
                 }
-                Ok(Value::Array(held))
+                Ok(floats)
             }
             Value::Object(members) => {
                 let depth = self.deeper(depth)?;
                 self.take(2 + members.len().saturating_sub(1))?;
-                let mut held = Map::new();
+                let mut floats = false;
                 for (name, item) in members {
                     // The name, quoted, and its colon.
                     self.take(canonical_str_len(name) + 1)?;
-                    let item = self.value(item, depth).map_err(|mut refused| {
+                    floats |= self.check(item, depth).map_err(|mut refused| {
                         if refused.keyword != SIZE {
                             refused.path.push(Segment::Member(name.clone()));
                         }
                         refused
                     })?;
-                    held.insert(name.clone(), item);
                 }
-                Ok(Value::Object(held))
+                Ok(floats)
             }
         }
     }
