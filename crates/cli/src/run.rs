@@ -375,19 +375,10 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 return Ok(Printed::Reply(Reply::not_found()));
             };
             kept_reason(reason)?;
-            match toolledger::requeue(&db, &status_ref, reason, *now)? {
-                toolledger::Requeued::Requeued => Ok(Printed::Package(
-                    json!({"gate": "PASS", "code": "OK", "requeued": status_ref.as_str(), "status": "pending"}),
-                    true,
-                )),
-                toolledger::Requeued::Missing => Ok(Printed::Reply(Reply::not_found())),
-                toolledger::Requeued::Refused(status) => Ok(Printed::Package(
-                    json!({"gate": "BLOCK", "code": "NOT_REQUEUEABLE", "status": status.as_str(),
-                        "status_ref": status_ref.as_str(),
-                        "message": toolledger::BlockCode::NotRequeueable.message()}),
-                    false,
-                )),
-            }
+            let requeued = toolledger::requeue(&db, &status_ref, reason, *now)?;
+            let package = toolledger::requeue_package(&status_ref, &requeued);
+            let passed = package["gate"] == "PASS";
+            Ok(Printed::Package(package, passed))
         }
         Command::Resolve { status_ref, receipt, reason, now, downstream, .. } => {
             kept_reason(reason)?;
@@ -429,7 +420,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 .waits(waits)
                 .store_clock(clock)
                 .open(chosen.open(&db)?, claims_of(settings)?)?;
-            Ok(resolved(&status_ref, ledger.resolve(&status_ref, &evidence, reason, *now)?))
+            Ok(resolved(&status_ref, &ledger.resolve(&status_ref, &evidence, reason, *now)?))
         }
         Command::Metrics { now, .. } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
         Command::Gc { older_than_days, now, .. } => {
@@ -660,49 +651,11 @@ fn receipt_file(path: &Path) -> Result<Value, Failure> {
     })
 }
 
-/// `resolve`'s answer as a package.
-fn resolved(status_ref: &StatusRef, resolution: toolledger::Resolution) -> Printed {
-    use toolledger::{BlockCode, Resolution, Resolved};
-    let block = |code: BlockCode, message: String, extra: Value| {
-        let mut package = json!({"gate": "BLOCK", "code": code.as_str(), "message": message,
-            "status_ref": status_ref.as_str()});
-        if let (Some(members), Value::Object(extra)) = (package.as_object_mut(), extra) {
-            members.extend(extra);
-        }
-        Printed::Package(package, false)
-    };
-    match resolution {
-        Resolution::Store(Resolved::Resolved(status)) => Printed::Package(
-            json!({"gate": "PASS", "code": "OK", "resolved": status_ref.as_str(), "status": status.as_str()}),
-            true,
-        ),
-        Resolution::Store(Resolved::Missing) => Printed::Reply(Reply::not_found()),
-        Resolution::Store(Resolved::Refused(status)) => block(
-            BlockCode::NotResolvable,
-            BlockCode::NotResolvable.message().to_owned(),
-            json!({"status": status.as_str()}),
-        ),
-        Resolution::Store(Resolved::Leased(until)) => block(
-            BlockCode::LeaseHeld,
-            format!(
-                "{}: its call may be in flight; resolve it after the lease ends",
-                BlockCode::LeaseHeld.message()
-            ),
-            json!({"status": "processing", "lease_until": until}),
-        ),
-        Resolution::OutputInvalid(why) => block(
-            BlockCode::InputInvalid,
-            format!(
-                "the receipt does not keep the tool's output contract ({why}); nothing was written"
-            ),
-            json!({}),
-        ),
-        Resolution::ContractDrift => block(
-            BlockCode::ContractDrift,
-            BlockCode::ContractDrift.message().to_owned(),
-            json!({}),
-        ),
-    }
+/// `resolve`'s answer, as the facade renders it for every door.
+fn resolved(status_ref: &StatusRef, resolution: &toolledger::Resolution) -> Printed {
+    let package = toolledger::resolve_package(status_ref, resolution);
+    let passed = package["gate"] == "PASS";
+    Printed::Package(package, passed)
 }
 
 /// The configuration `--config` (or the environment, or the working directory) names.

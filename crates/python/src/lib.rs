@@ -30,7 +30,7 @@ use pyo3::{
 use serde_json::{Value, json};
 use toolledger::{
     Config, DownstreamIdentity, Evidence, ListFilter, Location, ProviderProfile, RefundOrder,
-    Relay, Requeued, Resolution, Resolved, StatusQuery, StatusRef, ToolDefinition, ToolSpec, Until,
+    Relay, Requeued, StatusQuery, StatusRef, ToolDefinition, ToolSpec, Until,
 };
 
 use crate::{
@@ -656,27 +656,13 @@ impl Ledger {
                 .resolve(&parsed, &evidence, reason, at)
                 .map_err(|err| raise(&err))
         })?;
-        match resolution {
-            Resolution::Store(Resolved::Resolved(status)) => Ok(status.as_str().to_owned()),
-            Resolution::Store(Resolved::Missing) => {
-                Err(blocked("NOT_FOUND", "no operation has this status ref"))
-            }
-            Resolution::Store(Resolved::Refused(status)) => Err(blocked(
-                "NOT_RESOLVABLE",
-                &format!(
-                    "the operation is {}: only a pending or unknown one is settled",
-                    status.as_str()
-                ),
-            )),
-            Resolution::Store(Resolved::Leased(until)) => Err(blocked(
-                "LEASE_HELD",
-                &format!("a worker holds the operation's lease until {until}"),
-            )),
-            Resolution::OutputInvalid(why) => Err(blocked("INPUT_INVALID", why)),
-            Resolution::ContractDrift => Err(blocked(
-                "CONTRACT_DRIFT",
-                "the operation was accepted under another revision of the tool",
-            )),
+        // One rendering for every door: the facade's package, raised when it refuses.
+        let package = toolledger::resolve_package(&parsed, &resolution);
+        let text = |member: &str| package[member].as_str().unwrap_or_default().to_owned();
+        if package["gate"] == "PASS" {
+            Ok(text("status"))
+        } else {
+            Err(blocked(&text("code"), &text("message")))
         }
     }
 

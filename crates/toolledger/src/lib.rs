@@ -113,7 +113,8 @@ pub use crate::{
     config::{CONFIG_ENV, CONFIG_FILE, Config, Declared, Route, ServiceDecl, Setting},
     definitions::load_tool,
     operate::{
-        REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue, show,
+        REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue,
+        requeue_package, resolve_package, show,
     },
     relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},

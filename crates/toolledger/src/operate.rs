@@ -4,9 +4,11 @@
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
-use toolledger_contract::{Identifier, StatusRef, UnixSeconds};
+use toolledger_contract::{BlockCode, Identifier, StatusRef, UnixSeconds};
+use toolledger_engine::Resolution;
 use toolledger_store::{
-    Figures, ListFilter, Listed, Operation, OperatorStore, Requeued, TerminalOutcome, Waits,
+    Figures, ListFilter, Listed, Operation, OperatorStore, Requeued, Resolved, TerminalOutcome,
+    Waits,
 };
 
 use crate::{Error, Location, Store, StoreClock, wall_clock};
@@ -395,4 +397,84 @@ fn exposition(figures: &Figures) -> String {
 
 fn dead(figures: &Figures) -> i64 {
     figures.by_state.iter().find(|(state, _)| *state == "dead").map_or(0, |(_, count)| *count)
+}
+
+/// The package an operator's requeue answers, built once for every door (the command
+/// line prints it, Python raises or returns from it): PASS with the operation pending
+/// again, `NOT_FOUND`, or `NOT_REQUEUEABLE` with the state that refused it.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("requeue-package");
+/// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+/// let answer = toolledger::requeue(&dir.join("ledger.sqlite3"), &status_ref, "retry it", None)?;
+/// let package = toolledger::requeue_package(&status_ref, &answer);
+/// assert_eq!((package["code"].as_str(), package["status"].as_str()), (Some("NOT_REQUEUEABLE"), Some("succeeded")));
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn requeue_package(status_ref: &StatusRef, requeued: &Requeued) -> Value {
+    match requeued {
+        Requeued::Requeued => json!({"gate": "PASS", "code": "OK",
+            "requeued": status_ref.as_str(), "status": "pending"}),
+        Requeued::Missing => crate::Reply::not_found().package().clone(),
+        Requeued::Refused(status) => json!({"gate": "BLOCK",
+            "code": BlockCode::NotRequeueable.as_str(), "status": status.as_str(),
+            "status_ref": status_ref.as_str(), "message": BlockCode::NotRequeueable.message()}),
+    }
+}
+
+/// The package an operator's resolve answers, built once for every door: PASS with
+/// the status it ended in, or BLOCK with the code of the contract's one table
+/// (`NOT_FOUND`, `NOT_RESOLVABLE`, `LEASE_HELD`, `INPUT_INVALID`, `CONTRACT_DRIFT`)
+/// and a sentence that never echoes the evidence.
+///
+/// ```
+/// # let (mut ledger, call, dir) = toolledger::doc_fixture("resolve-package");
+/// use toolledger::{Evidence, Resolution, Resolved};
+/// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
+/// let ended = ledger.resolve(&status_ref, &Evidence::NotHappened, "not in the bank", None)?;
+/// let package = toolledger::resolve_package(&status_ref, &ended);
+/// assert_eq!((package["gate"].as_str(), package["code"].as_str()), (Some("BLOCK"), Some("NOT_RESOLVABLE")));
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub fn resolve_package(status_ref: &StatusRef, resolution: &Resolution) -> Value {
+    let block = |code: BlockCode, message: String, extra: Value| {
+        let mut package = json!({"gate": "BLOCK", "code": code.as_str(), "message": message,
+            "status_ref": status_ref.as_str()});
+        if let (Some(members), Value::Object(extra)) = (package.as_object_mut(), extra) {
+            members.extend(extra);
+        }
+        package
+    };
+    match resolution {
+        Resolution::Store(Resolved::Resolved(status)) => json!({"gate": "PASS", "code": "OK",
+            "resolved": status_ref.as_str(), "status": status.as_str()}),
+        Resolution::Store(Resolved::Missing) => crate::Reply::not_found().package().clone(),
+        Resolution::Store(Resolved::Refused(status)) => block(
+            BlockCode::NotResolvable,
+            BlockCode::NotResolvable.message().to_owned(),
+            json!({"status": status.as_str()}),
+        ),
+        Resolution::Store(Resolved::Leased(until)) => block(
+            BlockCode::LeaseHeld,
+            format!(
+                "{}: its call may be in flight; resolve it after the lease ends",
+                BlockCode::LeaseHeld.message()
+            ),
+            json!({"status": "processing", "lease_until": until}),
+        ),
+        Resolution::OutputInvalid(why) => block(
+            BlockCode::InputInvalid,
+            format!(
+                "the receipt does not keep the tool's output contract ({why}); nothing was written"
+            ),
+            json!({}),
+        ),
+        Resolution::ContractDrift => block(
+            BlockCode::ContractDrift,
+            BlockCode::ContractDrift.message().to_owned(),
+            json!({}),
+        ),
+    }
 }
