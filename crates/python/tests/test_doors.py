@@ -28,6 +28,8 @@ PEERS = ROOT / "crates/mcp/tests/peers"
 
 
 def key_of(door: str, row: dict) -> str:
+    if "key" in row:
+        return row["key"]
     name = row.get("twin", row["name"])
     return f"{door}-" + "".join(c if c.isalnum() else "-" for c in name)
 
@@ -69,7 +71,8 @@ def through_the_gateway(tmp: Path, ledger: str) -> list[dict]:
     for row in CORPUS:
         arguments = arguments_of(row, {"order_id": "ord-7", "currency": "USD"})
         arguments["idempotency_key"] = key_of("mcp", row)
-        steps.append({"op": "call", "name": "create_payment", "arguments": arguments})
+        steps.append({"op": "call", "name": row.get("tool", "create_payment"),
+                      "arguments": arguments})
     command = [toolledger_binary(), "mcp", "--config", str(gateway_config(tmp, ledger)),
                "--db", ledger]
     host = subprocess.run(
@@ -83,7 +86,9 @@ def through_the_gateway(tmp: Path, ledger: str) -> list[dict]:
 
 
 def gateway_code(answer: dict) -> str:
-    assert "error" not in answer, answer
+    if "error" in answer:
+        # A JSON-RPC error (an unknown tool): its code, as MCP gives it.
+        return str(answer["error"]["code"])
     return answer["structuredContent"]["code"] if answer.get("isError") else "OK"
 
 
@@ -92,8 +97,13 @@ def through_the_command_line(tmp: Path, ledger: str) -> list[subprocess.Complete
     runs = []
     for row in CORPUS:
         arguments = arguments_of(row, case["proposal"]["arguments"])
+        proposal = {"tool_name": row.get("tool", case["proposal"]["tool_name"]),
+                    "arguments": arguments}
+        host = {**case["host_context"]}
+        if "key" in row:
+            host["idempotency_key"] = row["key"]
         path = tmp / "case.json"
-        path.write_text(json.dumps({**case, "proposal": {**case["proposal"], "arguments": arguments}}),
+        path.write_text(json.dumps({**case, "proposal": proposal, "host_context": host}),
                         encoding="utf-8")
         runs.append(subprocess.run(
             [toolledger_binary(), "dispatch", "--db", ledger, "--case", str(path)],
@@ -107,16 +117,29 @@ def test_every_door_answers_the_corpus_alike_on_one_ledger(tmp_path):
     payments = Payments()
     with tl.Ledger.open(ledger_path, tools=[payment_tool()], downstream=payments,
                         tenant="acme", subject="user-1") as ledger:
-        python: dict[str, tl.Reply] = {}
+        python: dict[str, tl.Reply | tl.Error] = {}
         for row in CORPUS:
             arguments = arguments_of(row, {"payer": "bob", "currency": "EUR"})
-            python[row["name"]] = ledger.dispatch(tl.Call("pay", arguments, key=key_of("py", row)))
+            call = tl.Call(row.get("tool", "pay"), arguments, key=key_of("py", row))
+            try:
+                python[row["name"]] = ledger.dispatch(call)
+            except tl.Error as refused:
+                python[row["name"]] = refused
         gateway = dict(zip((row["name"] for row in CORPUS), through_the_gateway(tmp_path, ledger_path)))
         cli = dict(zip((row["name"] for row in CORPUS), through_the_command_line(tmp_path, ledger_path)))
 
         for row in CORPUS:
             name, want = row["name"], expected(row)
             reply, answer, run = python[name], gateway[name], cli[name]
+            if "by_door" in row:
+                # An odd key or tool name: each door's own refusal, nothing written.
+                codes = row["by_door"]
+                assert reply.code == codes["python"], (name, reply.code)
+                assert gateway_code(answer) == codes["mcp"], (name, answer)
+                cli_code = (json.loads(run.stdout)["code"] if run.returncode == 1 else
+                            json.loads(run.stderr.strip().splitlines()[-1])["error"]["code"])
+                assert cli_code == codes["cli"], (name, run.stdout, run.stderr)
+                continue
             if "twin" in row:
                 twin = row["twin"]
                 # The same intent as its twin: a replay, with the twin's digest and ref.
