@@ -376,9 +376,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             };
             kept_reason(reason)?;
             let requeued = toolledger::requeue(&db, &status_ref, reason, *now)?;
-            let package = toolledger::requeue_package(&status_ref, &requeued);
-            let passed = package["gate"] == "PASS";
-            Ok(Printed::Package(package, passed))
+            Ok(gated(toolledger::requeue_package(&status_ref, &requeued)))
         }
         Command::Resolve { status_ref, receipt, reason, now, downstream, .. } => {
             kept_reason(reason)?;
@@ -420,7 +418,8 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 .waits(waits)
                 .store_clock(clock)
                 .open(chosen.open(&db)?, claims_of(settings)?)?;
-            Ok(resolved(&status_ref, &ledger.resolve(&status_ref, &evidence, reason, *now)?))
+            let resolution = ledger.resolve(&status_ref, &evidence, reason, *now)?;
+            Ok(gated(toolledger::resolve_package(&status_ref, &resolution)))
         }
         Command::Metrics { now, .. } => Ok(Printed::Text(toolledger::metrics(&db, *now)?)),
         Command::Gc { older_than_days, now, .. } => {
@@ -651,9 +650,9 @@ fn receipt_file(path: &Path) -> Result<Value, Failure> {
     })
 }
 
-/// `resolve`'s answer, as the facade renders it for every door.
-fn resolved(status_ref: &StatusRef, resolution: &toolledger::Resolution) -> Printed {
-    let package = toolledger::resolve_package(status_ref, resolution);
+/// An operator action's package, as the facade renders it for every door: it passed
+/// when its gate is PASS.
+fn gated(package: Value) -> Printed {
     let passed = package["gate"] == "PASS";
     Printed::Package(package, passed)
 }

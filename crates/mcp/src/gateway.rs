@@ -186,27 +186,19 @@ impl Gateway {
     /// configured (both the configuration's own principal), may present any; over a
     /// listener with tokens, only a token declared with an `approver`, as that approver.
     fn presenter(&self, context: &RequestContext<RoleServer>) -> Presenter {
-        match context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<TokenHolder>())
-        {
+        match token_holder(context) {
             None => Presenter::Host,
-            Some(principal) => Presenter::Token(principal.approver.clone()),
+            Some(holder) => Presenter::Token(holder.approver.clone()),
         }
     }
 
     /// Who makes the call: the bearer token's principal over HTTP, else the
     /// configuration's (stdio, or a loopback listener without tokens).
     fn principal(&self, context: &RequestContext<RoleServer>) -> (String, String) {
-        context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<TokenHolder>())
-            .map_or_else(
-                || (self.inner.tenant.clone(), self.inner.subject.clone()),
-                |principal| (principal.tenant.clone(), principal.subject.clone()),
-            )
+        token_holder(context).map_or_else(
+            || (self.inner.tenant.clone(), self.inner.subject.clone()),
+            |principal| (principal.tenant.clone(), principal.subject.clone()),
+        )
     }
 
     async fn ledgered(
@@ -267,7 +259,7 @@ impl Gateway {
         let Some(approval) = &ledgered.approval else { return answered(first).into() };
         // A new call of a tool a person approves: nothing was written. Ask the person
         // (or read what they answered), bind their approval to this call, and accept it.
-        let unapproved = matches!(&first, Ok((reply, _)) if matches!(reply.outcome(),
+        let unapproved = matches!(&first, Ok(reply) if matches!(reply.outcome(),
             Outcome::Blocked { code: BlockCode::ApprovalInvalid, status_ref: None }));
         if !unapproved {
             return answered(first).into();
@@ -296,14 +288,14 @@ impl Gateway {
         }
     }
 
-    /// The ledger's answer to `call`, worked in place, with why it ended when it did not
-    /// succeed.
+    /// The ledger's answer to `call`, worked in place (its reply carries why it ended,
+    /// when it did not succeed: `Reply::ended_reason`).
     fn work(
         &self,
         call: &Call,
         context: &RequestContext<RoleServer>,
         host: &HostCall,
-    ) -> Result<(Reply, Option<String>), toolledger::Error> {
+    ) -> Result<Reply, toolledger::Error> {
         // The whole call is worked in one poll, on this worker thread made a blocking
         // one (no hand-off to another thread): once handed to the ledger it runs to its
         // end even if the host goes away, and the next call with this key reads it. A
@@ -314,11 +306,7 @@ impl Gateway {
             ledger.downstream().watch(Some(context.ct.clone()), Some(host.clone()));
             let reply = ledger.dispatch(call);
             ledger.downstream().watch(None, None);
-            drop(ledger);
-            reply.map(|reply| {
-                let reason = reply.ended_reason().map(str::to_owned);
-                (reply, reason)
-            })
+            reply
         })
     }
 
@@ -587,9 +575,9 @@ fn unguessable(n: u64) -> String {
 }
 
 /// The ledger's answer as a tool result.
-fn answered(worked: Result<(Reply, Option<String>), toolledger::Error>) -> CallToolResult {
+fn answered(worked: Result<Reply, toolledger::Error>) -> CallToolResult {
     match worked {
-        Ok((reply, reason)) => answer(&reply, reason.as_deref()),
+        Ok(reply) => answer(&reply, reply.ended_reason()),
         Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
     }
 }
@@ -614,6 +602,15 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The bearer token's holder of a request over HTTP with tokens; `None` over stdio or a
+/// loopback listener without tokens.
+fn token_holder(context: &RequestContext<RoleServer>) -> Option<&TokenHolder> {
+    context
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<TokenHolder>())
 }
 
 /// Who presents an approval in a request's `_meta`.

@@ -796,7 +796,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         let clock = self.clock_of(call)?;
         Ok(call
             .to_host_call(clock, self.engine.registry())?
-            .map_err(|rejection| Reply::from(toolledger_engine::input_invalid(Some(&rejection)))))
+            .map_err(|rejection| refused(&rejection)))
     }
 }
 
