@@ -27,7 +27,7 @@ use toolledger_json::{Limits, canonicalize, is_canonical_v2};
 /// Performs every request in process, counting effects.
 struct Notes {
     identity: DownstreamIdentity,
-    effects: u64,
+    effects: std::sync::atomic::AtomicU64,
 }
 
 impl Downstream for Notes {
@@ -36,15 +36,15 @@ impl Downstream for Notes {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: toolledger::Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        self.effects += 1;
-        Ok(request.receipt(json!({"effect": self.effects})))
+        let effect = self.effects.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(request.receipt(json!({"effect": effect})))
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -73,7 +73,7 @@ static HOST: LazyLock<Mutex<Host>> = LazyLock::new(|| {
     let identity = DownstreamIdentity::new("notes", "1").expect("an identity");
     let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
         .tool(definition.tool())
-        .open(Notes { identity, effects: 0 }, NoRoles)
+        .open(Notes { identity, effects: 0.into() }, NoRoles)
         .expect("a ledger");
     Mutex::new(Host { dir, ledger, keys: 0 })
 });
@@ -103,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
     let mut host = HOST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     host.keys += 1;
     let key = format!("k-{}", host.keys);
-    let before = host.ledger.downstream().effects;
+    let before = host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed);
     let first = host.ledger.dispatch(&call(value.clone(), &key)).expect("an answer");
     match (&held, first.outcome()) {
         (Ok(held), Outcome::Fresh(fresh)) => {
@@ -117,10 +117,10 @@ fuzz_target!(|data: &[u8]| {
                 .expect("shown")
                 .expect("the operation");
             assert_eq!(&shown["arguments"], held);
-            assert_eq!(host.ledger.downstream().effects, before + 1);
+            assert_eq!(host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed), before + 1);
         }
         (Err(_), Outcome::Blocked { code: BlockCode::InputInvalid, status_ref: None }) => {
-            assert_eq!(host.ledger.downstream().effects, before);
+            assert_eq!(host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed), before);
         }
         (held, other) => panic!("door {:?}, answer {other:?}", held.as_ref().map(drop)),
     }

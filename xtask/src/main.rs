@@ -13,7 +13,7 @@
 //! - `cargo xtask fuzz [--minutes M] [--target NAME]` runs the fuzz targets in `fuzz/`,
 //!   M minutes each (default 1), and fails on a crash (see `fuzz.rs`).
 //!
-//! - `cargo xtask python [--release]` builds the Python package's wheel with maturin,
+//! - `cargo xtask python` builds the Python package's release wheel with maturin,
 //!   installs it into a fresh venv and runs its pytest suite (`python.rs`).
 //! - `cargo xtask man` writes the command's man pages under `target/man/` (`man.rs`).
 //! - `cargo xtask screenshots` runs the dashboard's browser test and copies its overview
@@ -46,9 +46,8 @@ fn main() -> ExitCode {
         Some("bench") => bench(&root, args.get(1..).unwrap_or_default()),
         Some("tidy") if args.len() == 1 => report(&[step("tidy", || tidy::check(&root))]),
         Some("man") if args.len() == 1 => report(&[step("man pages", || man::write(&root))]),
-        Some("python") if args.len() <= 2 => {
-            let release = args.get(1).is_some_and(|flag| flag == "--release");
-            report(&[step("python (wheel, pytest)", || python::run(&root, release))])
+        Some("python") if args.len() == 1 => {
+            report(&[step("python (wheel, pytest)", || python::run(&root))])
         }
         Some("screenshots") if args.len() == 1 => {
             report(&[step("dashboard screenshots", || screenshots(&root))])
@@ -74,7 +73,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man | cargo xtask python [--release] | cargo xtask screenshots \
+                "usage: cargo xtask ci | cargo xtask bench [json] [report] [--quick] | cargo xtask tidy | cargo xtask man | cargo xtask python | cargo xtask screenshots \
                  | cargo xtask crash [--seed S] [--rounds N] [--store sqlite|postgres] \
                  | cargo xtask simulate [--seed S] [--cases N] | cargo xtask fuzz [--minutes M] [--target NAME]"
             );
@@ -272,7 +271,7 @@ fn ci(root: &Path) -> ExitCode {
     }
     // The Python package: its wheel built by maturin in release (the test release mode's
     // dependencies), installed into a fresh venv, its pytest suite and doctests.
-    outcomes.push(step("python (maturin wheel, pytest)", || python::run(root, true)));
+    outcomes.push(step("python (maturin wheel, pytest)", || python::run(root)));
     outcomes.push(step("fuzz smoke (10 s per target)", || fuzz::run(root, 10.0 / 60.0)));
     report(&outcomes)
 }
@@ -606,9 +605,31 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
                 cargo(root, &build, &[])?;
             }
             if name == "python" {
-                // The wheel in release, installed into a venv whose python the bench runs.
+                // The wheel in release, installed into a venv whose python the bench runs,
+                // and the Rust peer of its many-callers rows, a workspace of its own (its
+                // sqlx tree never enters the main workspace's build or lock).
                 let python = python::bench_venv(root)?;
-                return cargo(root, &args, &[("TOOLLEDGER_PYTHON", python.as_str())]);
+                let peer_target = root.join("target/peers");
+                let peer_target = peer_target.to_string_lossy();
+                let peer = [
+                    "build",
+                    "--release",
+                    "--locked",
+                    "--manifest-path",
+                    "peers/agent-effects/Cargo.toml",
+                    "--target-dir",
+                    &peer_target,
+                ];
+                cargo(root, &peer, &[])?;
+                let peer = root.join("target/peers/release/toolledger-peer-agent-effects");
+                return cargo(
+                    root,
+                    &args,
+                    &[
+                        ("TOOLLEDGER_PYTHON", python.as_str()),
+                        ("TOOLLEDGER_PEER_AGENT_EFFECTS", &peer.to_string_lossy()),
+                    ],
+                );
             }
             cargo(root, &args, &[])
         }));

@@ -10,19 +10,25 @@ use std::{
 
 use crate::cargo;
 
-/// Builds the wheel in `profile`'s test target dir (its dependencies are already built
-/// there), installs it into a new venv and runs the suite. The note is pytest's
-/// summary line.
-pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
-    let target_dir = if release { "target/ci/test-release" } else { "target/ci/test-debug" };
-    let wheel = wheel(root, target_dir, release)?;
-    // The reference service the HTTP-downstream tests start, in its own process.
+/// The most the installed extension may weigh: a user's wheel carries no debug info.
+const EXTENSION_BYTES_MAX: u64 = 15 * 1024 * 1024;
+
+/// Builds the release wheel a user installs in the release test target dir (its
+/// dependencies are already built there), installs it into a new venv, checks the
+/// installed extension's size, and runs the suite. The note is pytest's summary line
+/// and the extension's size.
+pub(crate) fn run(root: &Path) -> Result<String, String> {
+    let target_dir = "target/ci/test-release";
+    let wheel = wheel(root, target_dir, true)?;
+    // The reference service the HTTP-downstream tests start, in its own process, and
+    // the command line the doors' test drives: in release, as the wheel is.
     cargo(
         root,
         &[
             "build",
             "--locked",
             "-q",
+            "--release",
             "-p",
             "toolledger-refundd",
             "-p",
@@ -32,11 +38,17 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
         ],
         &[("RUSTFLAGS", "")],
     )?;
-    let binaries = root.join(target_dir).join(if release { "release" } else { "debug" });
+    let binaries = root.join(target_dir).join("release");
     let (refundd, cli) = (binaries.join("toolledger-refundd"), binaries.join("toolledger"));
     let test = venv(root, &root.join("target/python/test-venv"), true)?;
     pip(root, &test, &["-r", "crates/python/tests/requirements.txt"])?;
     pip(root, &test, &[wheel.to_string_lossy().as_ref()])?;
+    let extension = installed_extension(&test)?;
+    if extension > EXTENSION_BYTES_MAX {
+        return Err(format!(
+            "the installed extension is {extension} bytes, over {EXTENSION_BYTES_MAX}: debug info in the wheel?"
+        ));
+    }
     let output = Command::new(test.join("bin/python"))
         .current_dir(root.join("crates/python/tests"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules"])
@@ -57,7 +69,33 @@ pub(crate) fn run(root: &Path, release: bool) -> Result<String, String> {
         return Err(format!("pytest: {summary}"));
     }
     source_install(root, target_dir)?;
-    Ok(format!("{summary}; pip install crates/python ok"))
+    let megabytes = extension as f64 / (1024.0 * 1024.0);
+    Ok(format!("{summary}; extension {megabytes:.1} MB; pip install crates/python ok"))
+}
+
+/// The size of the compiled extension the wheel installed into `venv`.
+fn installed_extension(venv: &Path) -> Result<u64, String> {
+    let lib = venv.join("lib");
+    let python = std::fs::read_dir(&lib)
+        .map_err(|err| format!("{}: {err}", lib.display()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("python3"))
+        })
+        .ok_or_else(|| "the venv has no lib/python3.*".to_owned())?;
+    let package = python.join("site-packages/toolledger");
+    std::fs::read_dir(&package)
+        .map_err(|err| format!("{}: {err}", package.display()))?
+        .filter_map(Result::ok)
+        .find(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("_toolledger") && name.ends_with(".so")
+        })
+        .ok_or_else(|| "the wheel installed no extension".to_owned())?
+        .metadata()
+        .map(|metadata| metadata.len())
+        .map_err(|err| format!("the extension: {err}"))
 }
 
 /// `pip install crates/python`, as the README says: pip builds it from source through

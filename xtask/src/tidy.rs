@@ -84,7 +84,8 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         }
         "toolledger-store" | "toolledger-engine" => BASE,
         // libc for opening a file a user names without blocking (a FIFO).
-        "toolledger" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "libc"],
+        // tokio: the async call paths (`spawn_blocking`) and `OnRuntime`'s runtime handle.
+        "toolledger" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "libc", "tokio"],
         "toolledger-downstream" => &["serde_json", "thiserror"],
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]

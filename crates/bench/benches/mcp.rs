@@ -78,7 +78,7 @@ fn main() {
         let upstream = connect(payments(&python, &work, "direct")).await;
         let gateway = connect(gateway(&config, &work)).await;
         let embedded = connect(payments(&python, &work, "library")).await;
-        let mut host = library_ledger(&work, Through(embedded));
+        let host = library_ledger(&work, Through(embedded));
         // Warm both (the Python side's first calls import and compile).
         for call in 0..20 {
             pay(&upstream, format!("warm-{call}"), false).await;
@@ -285,7 +285,7 @@ impl Downstream for Through {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -311,7 +311,7 @@ impl Downstream for Through {
         ))
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -326,7 +326,7 @@ impl Downstream for Instant0 {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -337,7 +337,7 @@ impl Downstream for Instant0 {
             "status": "captured"}})))
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -387,7 +387,7 @@ fn payment(key: &str) -> Call {
 
 /// The ledger with a downstream that answers at once, on a new file.
 fn instant_fresh(work: &Work, round: usize, calls: usize) -> f64 {
-    let mut ledger =
+    let ledger =
         library_ledger(work, Instant0(DownstreamIdentity::new("bench-instant", "1").unwrap()));
     for warm in 0..20 {
         ledger.dispatch(&payment(&format!("warm-{round}-{warm}"))).unwrap();

@@ -386,8 +386,8 @@ fn main() {
             assert_eq!(response.status().as_u16(), 201);
         }));
         let path = work.file(&format!("http-{round}"));
-        let mut ledger = http_ledger(&path, &service.base);
-        over_http.push(http_dispatches(&mut ledger, &cases, 800_000 + round * http_ops, http_ops));
+        let ledger = http_ledger(&path, &service.base);
+        over_http.push(http_dispatches(&ledger, &cases, 800_000 + round * http_ops, http_ops));
     }
     let (raw_http, http_dispatch) = (Rate::median(&raw_http), Rate::median(&over_http));
     let over_http = http_dispatch.per_s;
@@ -405,7 +405,7 @@ fn main() {
 
     let backlog = work.file("http-relay");
     {
-        let mut ledger = http_ledger(&backlog, &service.base);
+        let ledger = http_ledger(&backlog, &service.base);
         for index in 0..events {
             let reply = ledger.enqueue_loaded(&cases.get(900_000 + index)).unwrap();
             assert!(matches!(reply.outcome(), toolledger::Outcome::Accepted { .. }));
@@ -703,8 +703,8 @@ fn profile(flow: &str) {
             // Fresh dispatches over loopback to the reference service (its own process):
             // this process's CPU is the ledger's and the HTTP client's.
             let service = Refundd::start(&work.file("refundd"));
-            let mut ledger = http_ledger(&path, &service.base);
-            let rate = http_dispatches(&mut ledger, &cases, 0, count_from_env("HTTP_OPS", 3000));
+            let ledger = http_ledger(&path, &service.base);
+            let rate = http_dispatches(&ledger, &cases, 0, count_from_env("HTTP_OPS", 3000));
             println!("{:.0} dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "validate" => {
@@ -1029,7 +1029,7 @@ fn http_downstream(base: &str) -> toolledger::http::HttpDownstream {
 
 /// `count` fresh dispatches from case `first` through `ledger`, each answered `Pass`.
 fn http_dispatches(
-    ledger: &mut toolledger::Ledger<toolledger::http::HttpDownstream, NoRoles>,
+    ledger: &toolledger::Ledger<toolledger::http::HttpDownstream, NoRoles>,
     cases: &Cases,
     first: usize,
     count: usize,
@@ -1859,7 +1859,7 @@ impl toolledger_engine::Downstream for Peer {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &toolledger_engine::DownstreamRequest,
         _now: toolledger_store::Now,
     ) -> Result<toolledger_store::DownstreamReceipt, toolledger_engine::DownstreamError> {
@@ -1869,7 +1869,7 @@ impl toolledger_engine::Downstream for Peer {
     }
 
     fn lookup(
-        &mut self,
+        &self,
         request: &toolledger_engine::DownstreamRequest,
     ) -> Result<toolledger_engine::Lookup, toolledger_engine::DownstreamError> {
         let found: Option<String> = self

@@ -414,7 +414,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             };
             let builder =
                 tools.into_iter().fold(Ledger::builder(&db), toolledger::LedgerBuilder::tool);
-            let mut ledger = builder
+            let ledger = builder
                 .waits(waits)
                 .store_clock(clock)
                 .open(chosen.open(&db)?, claims_of(settings)?)?;
@@ -544,7 +544,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let tools = tools_of(config.as_ref())?;
             let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             let worker = default_worker();
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            let ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
             let reply = match failure {
                 // A crash right after commit A: the host learns nothing, so the drill
                 // answers what a host must assume, OUTCOME_UNKNOWN with the ref.
@@ -566,7 +566,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let tools = tools_of(config.as_ref())?;
             let (case, claims) = inputs(settings, *now, &registry_of(&tools))?;
             let worker = default_worker();
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            let ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
             Ok(Printed::Reply(ledger.enqueue_loaded(&case)?))
         }
         Command::Process { status_ref, now, worker_id, failure, downstream, .. } => {
@@ -583,7 +583,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             let Ok(status_ref) = StatusRef::new(status_ref) else {
                 return Ok(Printed::Reply(Reply::not_found()));
             };
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            let ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
             match failure {
                 Some(ProcessFailure::Claim) => {
                     ledger.downstream().switch().arm(FailurePoint::AfterClaim);
@@ -605,7 +605,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 return Ok(Printed::Reply(Reply::not_found()));
             };
             let worker = default_worker();
-            let mut ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
+            let ledger = open(&db, clock, claims, waits, downstream, config, tools, &worker)?;
             Ok(Printed::Reply(ledger.status_loaded(&case, &status_ref)?))
         }
     }

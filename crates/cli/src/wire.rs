@@ -170,7 +170,7 @@ impl Downstream for Wire {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         now: UnixSeconds,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -181,7 +181,7 @@ impl Downstream for Wire {
         }
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         match self {
             Wire::Simulated(simulated) => simulated.lookup(request),
             Wire::Http(http) => http.lookup(request),
@@ -190,7 +190,7 @@ impl Downstream for Wire {
     }
 
     fn execute_batch(
-        &mut self,
+        &self,
         requests: &[DownstreamRequest],
         now: UnixSeconds,
     ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {

@@ -285,7 +285,7 @@ impl<S: LedgerStore> LedgerStore for Faulty<S> {
     ) -> Result<Finalize, StoreError> {
         // The fault points keep the names of commit C's three endings.
         let point = match ending {
-            Ending::Succeeded(_) => "finalize",
+            Ending::Succeeded(_) | Ending::SucceededSynced(_) => "finalize",
             Ending::Failed(_) => "fail",
             Ending::Quarantined { .. } => "quarantine",
         };

@@ -62,6 +62,17 @@ pub trait PrincipalResolver {
     ) -> Result<Vec<String>, ResolverError>;
 }
 
+/// A shared resolver is one: what a ledger's callers hold when they share it.
+impl<T: PrincipalResolver + ?Sized> PrincipalResolver for &T {
+    fn current_roles(
+        &self,
+        tenant_id: &Identifier,
+        subject_id: &Identifier,
+    ) -> Result<Vec<String>, ResolverError> {
+        (**self).current_roles(tenant_id, subject_id)
+    }
+}
+
 /// The default resolver: nobody holds any role, so subjects act only on what they own.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoRoles;

@@ -446,7 +446,7 @@ impl Downstream for HttpDownstream {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -465,7 +465,7 @@ impl Downstream for HttpDownstream {
         execute_answer(request, status, &text)
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let (endpoint, agent) = self.endpoint_of(request)?;
         let call = agent.get(endpoint.lookup_url_of(request.downstream_request_ref.as_str()));
         let unknown = |err: &ureq::Error| DownstreamError::Unknown {

@@ -126,6 +126,11 @@ pub enum Lookup {
 }
 
 /// A system that performs side effects, idempotently per `downstream_request_ref`.
+///
+/// Every method takes `&self`: one ledger shared by many callers calls its downstream
+/// from each caller's thread at once, and never under a lock of the ledger's. A
+/// downstream that holds something it cannot share (a connection, a counter) guards
+/// it itself, for as short a time as it can.
 pub trait Downstream {
     /// Who this is: recorded with every intent it is to perform.
     fn identity(&self) -> &DownstreamIdentity;
@@ -151,7 +156,7 @@ pub trait Downstream {
     /// [`DownstreamError`], saying whether the request was not sent, refused, or may
     /// have been carried out.
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError>;
@@ -162,7 +167,17 @@ pub trait Downstream {
     ///
     /// [`DownstreamError`] when the downstream cannot be asked; the outcome stays
     /// unknown.
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError>;
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError>;
+
+    /// Whether [`Downstream::lookup`] can find `tool`'s requests (the default). A
+    /// success's commit C is then written without waiting for the disk: a power loss
+    /// that takes it back leaves an operation a status query settles from the
+    /// downstream's receipt. A downstream that cannot look `tool`'s requests up answers
+    /// `false`, and each of its successes is synced before it is answered.
+    fn can_look_up(&self, tool: &str) -> bool {
+        let _ = tool;
+        true
+    }
 
     /// Whether this is the offline simulation (the engine's `StandIn`): the only downstream that may
     /// declare the stand-in's identity (`toolledger-stand-in`). The identity says who
@@ -178,11 +193,111 @@ pub trait Downstream {
     /// that can commit several at once overrides it (a real one commits on its own, as
     /// it always does).
     fn execute_batch(
-        &mut self,
+        &self,
         requests: &[DownstreamRequest],
         now: Now,
     ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
         requests.iter().map(|request| self.execute(request, now)).collect()
+    }
+}
+
+/// A downstream whose client is async (an async HTTP client, a gRPC stub): the same
+/// contract as [`Downstream`], with `execute` and `lookup` futures. A ledger opened
+/// with one (the facade's `LedgerBuilder::open_async`) runs them on the host's own
+/// tokio runtime, while the ledger's disk work stays off the runtime's threads.
+///
+/// ```
+/// use toolledger_contract::DownstreamIdentity;
+/// use toolledger_downstream::{AsyncDownstream, DownstreamError, DownstreamRequest, Lookup};
+/// # use toolledger_store::{DownstreamReceipt, Now};
+/// struct Payments(DownstreamIdentity);
+/// impl AsyncDownstream for Payments {
+///     fn identity(&self) -> &DownstreamIdentity { &self.0 }
+///     async fn execute(&self, request: &DownstreamRequest, _: Now) -> Result<DownstreamReceipt, DownstreamError> {
+///         // `client.post(...).header("Idempotency-Key", ...).send().await` in a real one.
+///         Ok(request.receipt(serde_json::json!({"payment_id": "pay-1"})))
+///     }
+///     async fn lookup(&self, _: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+///         Ok(Lookup::NotFound)
+///     }
+/// }
+/// # let _ = Payments(DownstreamIdentity::new("payments", "1").unwrap());
+/// ```
+pub trait AsyncDownstream: Send + Sync + 'static {
+    /// As [`Downstream::identity`].
+    fn identity(&self) -> &DownstreamIdentity;
+
+    /// As [`Downstream::identity_for`].
+    fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+        let _ = tool;
+        self.identity()
+    }
+
+    /// As [`Downstream::identities`].
+    fn identities(&self) -> Vec<DownstreamIdentity> {
+        vec![self.identity().clone()]
+    }
+
+    /// As [`Downstream::execute`].
+    fn execute(
+        &self,
+        request: &DownstreamRequest,
+        now: Now,
+    ) -> impl Future<Output = Result<DownstreamReceipt, DownstreamError>> + Send;
+
+    /// As [`Downstream::lookup`].
+    fn lookup(
+        &self,
+        request: &DownstreamRequest,
+    ) -> impl Future<Output = Result<Lookup, DownstreamError>> + Send;
+
+    /// As [`Downstream::can_look_up`].
+    fn can_look_up(&self, tool: &str) -> bool {
+        let _ = tool;
+        true
+    }
+}
+
+/// A shared downstream is one: what a ledger's callers hold when they share it.
+impl<T: Downstream + ?Sized> Downstream for &T {
+    fn identity(&self) -> &DownstreamIdentity {
+        (**self).identity()
+    }
+
+    fn identity_for(&self, tool: &str) -> &DownstreamIdentity {
+        (**self).identity_for(tool)
+    }
+
+    fn identities(&self) -> Vec<DownstreamIdentity> {
+        (**self).identities()
+    }
+
+    fn execute(
+        &self,
+        request: &DownstreamRequest,
+        now: Now,
+    ) -> Result<DownstreamReceipt, DownstreamError> {
+        (**self).execute(request, now)
+    }
+
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        (**self).lookup(request)
+    }
+
+    fn can_look_up(&self, tool: &str) -> bool {
+        (**self).can_look_up(tool)
+    }
+
+    fn is_simulation(&self) -> bool {
+        (**self).is_simulation()
+    }
+
+    fn execute_batch(
+        &self,
+        requests: &[DownstreamRequest],
+        now: Now,
+    ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
+        (**self).execute_batch(requests, now)
     }
 }
 
@@ -197,10 +312,10 @@ pub trait Downstream {
 /// struct Impostor(DownstreamIdentity);
 /// impl Downstream for Impostor {
 ///     fn identity(&self) -> &DownstreamIdentity { &self.0 }
-///     fn execute(&mut self, _: &DownstreamRequest, _: Now) -> Result<DownstreamReceipt, DownstreamError> {
+///     fn execute(&self, _: &DownstreamRequest, _: Now) -> Result<DownstreamReceipt, DownstreamError> {
 ///         Err(DownstreamError::NotSent { reason: "never".to_owned() })
 ///     }
-///     fn lookup(&mut self, _: &DownstreamRequest) -> Result<Lookup, DownstreamError> { Ok(Lookup::NotFound) }
+///     fn lookup(&self, _: &DownstreamRequest) -> Result<Lookup, DownstreamError> { Ok(Lookup::NotFound) }
 /// }
 /// let stand_in = DownstreamIdentity::new("toolledger-stand-in", "1").unwrap();
 /// assert!(reserved_identity(&Impostor(stand_in)));

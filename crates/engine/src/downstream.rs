@@ -6,10 +6,15 @@
 //! returns the first receipt for a repeated ref, and refuses a different request under
 //! the same ref.
 
+use std::sync::{
+    Mutex,
+    atomic::{AtomicU64, Ordering},
+};
+
 use serde_json::{Value, json};
 use toolledger_contract::{DownstreamIdentity, DownstreamRequestRef, digest::refund_id};
 pub use toolledger_downstream::{
-    Downstream, DownstreamError, DownstreamRequest, Lookup, reserved_identity,
+    AsyncDownstream, Downstream, DownstreamError, DownstreamRequest, Lookup, reserved_identity,
 };
 use toolledger_store::{
     DownstreamReceipt, Now, STAND_IN_NAME, STAND_IN_REVISION, StoreError, driver::Backend, ledger,
@@ -88,13 +93,14 @@ impl<B: Backend> StandInReceipts for B {
 }
 
 /// The offline simulation of a refund API, on its own store connection. It only
-/// refunds orders: any other tool is refused.
+/// refunds orders: any other tool is refused. Callers sharing it take turns on its
+/// connection for its commit B only; a fault's delay is waited outside it.
 #[derive(Debug)]
 pub struct StandIn<S> {
-    store: S,
+    store: Mutex<S>,
     identity: DownstreamIdentity,
     faults: Faults,
-    calls: u64,
+    calls: AtomicU64,
 }
 
 /// Faults a simulation injects, for drills and the relay's liveness tests: a share of
@@ -115,7 +121,12 @@ impl<S: StandInReceipts> StandIn<S> {
     pub fn new(store: S) -> StandIn<S> {
         let identity = DownstreamIdentity::new(STAND_IN_NAME, STAND_IN_REVISION)
             .unwrap_or_else(|_| unreachable!("the stand-in's identity is well formed"));
-        StandIn { store, identity, faults: Faults::default(), calls: 0 }
+        StandIn {
+            store: Mutex::new(store),
+            identity,
+            faults: Faults::default(),
+            calls: AtomicU64::new(0),
+        }
     }
 
     /// The same stand-in, injecting `faults`.
@@ -124,9 +135,14 @@ impl<S: StandInReceipts> StandIn<S> {
         self
     }
 
+    /// Its connection, for one commit or read.
+    fn store(&self) -> std::sync::MutexGuard<'_, S> {
+        self.store.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Whether this call is one the faults make "not sent".
-    fn unavailable(&mut self, request: &DownstreamRequest) -> bool {
-        self.calls += 1;
+    fn unavailable(&self, request: &DownstreamRequest) -> bool {
+        let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         if self.faults.delay_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(self.faults.delay_ms));
         }
@@ -139,7 +155,7 @@ impl<S: StandInReceipts> StandIn<S> {
             self.faults.seed,
             request.downstream_request_ref,
             std::process::id(),
-            self.calls
+            call
         ));
         digest.first().is_some_and(|byte| {
             u16::from(*byte) * 100 / 256 < u16::from(self.faults.unavailable_percent)
@@ -163,7 +179,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -178,15 +194,15 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
             });
         }
         let receipt = simulated_refund(request);
-        let stored = self.store.record_downstream_receipt(&receipt, now).map_err(unknown)?;
+        let stored = self.store().record_downstream_receipt(&receipt, now).map_err(unknown)?;
         if stored.request_sha256 != request.request_sha256 {
             return Err(DownstreamError::Conflict);
         }
         Ok(stored)
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
-        match self.store.downstream_receipt(&request.downstream_request_ref).map_err(unknown)? {
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        match self.store().downstream_receipt(&request.downstream_request_ref).map_err(unknown)? {
             Some(receipt) => Ok(Lookup::Done(receipt)),
             None => Ok(Lookup::NotFound),
         }
@@ -195,7 +211,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
     /// The simulation commits a batch's receipts in one transaction of its own (commit B
     /// of each, together); a failure of that transaction leaves every one unknown.
     fn execute_batch(
-        &mut self,
+        &self,
         requests: &[DownstreamRequest],
         now: Now,
     ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {
@@ -216,7 +232,7 @@ impl<S: StandInReceipts> Downstream for StandIn<S> {
                 answers.push(None);
             }
         }
-        let mut stored = match self.store.record_downstream_receipts(&receipts, now) {
+        let mut stored = match self.store().record_downstream_receipts(&receipts, now) {
             Ok(stored) => stored.into_iter().map(Ok).collect::<Vec<_>>(),
             Err(err) => receipts.iter().map(|_| Err(unknown(err.clone()))).collect(),
         }
@@ -351,7 +367,7 @@ pub mod drill {
         }
 
         fn execute(
-            &mut self,
+            &self,
             request: &DownstreamRequest,
             now: Now,
         ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -366,12 +382,16 @@ pub mod drill {
             }
         }
 
-        fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
             self.inner.lookup(request)
         }
 
+        fn can_look_up(&self, tool: &str) -> bool {
+            self.inner.can_look_up(tool)
+        }
+
         fn execute_batch(
-            &mut self,
+            &self,
             requests: &[DownstreamRequest],
             now: Now,
         ) -> Vec<Result<DownstreamReceipt, DownstreamError>> {

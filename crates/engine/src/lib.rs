@@ -37,8 +37,8 @@ pub use toolledger_store::{DEFAULT_BUSY_TIMEOUT_MS, Waits};
 pub use crate::{
     answers::{Answer, input_invalid},
     downstream::{
-        Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn, StandInReceipts,
-        drill, reserved_identity, simulated_refund,
+        AsyncDownstream, Downstream, DownstreamError, DownstreamRequest, Faults, Lookup, StandIn,
+        StandInReceipts, drill, reserved_identity, simulated_refund,
     },
     error::EngineError,
     relay::{Backoff, Drained},
@@ -70,9 +70,22 @@ pub struct Engine<S, D, R> {
 }
 
 impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
-    /// An engine over these parts. `registry` is the *current* contract.
-    pub fn new(store: S, downstream: D, resolver: R, registry: Registry) -> Engine<S, D, R> {
-        Engine { store, downstream, resolver, registry: Arc::new(registry) }
+    /// An engine over these parts. `registry` is the *current* contract (a
+    /// [`Registry`], or one shared by several engines).
+    pub fn new(
+        store: S,
+        downstream: D,
+        resolver: R,
+        registry: impl Into<Arc<Registry>>,
+    ) -> Engine<S, D, R> {
+        Engine { store, downstream, resolver, registry: registry.into() }
+    }
+
+    /// The store back, once the engine's work is done: a ledger shared by many callers
+    /// gives each call an engine over a connection of its own, borrowing the downstream
+    /// and the resolver, and keeps the connection for the next call.
+    pub fn into_store(self) -> S {
+        self.store
     }
 
     /// The ledger, for callers that read it directly (tests, tools).
@@ -81,8 +94,8 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
     }
 
     /// The downstream (a drill's switch, a test's counters).
-    pub fn downstream(&mut self) -> &mut D {
-        &mut self.downstream
+    pub fn downstream(&self) -> &D {
+        &self.downstream
     }
 
     /// The registry the engine judges calls by.

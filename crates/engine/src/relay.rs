@@ -250,7 +250,21 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             match (answer, tool) {
                 (Ok(receipt), Some(tool)) => match check_receipt(&operation, tool, receipt.clone())
                 {
-                    Ok(Checked::Valid(local)) => receipts.push((status_ref, finalizer, local)),
+                    Ok(Checked::Valid(local)) if self.downstream.can_look_up(&tool.name) => {
+                        receipts.push((status_ref, finalizer, local));
+                    }
+                    Ok(Checked::Valid(local)) => {
+                        // No lookup could recover it: its own synced commit C.
+                        let synced = Ending::SucceededSynced(&local);
+                        let ended = self.store.end(&status_ref, &finalizer, &synced, clock.now);
+                        match ended {
+                            Ok(Finalize::LeaseLost) => drained.fenced += 1,
+                            Ok(Finalize::Finalized | Finalize::AlreadyFinal) => {
+                                drained.delivered += 1;
+                            }
+                            Err(_) => drained.unknown += 1,
+                        }
+                    }
                     Ok(Checked::Broken(reason)) => {
                         let broken = Ending::Quarantined { receipt: &receipt.receipt_json, reason };
                         let ended = self.store.end(&status_ref, &finalizer, &broken, clock.now);

@@ -264,12 +264,12 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         };
         match check_receipt(operation, tool, receipt.clone())? {
             Checked::Valid(local) => {
-                match self.store.end(
-                    status_ref,
-                    &finalizer,
-                    &Ending::Succeeded(&local),
-                    clock.now,
-                )? {
+                let succeeded = if self.downstream.can_look_up(&tool.name) {
+                    Ending::Succeeded(&local)
+                } else {
+                    Ending::SucceededSynced(&local)
+                };
+                match self.store.end(status_ref, &finalizer, &succeeded, clock.now)? {
                     Finalize::Finalized => Ok(pass(
                         Delivery::Fresh,
                         operation,

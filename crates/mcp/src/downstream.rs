@@ -46,10 +46,40 @@ pub struct McpDownstream {
     identity: DownstreamIdentity,
     routes: Routes,
     runtime: tokio::runtime::Handle,
-    /// Set when the host cancels the call being worked: checked right before sending.
+}
+
+/// What the host of the call this thread works gave it: the call's cancellation,
+/// checked right before sending, and the host waiting on it, for the upstream's
+/// progress and logs. Calls run at once on their own threads, so each thread holds its
+/// own call's (see [`watching`]).
+#[derive(Debug, Default)]
+struct Watched {
     cancelled: Option<CancellationToken>,
-    /// The host waiting on the call being worked, for the upstream's progress and logs.
     host: Option<HostCall>,
+}
+
+thread_local! {
+    static WATCHED: std::cell::RefCell<Watched> = std::cell::RefCell::default();
+}
+
+/// Runs `work` (one ledger call, on this thread) with the host's `cancelled` and `host`
+/// watched by the downstream, and forgets them after, however `work` ends.
+pub(crate) fn watching<T>(
+    cancelled: CancellationToken,
+    host: HostCall,
+    work: impl FnOnce() -> T,
+) -> T {
+    struct Forget;
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            WATCHED.with(|watched| *watched.borrow_mut() = Watched::default());
+        }
+    }
+    WATCHED.with(|watched| {
+        *watched.borrow_mut() = Watched { cancelled: Some(cancelled), host: Some(host) };
+    });
+    let _forget = Forget;
+    work()
 }
 
 /// Why an operation cancelled before it was sent ended.
@@ -62,14 +92,7 @@ impl McpDownstream {
         routes: Routes,
         runtime: tokio::runtime::Handle,
     ) -> McpDownstream {
-        McpDownstream { identity, routes, runtime, cancelled: None, host: None }
-    }
-
-    /// The host's cancellation of the call about to be worked, and the host waiting on
-    /// it (`None` after it).
-    pub(crate) fn watch(&mut self, cancelled: Option<CancellationToken>, host: Option<HostCall>) {
-        self.cancelled = cancelled;
-        self.host = host;
+        McpDownstream { identity, routes, runtime }
     }
 
     fn route(&self, tool: &str) -> Result<&Route, DownstreamError> {
@@ -97,11 +120,15 @@ impl Downstream for McpDownstream {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        if self.cancelled.as_ref().is_some_and(CancellationToken::is_cancelled) {
+        let (cancelled, host) = WATCHED.with(|watched| {
+            let watched = watched.borrow();
+            (watched.cancelled.clone(), watched.host.clone())
+        });
+        if cancelled.as_ref().is_some_and(CancellationToken::is_cancelled) {
             return Err(DownstreamError::Refused { reason: CANCELLED_REASON.to_owned() });
         }
         let route = self.route(&request.tool_name)?.clone();
@@ -111,12 +138,8 @@ impl Downstream for McpDownstream {
         }
         let mut meta = Map::new();
         meta.insert(REQUEST_REF_META.to_owned(), json!(request.downstream_request_ref.as_str()));
-        let answer = self.runtime.block_on(route.upstream.call(
-            &route.tool,
-            arguments,
-            meta,
-            self.host.as_ref(),
-        ));
+        let answer =
+            self.runtime.block_on(route.upstream.call(&route.tool, arguments, meta, host.as_ref()));
         match answer {
             Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => {
                 Err(DownstreamError::Refused { reason: error_text(&result) })
@@ -128,7 +151,12 @@ impl Downstream for McpDownstream {
         }
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    /// Only a tool with a lookup tool configured: any other's success is synced.
+    fn can_look_up(&self, tool: &str) -> bool {
+        self.routes.get(tool).is_some_and(|route| route.lookup.is_some())
+    }
+
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let route = self.route(&request.tool_name)?.clone();
         let Some(lookup) = &route.lookup else {
             return Err(DownstreamError::Unknown {

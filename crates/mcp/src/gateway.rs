@@ -38,8 +38,9 @@ use crate::{
 /// The provider profile of every call the gateway records: MCP's `tools/call`.
 pub(crate) const PROFILE: (&str, &str, &str) = ("mcp", "tools_call", "toolledger-mcp-1");
 
-/// The ledger, worked one call at a time.
-pub(crate) type SharedLedger = Arc<Mutex<Held>>;
+/// The ledger, shared by every call at once: each is worked on a blocking thread of
+/// its own, and no lock of the gateway's is held while it runs.
+pub(crate) type SharedLedger = Arc<Held>;
 
 /// The gateway's ledger, dropped off the runtime's async context: a PostgreSQL store
 /// runs a runtime of its own, and tokio refuses to drop a runtime inside another's
@@ -61,17 +62,13 @@ impl std::ops::Deref for Held {
     }
 }
 
-impl std::ops::DerefMut for Held {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        self.0.as_mut().unwrap_or_else(|| unreachable!("the ledger is taken only when dropped"))
-    }
-}
-
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(ledger) = self.0.take() {
             match tokio::runtime::Handle::try_current() {
-                Ok(_) => tokio::task::block_in_place(|| drop(ledger)),
+                // Off the async context, on any runtime (a host's current-thread one
+                // too): the blocking pool drops it.
+                Ok(handle) => drop(handle.spawn_blocking(move || drop(ledger))),
                 Err(_) => drop(ledger),
             }
         }
@@ -255,7 +252,7 @@ impl Gateway {
             .idempotency_key(&key)
             .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
         let host = HostCall::of(self.session, params, context);
-        let first = self.work(&call, context, &host);
+        let first = self.work(&call, context, &host).await;
         let Some(approval) = &ledgered.approval else { return answered(first).into() };
         // A new call of a tool a person approves: nothing was written. Ask the person
         // (or read what they answered), bind their approval to this call, and accept it.
@@ -281,7 +278,7 @@ impl Gateway {
         {
             Approved::Grant(grant) => {
                 let approved = call.approval(grant, &[approval.approver.as_str()]);
-                answered(self.work(&approved, context, &host)).into()
+                answered(self.work(&approved, context, &host).await).into()
             }
             Approved::Ask(input_required) => CallToolResponse::InputRequired(input_required),
             Approved::Refused(refused) => refused.into(),
@@ -290,24 +287,22 @@ impl Gateway {
 
     /// The ledger's answer to `call`, worked in place (its reply carries why it ended,
     /// when it did not succeed: `Reply::ended_reason`).
-    fn work(
+    async fn work(
         &self,
         call: &Call,
         context: &RequestContext<RoleServer>,
         host: &HostCall,
     ) -> Result<Reply, toolledger::Error> {
-        // The whole call is worked in one poll, on this worker thread made a blocking
-        // one (no hand-off to another thread): once handed to the ledger it runs to its
-        // end even if the host goes away, and the next call with this key reads it. A
-        // cancellation is seen right before the upstream would be called.
-        tokio::task::block_in_place(|| {
-            let mut ledger =
-                self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ledger.downstream().watch(Some(context.ct.clone()), Some(host.clone()));
-            let reply = ledger.dispatch(call);
-            ledger.downstream().watch(None, None);
-            reply
-        })
+        // The whole call is worked on a blocking thread of its own, beside the other
+        // calls: once handed to the ledger it runs to its end even if the host goes
+        // away, and the next call with this key reads it. A cancellation is seen right
+        // before the upstream would be called.
+        let ledger = Ledger::clone(&self.inner.ledger);
+        let (call, cancelled, host) = (call.clone(), context.ct.clone(), host.clone());
+        let worked = tokio::task::spawn_blocking(move || {
+            crate::downstream::watching(cancelled, host, || ledger.dispatch(&call))
+        });
+        joined(worked.await)
     }
 
     async fn status(
@@ -336,11 +331,10 @@ impl Gateway {
             &format!("mcp-status-{}", status_ref.as_str()),
             &format!("mcp-status-{}", status_ref.as_str()),
         ));
-        let worked = tokio::task::block_in_place(|| {
-            let mut ledger =
-                self.inner.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            ledger.status_of(&query, &status_ref)
-        });
+        let ledger = Ledger::clone(&self.inner.ledger);
+        let worked = joined(
+            tokio::task::spawn_blocking(move || ledger.status_of(&query, &status_ref)).await,
+        );
         match worked {
             Ok(reply) => answer(&reply, None),
             Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
@@ -572,6 +566,19 @@ fn unguessable(n: u64) -> String {
         hasher.finish()
     };
     format!("{:016x}{:016x}", half(1), half(2))
+}
+
+/// What a blocking task of the ledger's answered. A panic in it (a host's downstream
+/// that panicked) goes on as the panic it was, as it would have in place; a blocking
+/// task is never cancelled once it has started.
+fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> T {
+    match joined {
+        Ok(answer) => answer,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => unreachable!("a blocking task runs to its end once started"),
+        },
+    }
 }
 
 /// The ledger's answer as a tool result.

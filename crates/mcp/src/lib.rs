@@ -40,7 +40,7 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -131,6 +131,45 @@ const RELAY_POLL: Duration = Duration::from_secs(2);
 /// An [`Error`] when the configuration is missing or wrong, an upstream cannot be
 /// started or listed, the ledger cannot be opened, or the address cannot be listened on.
 pub fn serve(options: &Options) -> Result<(), Error> {
+    let mcp = configured(options)?;
+    runtime()?.block_on(run(options, mcp, terminated()))
+}
+
+/// The gateway as a library, served on the host's own tokio runtime (this future runs
+/// on it; the ledger's work goes to the runtime's blocking pool): over Streamable HTTP
+/// at [`Options::listen`] until `stop` resolves, or over stdin and stdout until the
+/// host closes them. The upstreams are shut down before it returns. Concurrent
+/// `tools/call`s run at once, each of its own key.
+///
+/// # Errors
+///
+/// As [`serve`].
+///
+/// ```no_run
+/// # async fn host() -> Result<(), toolledger_mcp::Error> {
+/// let options = toolledger_mcp::Options {
+///     config: Some("toolledger.toml".into()),
+///     ledger: "gateway.sqlite3".into(),
+///     listen: Some("127.0.0.1:8931".parse().unwrap()),
+///     busy_timeout_ms: None,
+/// };
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// toolledger_mcp::serve_until(&options, async { let _ = stopped.await; }).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve_until(
+    options: &Options,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let mcp = configured(options)?;
+    run(options, mcp, stop).await
+}
+
+/// The `[mcp]` table of the configuration `options` name, checked against where it is
+/// to listen.
+fn configured(options: &Options) -> Result<McpConfig, Error> {
     let config = Config::discover(options.config.as_deref())?
         .ok_or_else(|| Error::usage("toolledger mcp needs a configuration with an [mcp] table (--config, TOOLLEDGER_CONFIG or ./toolledger.toml)"))?;
     let section = config
@@ -144,7 +183,7 @@ pub fn serve(options: &Options) -> Result<(), Error> {
             )));
         }
     }
-    runtime()?.block_on(run(options, mcp))
+    Ok(mcp)
 }
 
 /// The upstreams started and listed: what the host sees, and what the ledger holds.
@@ -228,11 +267,10 @@ async fn prepare(mcp: &McpConfig) -> Result<Prepared, Error> {
 }
 
 /// The gateway's runtime: one async worker. Its async side only carries messages
-/// between the host and the upstreams; the ledger's work runs off it
-/// (`block_in_place`, which hands the worker to another thread meanwhile), so one
-/// worker loses no parallelism, and it keeps a host's request, its handler and the
-/// answer on one thread instead of waking another for each (`docs/performance.md`:
-/// the gateway's own fresh cost went from 0.54–0.57 ms with two workers to 0.38–0.40).
+/// between the host and the upstreams; the ledger's work runs off it, each call on a
+/// thread of the blocking pool, so one worker loses no parallelism, and it keeps a
+/// host's request, its handler and the answer on one thread instead of waking another
+/// for each (`docs/performance.md`).
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -336,7 +374,11 @@ impl Drop for Upstreams {
     }
 }
 
-async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
+async fn run(
+    options: &Options,
+    mcp: McpConfig,
+    stop_serving: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let Prepared { upstreams, hosts, plan, serves, routes, specs } = prepare(&mcp).await?;
     let fallback = fallback_identity()?;
     let handle = tokio::runtime::Handle::current();
@@ -369,7 +411,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
         .map_err(|_| Error::usage("the ledger could not be opened"))?
     };
     let ledger = match opened {
-        Ok(ledger) => Arc::new(Mutex::new(gateway::Held::new(ledger))),
+        Ok(ledger) => Arc::new(gateway::Held::new(ledger)),
         Err(error) => {
             shutdown(&upstreams).await;
             return Err(error.into());
@@ -431,7 +473,7 @@ async fn run(options: &Options, mcp: McpConfig) -> Result<(), Error> {
                 let stopped = tokio_util::sync::CancellationToken::new();
                 let on_signal = stopped.clone();
                 tokio::spawn(async move {
-                    terminated().await;
+                    stop_serving.await;
                     on_signal.cancel();
                 });
                 log(&format!(

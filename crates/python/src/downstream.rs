@@ -147,6 +147,9 @@ reason_answer!(
 pub(crate) struct Target {
     object: Arc<Py<PyAny>>,
     identity: DownstreamIdentity,
+    /// Its `can_look_up` attribute (default true): whether its `lookup` can find what
+    /// it performed. A success of one that cannot is synced before it is answered.
+    can_look_up: bool,
 }
 
 impl Target {
@@ -162,7 +165,15 @@ impl Target {
             object.getattr("identity").map_err(|_| refused())?.extract().map_err(|_| refused())?;
         let (name, revision) = text.rsplit_once('@').ok_or_else(refused)?;
         let identity = DownstreamIdentity::new(name, revision).map_err(|_| refused())?;
-        Ok(Target { object: Arc::new(object.clone().unbind()), identity })
+        let can_look_up = match object.getattr_opt("can_look_up")? {
+            Some(flag) => flag.extract::<bool>().map_err(|_| {
+                crate::errors::invalid(
+                    "a downstream's `can_look_up`, when it has one, is True or False".to_owned(),
+                )
+            })?,
+            None => true,
+        };
+        Ok(Target { object: Arc::new(object.clone().unbind()), identity, can_look_up })
     }
 
     fn execute(&self, request: &DownstreamRequest) -> Result<DownstreamReceipt, DownstreamError> {
@@ -331,7 +342,7 @@ impl Downstream for Wired {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -339,7 +350,7 @@ impl Downstream for Wired {
             Wired::Simulated(simulated) => simulated.execute(request, now),
             Wired::Routed(routed) => match routed.python_for(&request.tool_name) {
                 Some(target) => target.execute(request),
-                None => match &mut routed.http {
+                None => match &routed.http {
                     Some(http) => http.execute(request, now),
                     None => Err(DownstreamError::NotSent {
                         reason: "no downstream performs this tool".to_owned(),
@@ -349,16 +360,25 @@ impl Downstream for Wired {
         }
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         match self {
             Wired::Simulated(simulated) => simulated.lookup(request),
             Wired::Routed(routed) => match routed.python_for(&request.tool_name) {
                 Some(target) => target.lookup(request),
-                None => match &mut routed.http {
+                None => match &routed.http {
                     Some(http) => http.lookup(request),
                     None => Ok(Lookup::NotFound),
                 },
             },
+        }
+    }
+
+    fn can_look_up(&self, tool: &str) -> bool {
+        match self {
+            Wired::Simulated(simulated) => simulated.can_look_up(tool),
+            Wired::Routed(routed) => {
+                routed.python_for(tool).is_none_or(|target| target.can_look_up)
+            }
         }
     }
 

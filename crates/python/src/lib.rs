@@ -455,8 +455,10 @@ fn locked(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn open_ledger(state: &mut State) -> PyResult<&mut Inner> {
-    state.ledger.as_mut().ok_or_else(|| invalid("the ledger is closed".to_owned()))
+/// A handle of the open ledger: taken under the lock, used after it is let go, so
+/// calls from many threads run at once.
+fn open_ledger(state: &Mutex<State>) -> PyResult<Inner> {
+    locked(state).ledger.clone().ok_or_else(|| invalid("the ledger is closed".to_owned()))
 }
 
 #[pymethods]
@@ -533,9 +535,8 @@ impl Ledger {
     /// `IDEMPOTENCY_CONFLICT`. Raises `toolledger.Error` only when nothing was accepted.
     fn dispatch(&self, py: Python<'_>, call: &Call) -> PyResult<reply::Reply> {
         let call = call.facade(&self.principal)?;
-        let answer = py.detach(|| {
-            open_ledger(&mut locked(&self.state))?.dispatch(&call).map_err(|err| raise(&err))
-        })?;
+        let answer =
+            py.detach(|| open_ledger(&self.state)?.dispatch(&call).map_err(|err| raise(&err)))?;
         reply::Reply::new(py, answer)
     }
 
@@ -543,9 +544,8 @@ impl Ledger {
     /// (`process`) or the relay performs it.
     fn enqueue(&self, py: Python<'_>, call: &Call) -> PyResult<reply::Reply> {
         let call = call.facade(&self.principal)?;
-        let answer = py.detach(|| {
-            open_ledger(&mut locked(&self.state))?.enqueue(&call).map_err(|err| raise(&err))
-        })?;
+        let answer =
+            py.detach(|| open_ledger(&self.state)?.enqueue(&call).map_err(|err| raise(&err)))?;
         reply::Reply::new(py, answer)
     }
 
@@ -568,9 +568,7 @@ impl Ledger {
             call = call.at(at);
         }
         let answer = py.detach(|| {
-            open_ledger(&mut locked(&self.state))?
-                .process(&status_ref, &call)
-                .map_err(|err| raise(&err))
+            open_ledger(&self.state)?.process(&status_ref, &call).map_err(|err| raise(&err))
         })?;
         reply::Reply::new(py, answer)
     }
@@ -597,9 +595,7 @@ impl Ledger {
         let answer = if let Some(call) = call {
             let call = call.facade(&self.principal)?;
             py.detach(|| {
-                open_ledger(&mut locked(&self.state))?
-                    .status(&call, &parsed)
-                    .map_err(|err| raise(&err))
+                open_ledger(&self.state)?.status(&call, &parsed).map_err(|err| raise(&err))
             })?
         } else {
             let (tenant, subject) = self.principal.of(tenant.as_deref(), subject.as_deref())?;
@@ -622,9 +618,7 @@ impl Ledger {
                 query = query.at(at);
             }
             py.detach(|| {
-                open_ledger(&mut locked(&self.state))?
-                    .status_of(&query, &parsed)
-                    .map_err(|err| raise(&err))
+                open_ledger(&self.state)?.status_of(&query, &parsed).map_err(|err| raise(&err))
             })?
         };
         reply::Reply::new(py, answer)
@@ -652,7 +646,7 @@ impl Ledger {
             _ => return Err(invalid("give output= or not_happened=True, not both".to_owned())),
         };
         let resolution = py.detach(|| {
-            open_ledger(&mut locked(&self.state))?
+            open_ledger(&self.state)?
                 .resolve(&parsed, &evidence, reason, at)
                 .map_err(|err| raise(&err))
         })?;

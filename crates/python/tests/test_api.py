@@ -64,3 +64,15 @@ def test_the_readmes_example_runs_as_written(tmp_path, monkeypatch, capsys):
         "Replayed {'message_id': 'm-1'}",
     ]
     assert scope["sent"] == ["ana@example.com"]
+
+
+def test_the_readmes_asyncio_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## From Python\n", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```python\n")[2].split("```\n", 1)[0]
+    assert "asyncio.gather" in example
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    scope["ledger"].close()
+    assert capsys.readouterr().out.splitlines() == ["['Fresh', 'Fresh', 'Fresh', 'Fresh']"]

@@ -88,3 +88,50 @@ def test_a_host_killed_at_each_commit_point_ends_with_one_effect(
         assert len(payments.effects()) == 1
         assert settled.output == payments.effects()[0]["payment"]
         assert ledger.audit().passed
+
+
+def test_a_host_killed_with_sixteen_calls_in_flight_on_one_ledger_recovers_each_once(
+    location, tmp_path
+):
+    """Sixteen threads on one ledger, all inside the downstream at once (half after
+    their effect, half before), killed with SIGKILL: each key ends with one effect."""
+    effects = str(tmp_path / "effects.log")
+    args = [sys.executable, str(HERE / "many_child.py"), location, effects, str(T)]
+    with subprocess.Popen(args, cwd=HERE, stderr=subprocess.PIPE, text=True) as child:
+        watchdog = threading.Timer(120, child.kill)
+        watchdog.start()
+        holding: set[str] = set()
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.startswith("holding "):
+                holding.add(line.split()[1])
+            if len(holding) == 16:
+                break
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        watchdog.cancel()
+    # All sixteen were in flight at once: eight had paid, eight had not.
+    assert len(holding) == 16, holding
+    payments = FilePayments(effects)
+    assert len(payments.effects()) == 8
+    later: int | None = T + 120
+    if location.startswith("postgres"):
+        later = None
+        time.sleep(1.5)
+    with tl.Ledger.open(location, tools=[pay_tool()], downstream=payments, tenant="acme",
+                        subject="user-1") as ledger:
+        calls = [tl.Call("pay", {**PAY_ARGS, "note": str(n)}, key=f"k-{n}", at=later)
+                 for n in range(16)]
+        for call in calls:
+            first = ledger.dispatch(call)
+            # In flight when the host died: never guessed, never sent again blindly.
+            assert isinstance(first.outcome, tl.Unknown), first
+            ledger.status(first.status_ref, call)
+        ledger.relay(at=later)
+        for call in calls:
+            settled = ledger.dispatch(call)
+            assert isinstance(settled.outcome, tl.Replayed), settled
+        refs = [effect["ref"] for effect in payments.effects()]
+        assert len(refs) == 16 and len(set(refs)) == 16, "one effect per key"
+        assert ledger.audit().passed
+

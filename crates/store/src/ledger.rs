@@ -708,7 +708,9 @@ impl Written {
     /// `ending` as commit C writes it.
     pub(crate) fn of(ending: &Ending<'_>) -> Written {
         match *ending {
-            Ending::Succeeded(receipt) => Written::succeeded(receipt),
+            Ending::Succeeded(receipt) | Ending::SucceededSynced(receipt) => {
+                Written::succeeded(receipt)
+            }
             Ending::Failed(reason) => Written::Failed(reason.to_owned()),
             Ending::Quarantined { receipt, reason } => {
                 Written::Quarantined(receipt.to_owned(), reason.to_owned())

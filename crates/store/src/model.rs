@@ -346,6 +346,10 @@ pub enum Ending<'a> {
     /// It happened: the local receipt, verified against the operation and the tool's
     /// output contract. The operation succeeds (`delivered`).
     Succeeded(&'a LocalReceipt),
+    /// It happened, as [`Ending::Succeeded`], on a downstream that cannot look the
+    /// request up: no status query could recover a commit C a power loss took back, so
+    /// this one is synced before it is answered.
+    SucceededSynced(&'a LocalReceipt),
     /// The downstream refused it definitively, for this reason: nothing happened.
     Failed(&'a str),
     /// Its receipt broke the tool's output contract after the effect: kept for review.
@@ -361,20 +365,22 @@ impl Ending<'_> {
     /// The status it leaves the operation in.
     pub fn status(&self) -> OperationStatus {
         match self {
-            Ending::Succeeded(_) => OperationStatus::Succeeded,
+            Ending::Succeeded(_) | Ending::SucceededSynced(_) => OperationStatus::Succeeded,
             Ending::Failed(_) => OperationStatus::Failed,
             Ending::Quarantined { .. } => OperationStatus::Quarantined,
         }
     }
 
     /// How durable its commit C must be: lazy for a success (the downstream holds its
-    /// receipt, from which a status query recovers a lost commit); a refusal or a
-    /// quarantine is synced, since nothing outside the ledger is sure to say the same
-    /// again.
+    /// receipt, from which a status query recovers a lost commit); a success no lookup
+    /// could recover, a refusal or a quarantine is synced, since nothing outside the
+    /// ledger is sure to say the same again.
     pub fn durability(&self) -> Durability {
         match self {
             Ending::Succeeded(_) => Durability::Lazy,
-            Ending::Failed(_) | Ending::Quarantined { .. } => Durability::Synced,
+            Ending::SucceededSynced(_) | Ending::Failed(_) | Ending::Quarantined { .. } => {
+                Durability::Synced
+            }
         }
     }
 }

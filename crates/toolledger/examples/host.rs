@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("toolledger-host-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let service = Arc::new(Mutex::new(TicketService::default()));
-    let mut ledger = Ledger::builder(dir.join("host.sqlite3"))
+    let ledger = Ledger::builder(dir.join("host.sqlite3"))
         .tool(open_ticket())
         .open(Tickets::new(Arc::clone(&service)), NoRoles)?;
 

@@ -10,7 +10,7 @@ use crate::{Error, Location};
 /// The audit of one read snapshot: every check, the counts, what needs attention.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-type");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("audit-type");
 /// # ledger.dispatch(&call)?;
 /// let audit = toolledger::audit(&dir.join("ledger.sqlite3"))?;
 /// for (check, passed) in &audit.report().checks {
@@ -33,7 +33,7 @@ pub struct Audit {
 /// not pass, never an error.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("audit");
 /// ledger.dispatch(&call)?;
 /// let audit = toolledger::audit(&dir.join("ledger.sqlite3"))?;
 /// assert!(audit.passed(), "{}", audit.package());
@@ -51,7 +51,7 @@ pub fn audit(location: impl Into<Location>) -> Result<Audit, Error> {
 /// As [`audit`].
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-with");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("audit-with");
 /// # ledger.dispatch(&call)?;
 /// let waits = toolledger::Waits::total(std::time::Duration::from_secs(1));
 /// assert!(toolledger::audit_with(&dir.join("ledger.sqlite3"), waits)?.passed());
@@ -75,7 +75,7 @@ impl Audit {
     /// Whether every check passed.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-passed");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("audit-passed");
     /// # ledger.dispatch(&call)?;
     /// assert!(toolledger::audit(&dir.join("ledger.sqlite3"))?.passed());
     /// # std::fs::remove_dir_all(dir).unwrap();
@@ -88,7 +88,7 @@ impl Audit {
     /// The report: checks, counts, findings by opaque ref.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-report");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("audit-report");
     /// # ledger.dispatch(&call)?;
     /// let audit = toolledger::audit(&dir.join("ledger.sqlite3"))?;
     /// assert!(audit.report().findings.is_empty());
@@ -104,7 +104,7 @@ impl Audit {
     /// same plus `findings`.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("audit-package");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("audit-package");
     /// # ledger.dispatch(&call)?;
     /// let audit = toolledger::audit(&dir.join("ledger.sqlite3"))?;
     /// assert_eq!(audit.package()["gate"], "PASS");

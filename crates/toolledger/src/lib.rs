@@ -28,7 +28,7 @@
 //! // The built-in refund tool (with no approval up to 50.00) and the simulated
 //! // downstream the command line uses.
 //! let refunds = RefundOrder { approval_threshold_minor: Some(5_000) }.tool();
-//! let mut ledger = Ledger::builder(&path).tool(refunds).open_simulated(NoRoles)?;
+//! let ledger = Ledger::builder(&path).tool(refunds).open_simulated(NoRoles)?;
 //! let call = Call::new("refund_order", json!({
 //!         "order_id": "ord-1", "amount_minor": 2599, "currency": "USD", "reason": "damaged"}))
 //!     .principal("tenant-a", "user-1")
@@ -45,12 +45,17 @@
 //! # Ok::<(), toolledger::Error>(())
 //! ```
 //!
-//! ## Async hosts
+//! ## Many callers, and async hosts
 //!
-//! The ledger is synchronous (SQLite, fsync) and [`Send`]: a tokio host moves it into
-//! `tokio::task::spawn_blocking` (or keeps it behind a `Mutex` and calls it from
-//! there), so no runtime thread ever waits on the disk. `examples/tokio_host.rs` shows
-//! the pattern and a test runs it.
+//! A [`Ledger`] is a cheap handle, [`Send`] and [`Sync`]: threads share one (or clones
+//! of it) with no lock of their own. Calls of different keys run at once, each on a
+//! store connection of its own, their downstreams in parallel; their commits share
+//! fsyncs (the group commit of the embedded store); a second call of a key this process
+//! is working waits for the first and replays it. A tokio host calls the `*_async`
+//! paths ([`Ledger::dispatch_async`]…), whose disk work runs on the runtime's blocking
+//! pool, and may plug in an [`AsyncDownstream`] run on its own runtime
+//! ([`LedgerBuilder::open_async`]). `examples/tokio_host.rs` is such a host, and a test
+//! runs it.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
@@ -64,6 +69,7 @@ mod operate;
 mod relay;
 mod reply;
 mod store;
+mod tasks;
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -119,13 +125,14 @@ pub use crate::{
     relay::{Relay, RelayEvent, Until, simulated, simulated_with},
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},
+    tasks::{AsyncDownstream, OnRuntime},
 };
 
 /// The simulated downstream of the command line: the stand-in refund API on its own
 /// connection to the ledger's file, behind a recovery-drill switch.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("simulated");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("simulated");
 /// use toolledger::drill::FailurePoint;
 /// // Stop the next call right after the downstream commits, as a crash would.
 /// ledger.downstream().switch().arm(FailurePoint::AfterDownstreamCommit);
@@ -139,7 +146,7 @@ pub type Simulated = drill::Interrupt<StandIn<Store>>;
 /// an accepted intent (that is [`Outcome::Unknown`]).
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("error");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("error");
 /// let nameless = call.idempotency_key("not an identifier");
 /// assert_eq!(ledger.dispatch(&nameless).unwrap_err().code(), toolledger::ErrorCode::UsageError);
 /// # std::fs::remove_dir_all(dir).unwrap();
@@ -215,17 +222,126 @@ fn wall_clock() -> i64 {
 /// A ledger file with its tools, its downstream and its principal resolver.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("ledger");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("ledger");
 /// let reply = ledger.dispatch(&call)?;
 /// println!("{}", reply.canonical());
 /// # std::fs::remove_dir_all(dir).unwrap();
 /// # Ok::<(), toolledger::Error>(())
 /// ```
+///
+/// A `Ledger` is a handle: cloning it is cheap, and every clone is the same ledger. Its
+/// methods take `&self`, and it is [`Send`] and [`Sync`] when its downstream and
+/// resolver are, so threads share one without a lock (see [`Ledger::dispatch`] for what
+/// runs at once).
 #[derive(Debug)]
 pub struct Ledger<D, R> {
-    engine: Engine<Store, D, R>,
+    shared: Arc<Shared<D, R>>,
+}
+
+impl<D, R> Clone for Ledger<D, R> {
+    fn clone(&self) -> Self {
+        Ledger { shared: Arc::clone(&self.shared) }
+    }
+}
+
+/// What every handle of one ledger shares.
+#[derive(Debug)]
+struct Shared<D, R> {
+    downstream: D,
+    resolver: R,
+    registry: Arc<Registry>,
+    /// Store connections no call holds now: a call takes one (or opens one when every
+    /// connection is in use) and gives it back, so the pool grows to the number of calls
+    /// that ever ran at once. Held for the moment of a push or a pop only.
+    idle: std::sync::Mutex<Vec<Store>>,
+    location: Location,
+    waits: Waits,
+    clock: StoreClock,
     worker: Identifier,
     lease: LeaseSeconds,
+    /// The scopes a dispatch of this ledger is working now (see [`Turns`]).
+    turns: Turns,
+}
+
+/// One dispatch at a time per scope (tenant, subject, tool, key) within one ledger: a
+/// second call of a key this process is already working waits for the first and then
+/// reads what it left (a replay, or how it ended), as a call after it would, instead
+/// of finding the operation in flight and answering `OUTCOME_UNKNOWN`. Calls of other
+/// keys never wait. Between processes the ledger's lease decides, as it always does.
+/// A call made from inside the call that holds its scope's turn (a downstream that
+/// dispatches its own key again) does not wait for itself: it reads the operation in
+/// flight, as a call from another process would.
+#[derive(Debug, Default)]
+struct Turns {
+    working: std::sync::Mutex<std::collections::HashMap<String, std::thread::ThreadId>>,
+    done: std::sync::Condvar,
+}
+
+/// A scope's turn, given back when dropped (however the call ends); `None` for a call
+/// its own thread already holds the turn of.
+struct Turn<'a> {
+    turns: &'a Turns,
+    scope: Option<String>,
+}
+
+impl Turns {
+    fn take(&self, call: &HostCall) -> Turn<'_> {
+        let scope = [
+            call.principal.tenant_id.as_str(),
+            call.principal.subject_id.as_str(),
+            call.proposal.tool_name.as_str(),
+            call.host.idempotency_key.as_str(),
+        ]
+        .join("\u{0}");
+        let me = std::thread::current().id();
+        let mut working = self.working.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            match working.get(&scope) {
+                None => break,
+                Some(holder) if *holder == me => return Turn { turns: self, scope: None },
+                Some(_) => {
+                    working =
+                        self.done.wait(working).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+        }
+        working.insert(scope.clone(), me);
+        Turn { turns: self, scope: Some(scope) }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(scope) = &self.scope {
+            let mut working =
+                self.turns.working.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            working.remove(scope);
+            self.turns.done.notify_all();
+        }
+    }
+}
+
+impl<D: Downstream, R: PrincipalResolver> Shared<D, R> {
+    /// Runs `work` on an engine of its own: a store connection from the pool, the shared
+    /// downstream and resolver. No lock is held while it runs.
+    fn engine<T>(
+        &self,
+        work: impl FnOnce(&mut Engine<Store, &D, &R>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let store = match self.idle().pop() {
+            Some(store) => store,
+            None => Store::open(&self.location, self.waits, self.clock)?,
+        };
+        let mut engine =
+            Engine::new(store, &self.downstream, &self.resolver, Arc::clone(&self.registry));
+        let answer = work(&mut engine);
+        self.idle().push(engine.into_store());
+        answer
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Store>> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// How to open a [`Ledger`]: which file, which tools, how long to wait for locks.
@@ -406,8 +522,21 @@ impl LedgerBuilder {
             .map_err(|_| Error::invalid("the lease must last 1 to 3600 seconds".to_owned()))?;
         refuse_reserved(&downstream)?;
         let store = Store::open(&self.location, self.waits, self.clock)?;
-        let registry = toolledger_contract::Registry::new(self.tools, self.profiles);
-        Ok(Ledger { engine: Engine::new(store, downstream, resolver, registry), worker, lease })
+        let registry = Arc::new(toolledger_contract::Registry::new(self.tools, self.profiles));
+        Ok(Ledger {
+            shared: Arc::new(Shared {
+                downstream,
+                resolver,
+                registry,
+                idle: std::sync::Mutex::new(vec![store]),
+                location: self.location,
+                waits: self.waits,
+                clock: self.clock,
+                worker,
+                lease,
+                turns: Turns::default(),
+            }),
+        })
     }
 
     /// Opens the ledger with the command line's simulated downstream (the stand-in
@@ -490,8 +619,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// resolver failing first). Once the intent is accepted, every failure is
     /// [`Outcome::Unknown`].
     ///
+    /// Threads may call it at once on one ledger: no lock of the ledger's is held while
+    /// the downstream works, so calls of different keys run in parallel. A call of a key
+    /// another call of this ledger is working waits for that one, then answers what it
+    /// left (its replay).
+    ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("dispatch");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("dispatch");
     /// let reply = ledger.dispatch(&call)?;
     /// match reply.outcome() {
     ///     toolledger::Outcome::Fresh(receipt) => assert!(receipt.output()["refund_id"].is_string()),
@@ -500,12 +634,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn dispatch(&mut self, call: &Call) -> Result<Reply, Error> {
+    pub fn dispatch(&self, call: &Call) -> Result<Reply, Error> {
         let host_call = match self.host_call_of(call)? {
             Ok(host_call) => host_call,
             Err(refused) => return Ok(refused),
         };
-        Ok(Reply::from(self.engine.dispatch(&host_call, &self.worker)?))
+        let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(&host_call));
+        self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(&host_call, worker)?)))
     }
 
     /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it
@@ -517,7 +652,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::dispatch`].
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("enqueue");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("enqueue");
     /// let accepted = ledger.enqueue(&call)?;
     /// assert!(matches!(accepted.outcome(), toolledger::Outcome::Accepted { .. }));
     /// let status_ref = accepted.status_ref().unwrap().clone();
@@ -526,12 +661,12 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn enqueue(&mut self, call: &Call) -> Result<Reply, Error> {
+    pub fn enqueue(&self, call: &Call) -> Result<Reply, Error> {
         let host_call = match self.host_call_of(call)? {
             Ok(host_call) => host_call,
             Err(refused) => return Ok(refused),
         };
-        Ok(Reply::from(self.engine.enqueue(&host_call)?))
+        self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&host_call)?)))
     }
 
     /// Works the accepted operation `status_ref` as a worker: claims its lease, rechecks
@@ -544,20 +679,18 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// An [`Error`] when the store fails before the lease is claimed.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("process");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("process");
     /// let status_ref = ledger.enqueue(&call)?.status_ref().unwrap().clone();
     /// assert!(ledger.process(&status_ref, &call)?.outcome().is_done());
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn process(&mut self, status_ref: &StatusRef, call: &Call) -> Result<Reply, Error> {
+    pub fn process(&self, status_ref: &StatusRef, call: &Call) -> Result<Reply, Error> {
         let clock = self.clock_of(call)?;
-        Ok(Reply::from(self.engine.process(
-            status_ref,
-            &clock,
-            call.context_value(),
-            &self.worker,
-        )?))
+        let worker = &self.shared.worker;
+        self.shared.engine(|engine| {
+            Ok(Reply::from(engine.process(status_ref, &clock, call.context_value(), worker)?))
+        })
     }
 
     /// The explicit status query for `status_ref`, asked by the model call `call`
@@ -570,18 +703,18 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// effect, so asking again is always safe.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("status");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("status");
     /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
     /// assert!(matches!(ledger.status(&call, &status_ref)?.outcome(), toolledger::Outcome::Replayed(_)));
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn status(&mut self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
+    pub fn status(&self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
         let host_call = match self.host_call_of(call)? {
             Ok(host_call) => host_call,
             Err(refused) => return Ok(refused),
         };
-        Ok(Reply::from(self.engine.status(&host_call, status_ref)?))
+        self.shared.engine(|engine| Ok(Reply::from(engine.status(&host_call, status_ref)?)))
     }
 
     /// The status query of a host that holds only `status_ref`: the principal, the
@@ -594,7 +727,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::status`].
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("status-of");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("status-of");
     /// use toolledger::{ModelCall, StatusQuery};
     /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
     /// // Restarted with the ref alone (and the orders the refund's rules read).
@@ -606,14 +739,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
     /// ```
-    pub fn status_of(
-        &mut self,
-        query: &StatusQuery,
-        status_ref: &StatusRef,
-    ) -> Result<Reply, Error> {
+    pub fn status_of(&self, query: &StatusQuery, status_ref: &StatusRef) -> Result<Reply, Error> {
         let now = UnixSeconds::new(query.now().unwrap_or_else(wall_clock))
             .map_err(|_| Error::invalid("the query's instant is out of range".to_owned()))?;
-        let (tenant_id, subject_id, call) = query.parts(self.engine.registry())?;
+        let (tenant_id, subject_id, call) = query.parts(&self.shared.registry)?;
         let asking = toolledger_engine::Asking {
             tenant_id: &tenant_id,
             subject_id: &subject_id,
@@ -621,7 +750,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
             now,
             context: query.context_value(),
         };
-        Ok(Reply::from(self.engine.status_by_ref(&asking, status_ref)?))
+        self.shared.engine(|engine| Ok(Reply::from(engine.status_by_ref(&asking, status_ref)?)))
     }
 
     /// Settles by hand an operation whose outcome no status query could tell: with the
@@ -639,7 +768,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// `reason` is not one [`operator_reason`] keeps.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("resolve");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("resolve");
     /// use toolledger::{Evidence, Resolution, Resolved};
     /// let status_ref = ledger.enqueue(&call)?.status_ref().unwrap().clone();
     /// let settled = ledger.resolve(&status_ref, &Evidence::NotHappened, "the bank has no such refund", None)?;
@@ -648,7 +777,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn resolve(
-        &mut self,
+        &self,
         status_ref: &StatusRef,
         evidence: &Evidence,
         reason: &str,
@@ -657,19 +786,19 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         let reason = operate::kept_reason(reason)?;
         let now = UnixSeconds::new(now.unwrap_or_else(wall_clock))
             .map_err(|_| Error::invalid("the instant is out of range".to_owned()))?;
-        Ok(self.engine.resolve(status_ref, evidence, reason, now)?)
+        self.shared.engine(|engine| Ok(engine.resolve(status_ref, evidence, reason, now)?))
     }
 
     /// The downstream, e.g. to arm a [`drill::Switch`] or read a test double.
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("downstream");
+    /// # let (ledger, _call, dir) = toolledger::doc_fixture("downstream");
     /// use toolledger::Downstream;
     /// assert_eq!(ledger.downstream().identity().to_string(), "toolledger-stand-in@1");
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// ```
-    pub fn downstream(&mut self) -> &mut D {
-        self.engine.downstream()
+    pub fn downstream(&self) -> &D {
+        &self.shared.downstream
     }
 
     /// Dispatches a call the host already holds as a validated [`HostCall`], its
@@ -682,7 +811,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::dispatch`].
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("dispatch-loaded");
+    /// # let (ledger, _call, dir) = toolledger::doc_fixture("dispatch-loaded");
     /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
     /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
     /// let case = toolledger::load_case(&bytes, &registry, None)?;
@@ -690,12 +819,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn dispatch_loaded(&mut self, call: &HostCall) -> Result<Reply, Error> {
+    pub fn dispatch_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
         let call = match admitted(call) {
             Ok(call) => call,
             Err(rejection) => return Ok(refused(&rejection)),
         };
-        Ok(Reply::from(self.engine.dispatch(&call, &self.worker)?))
+        let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(&call));
+        self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(&call, worker)?)))
     }
 
     /// Accepts a loaded call (commit A) and stops, as [`Ledger::enqueue`] does a
@@ -706,7 +836,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::dispatch`].
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("enqueue-loaded");
+    /// # let (ledger, _call, dir) = toolledger::doc_fixture("enqueue-loaded");
     /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
     /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
     /// let case = toolledger::load_case(&bytes, &registry, None)?;
@@ -714,12 +844,12 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn enqueue_loaded(&mut self, call: &HostCall) -> Result<Reply, Error> {
+    pub fn enqueue_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
         let call = match admitted(call) {
             Ok(call) => call,
             Err(rejection) => return Ok(refused(&rejection)),
         };
-        Ok(Reply::from(self.engine.enqueue(&call)?))
+        self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&call)?)))
     }
 
     /// The status query of a loaded call, as [`Ledger::status`] is of a [`Call`].
@@ -729,7 +859,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::status`].
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("status-loaded");
+    /// # let (ledger, _call, dir) = toolledger::doc_fixture("status-loaded");
     /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
     /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
     /// let case = toolledger::load_case(&bytes, &registry, None)?;
@@ -738,16 +868,12 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn status_loaded(
-        &mut self,
-        call: &HostCall,
-        status_ref: &StatusRef,
-    ) -> Result<Reply, Error> {
+    pub fn status_loaded(&self, call: &HostCall, status_ref: &StatusRef) -> Result<Reply, Error> {
         let call = match admitted(call) {
             Ok(call) => call,
             Err(rejection) => return Ok(refused(&rejection)),
         };
-        Ok(Reply::from(self.engine.status(&call, status_ref)?))
+        self.shared.engine(|engine| Ok(Reply::from(engine.status(&call, status_ref)?)))
     }
 
     /// Works the accepted operation `status_ref` as [`Ledger::process`] does, judged at
@@ -758,7 +884,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// As [`Ledger::process`].
     ///
     /// ```
-    /// # let (mut ledger, _call, dir) = toolledger::doc_fixture("process-loaded");
+    /// # let (ledger, _call, dir) = toolledger::doc_fixture("process-loaded");
     /// let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/persistence-case.json")).unwrap();
     /// let registry = toolledger::Registry::new(vec![toolledger::RefundOrder::default().tool()], toolledger::builtin_profiles());
     /// let case = toolledger::load_case(&bytes, &registry, None)?;
@@ -767,26 +893,25 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn process_loaded(
-        &mut self,
-        status_ref: &StatusRef,
-        call: &HostCall,
-    ) -> Result<Reply, Error> {
-        Ok(Reply::from(self.engine.process(
-            status_ref,
-            &call.clock,
-            &call.business_state,
-            &self.worker,
-        )?))
+    pub fn process_loaded(&self, status_ref: &StatusRef, call: &HostCall) -> Result<Reply, Error> {
+        let worker = &self.shared.worker;
+        self.shared.engine(|engine| {
+            Ok(Reply::from(engine.process(
+                status_ref,
+                &call.clock,
+                &call.business_state,
+                worker,
+            )?))
+        })
     }
 
     fn clock_of(&self, call: &Call) -> Result<Clock, Error> {
         let now = UnixSeconds::new(call.now().unwrap_or_else(wall_clock))
             .map_err(|_| Error::invalid("the call's instant is out of range".to_owned()))?;
-        if now.checked_add(self.lease).is_none() {
+        if now.checked_add(self.shared.lease).is_none() {
             return Err(Error::invalid("the call's lease would end after year 9999".to_owned()));
         }
-        Ok(Clock { now, lease_seconds: self.lease })
+        Ok(Clock { now, lease_seconds: self.shared.lease })
     }
 
     /// The call as the engine takes it, its approval digest computed from the call
@@ -795,7 +920,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     fn host_call_of(&self, call: &Call) -> Result<Result<HostCall, Reply>, Error> {
         let clock = self.clock_of(call)?;
         Ok(call
-            .to_host_call(clock, self.engine.registry())?
+            .to_host_call(clock, &self.shared.registry)?
             .map_err(|rejection| refused(&rejection)))
     }
 }

@@ -37,7 +37,7 @@ fn existing(location: impl Into<Location>, now: Option<i64>) -> Result<Store, Er
 /// when `after` is not a cursor a listing of this state and tool handed out.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("list");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("list");
 /// ledger.enqueue(&call)?;
 /// let db = dir.join("ledger.sqlite3");
 /// let now = Some(1_767_225_600);
@@ -71,7 +71,7 @@ pub fn list(
 /// command line prints no pages.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("listed");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("listed");
 /// # ledger.enqueue(&call)?;
 /// # let filter = toolledger::ListFilter::default();
 /// let listed = toolledger::list(&dir.join("ledger.sqlite3"), &filter, false, Some(1_767_225_600))?;
@@ -105,7 +105,7 @@ pub fn listed_json(listed: &Listed) -> Value {
 /// An [`Error`] when there is no store or the row contradicts itself.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("show");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("show");
 /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
 /// let shown = toolledger::show(&dir.join("ledger.sqlite3"), &status_ref, false)?.unwrap();
 /// assert_eq!(shown["status"], "succeeded");
@@ -214,7 +214,7 @@ pub(crate) fn kept_reason(reason: &str) -> Result<&str, Error> {
 /// the store is opened, when `reason` is not one [`operator_reason`] keeps.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("requeue");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("requeue");
 /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
 /// // A succeeded operation is not requeued.
 /// let answer = toolledger::requeue(&dir.join("ledger.sqlite3"), &status_ref, "retry it", None)?;
@@ -241,7 +241,7 @@ pub fn requeue(
 /// An [`Error`] when there is no store or it cannot be written.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("gc");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("gc");
 /// ledger.dispatch(&call)?;
 /// let retired = toolledger::gc(&dir.join("ledger.sqlite3"), 30, Some(1_767_225_600 + 31 * 86_400))?;
 /// assert_eq!(retired, 1);
@@ -276,7 +276,7 @@ pub fn gc(
 /// An [`Error`] when there is no store or it cannot be read.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("metrics");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("metrics");
 /// ledger.enqueue(&call)?;
 /// let text = toolledger::metrics(&dir.join("ledger.sqlite3"), Some(1_767_225_660))?;
 /// assert!(text.contains("toolledger_operations{state=\"pending\"} 1\n"));
@@ -297,7 +297,7 @@ pub fn metrics(location: impl Into<Location>, now: Option<i64>) -> Result<String
 /// An [`Error`] when there is no store or it cannot be read.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("figures");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("figures");
 /// ledger.enqueue(&call)?;
 /// let figures = toolledger::figures(&dir.join("ledger.sqlite3"), Some(1_767_225_660))?;
 /// assert_eq!(figures.by_state[0], ("pending", 1));
@@ -404,7 +404,7 @@ fn dead(figures: &Figures) -> i64 {
 /// again, `NOT_FOUND`, or `NOT_REQUEUEABLE` with the state that refused it.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("requeue-package");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("requeue-package");
 /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
 /// let answer = toolledger::requeue(&dir.join("ledger.sqlite3"), &status_ref, "retry it", None)?;
 /// let package = toolledger::requeue_package(&status_ref, &answer);
@@ -429,7 +429,7 @@ pub fn requeue_package(status_ref: &StatusRef, requeued: &Requeued) -> Value {
 /// and a sentence that never echoes the evidence.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("resolve-package");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("resolve-package");
 /// use toolledger::{Evidence, Resolution, Resolved};
 /// let status_ref = ledger.dispatch(&call)?.status_ref().unwrap().clone();
 /// let ended = ledger.resolve(&status_ref, &Evidence::NotHappened, "not in the bank", None)?;

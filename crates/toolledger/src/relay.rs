@@ -72,7 +72,7 @@ pub enum RelayEvent {
 /// lease, how long to wait between empty passes, how to back off.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("relay");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("relay");
 /// ledger.enqueue(&call)?;
 /// let relay = toolledger::Relay::new(dir.join("ledger.sqlite3"))
 ///     .tool(toolledger::RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
@@ -257,7 +257,7 @@ impl Relay {
     /// heartbeat beside them; `log` hears of every pass. The totals of every pass.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("relay-run");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("relay-run");
     /// # let context = serde_json::json!({"orders": [{"order_id": "ord-1", "tenant_id": "tenant-a",
     /// #     "owner_subject_id": "user-1", "status": "paid", "amount_minor": 2599, "currency": "USD"}]});
     /// ledger.enqueue(&call)?;

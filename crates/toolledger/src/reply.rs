@@ -8,7 +8,7 @@ use toolledger_json::canonicalize;
 /// A receipt of a done operation, as the PASS package carries it.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("receipt");
 /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
 ///     println!("{} for {}", receipt.output(), receipt.status_ref());
 /// }
@@ -28,7 +28,7 @@ impl Receipt {
     /// The operation's status ref.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt-ref");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("receipt-ref");
     /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
     ///     assert!(receipt.status_ref().as_str().starts_with("sr_"));
     /// }
@@ -42,7 +42,7 @@ impl Receipt {
     /// The tool's output (the model's view), checked against the output contract.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt-output");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("receipt-output");
     /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
     ///     assert_eq!(receipt.output()["status"], "refunded");
     /// }
@@ -56,7 +56,7 @@ impl Receipt {
     /// `result_sha256`: the digest binding the output to the tool and its revision.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt-result");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("receipt-result");
     /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
     ///     assert_eq!(receipt.result_sha256().len(), 64);
     /// }
@@ -70,7 +70,7 @@ impl Receipt {
     /// `request_sha256`: the digest of the exact request it answers.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt-request");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("receipt-request");
     /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
     ///     assert_eq!(receipt.request_sha256().len(), 64);
     /// }
@@ -84,7 +84,7 @@ impl Receipt {
     /// `rc_…`: the downstream receipt it rests on.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("receipt-rc");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("receipt-rc");
     /// if let toolledger::Outcome::Fresh(receipt) = ledger.dispatch(&call)?.outcome() {
     ///     assert!(receipt.receipt_ref().starts_with("rc_"));
     /// }
@@ -110,7 +110,7 @@ impl Receipt {
 /// How a call ended, typed.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("outcome");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("outcome");
 /// match ledger.dispatch(&call)?.outcome() {
 ///     toolledger::Outcome::Fresh(receipt) | toolledger::Outcome::Replayed(receipt)
 ///     | toolledger::Outcome::Reconciled(receipt) => println!("done: {}", receipt.output()),
@@ -153,7 +153,7 @@ impl Outcome {
     /// Whether the effect is done (fresh, replayed or reconciled).
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("is-done");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("is-done");
     /// assert!(ledger.dispatch(&call)?.outcome().is_done());
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
@@ -167,7 +167,7 @@ impl Outcome {
 /// v2 PASS package, or a BLOCK package) a host hands to the model or logs.
 ///
 /// ```
-/// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply");
+/// # let (ledger, call, dir) = toolledger::doc_fixture("reply");
 /// let reply = ledger.dispatch(&call)?;
 /// assert_eq!(reply.package()["code"], "OK");
 /// # std::fs::remove_dir_all(dir).unwrap();
@@ -197,7 +197,7 @@ impl Reply {
     /// recovery drills answer this). Any other reply is returned as it is.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("as-if-lost");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("as-if-lost");
     /// let lost = ledger.enqueue(&call)?.as_if_lost();
     /// assert!(matches!(lost.outcome(), toolledger::Outcome::Unknown { .. }));
     /// # std::fs::remove_dir_all(dir).unwrap();
@@ -219,7 +219,7 @@ impl Reply {
     /// The typed outcome.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-outcome");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-outcome");
     /// let reply = ledger.dispatch(&call)?;
     /// assert!(matches!(reply.outcome(), toolledger::Outcome::Fresh(_)));
     /// # std::fs::remove_dir_all(dir).unwrap();
@@ -235,7 +235,7 @@ impl Reply {
     /// never from the ledger again.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-ended");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-ended");
     /// let reply = ledger.dispatch(&call)?;
     /// assert_eq!(reply.ended_reason(), None);
     /// # std::fs::remove_dir_all(dir).unwrap();
@@ -248,7 +248,7 @@ impl Reply {
     /// The package, as a JSON value.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-package");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-package");
     /// assert_eq!(ledger.dispatch(&call)?.package()["gate"], "PASS");
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
@@ -261,7 +261,7 @@ impl Reply {
     /// prints.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-canonical");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-canonical");
     /// assert!(ledger.dispatch(&call)?.canonical().starts_with("{\"code\":\"OK\""));
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())
@@ -273,7 +273,7 @@ impl Reply {
     /// The operation's status ref, when the package shows one.
     ///
     /// ```
-    /// # let (mut ledger, call, dir) = toolledger::doc_fixture("reply-ref");
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-ref");
     /// assert!(ledger.enqueue(&call)?.status_ref().is_some());
     /// # std::fs::remove_dir_all(dir).unwrap();
     /// # Ok::<(), toolledger::Error>(())

@@ -347,7 +347,7 @@ impl toolledger::Downstream for Hostile {
     }
 
     fn execute(
-        &mut self,
+        &self,
         _request: &toolledger::DownstreamRequest,
         _now: toolledger::UnixSeconds,
     ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
@@ -357,7 +357,7 @@ impl toolledger::Downstream for Hostile {
     }
 
     fn lookup(
-        &mut self,
+        &self,
         _request: &toolledger::DownstreamRequest,
     ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
         Ok(toolledger::Lookup::NotFound)
@@ -374,7 +374,7 @@ fn text_a_downstream_wrote_is_shown_as_text() {
     )
     .unwrap();
     let hostile = Hostile(toolledger::DownstreamIdentity::new("hostile", "1").unwrap());
-    let mut host = toolledger::Ledger::builder(dir.location())
+    let host = toolledger::Ledger::builder(dir.location())
         .tool(toolledger::RefundOrder::default().tool())
         // The case's instants, as the dashboard's --now judges them (a PostgreSQL ledger
         // would otherwise stamp the database's clock).

@@ -622,8 +622,9 @@ fn power_loss_ledger(dir: &Path) -> toolledger::Ledger<toolledger::Simulated, to
 /// The host the power-loss test runs in a child process: three refunds dispatched and
 /// acknowledged on stdout, then it holds the ledger open (a clean close would
 /// checkpoint, and so sync, the WAL) until it is killed.
-fn power_loss_host(dir: &Path) -> ! {
-    let mut ledger = power_loss_ledger(dir);
+fn power_loss_host<D: toolledger::Downstream>(
+    ledger: &toolledger::Ledger<D, toolledger::NoRoles>,
+) -> ! {
     for key in 1..=3 {
         let reply = ledger.dispatch(&power_loss_refund(key)).unwrap();
         println!("{HOST_SAYS}{}", reply.canonical());
@@ -632,6 +633,128 @@ fn power_loss_host(dir: &Path) -> ! {
     loop {
         std::thread::park();
     }
+}
+
+/// The simulation, saying it cannot look its requests up: a downstream no status query
+/// can reconcile a lost commit C from.
+struct NoLookup(toolledger::Simulated);
+
+impl toolledger::Downstream for NoLookup {
+    fn identity(&self) -> &toolledger::DownstreamIdentity {
+        self.0.identity()
+    }
+
+    fn is_simulation(&self) -> bool {
+        true
+    }
+
+    fn execute(
+        &self,
+        request: &toolledger::DownstreamRequest,
+        now: toolledger::Now,
+    ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
+        self.0.execute(request, now)
+    }
+
+    fn lookup(
+        &self,
+        _: &toolledger::DownstreamRequest,
+    ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
+        Err(toolledger::DownstreamError::Unknown { reason: "no lookup".to_owned() })
+    }
+
+    fn can_look_up(&self, _: &str) -> bool {
+        false
+    }
+}
+
+/// The power-loss test's ledger in `dir` over a downstream that cannot look up.
+fn power_loss_ledger_without_lookup(
+    dir: &Path,
+) -> toolledger::Ledger<NoLookup, toolledger::NoRoles> {
+    let simulated = toolledger::simulated(dir.join("toolledger.sqlite3")).unwrap();
+    toolledger::Ledger::builder(dir.join("toolledger.sqlite3"))
+        .tool(toolledger::RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
+        .open(NoLookup(simulated), toolledger::NoRoles)
+        .unwrap()
+}
+
+/// Runs the power-loss host of `test` (this binary again, the shim recording the WAL's
+/// size at each real sync) until its three refunds are acknowledged, kills it, and
+/// cuts the WAL back to its last sync, as a power loss would. Answers the
+/// acknowledgements, and the WAL's bytes written and kept.
+fn power_loss_after_three(dir: &Dir, test: &str) -> (Vec<Value>, u64, u64) {
+    let synced = dir.path().with_file_name("synced-wal-bytes");
+    let mut host = Host(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .env(POWER_LOSS_HOST, dir.path())
+            .env("LD_PRELOAD", shim())
+            .env("IOFAULT_OP", "sync")
+            .env("IOFAULT_PATH", "toolledger.sqlite3-wal")
+            .env("IOFAULT_AFTER", "0")
+            .env("IOFAULT_SYNCED", &synced)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut acknowledged = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(host.0.stdout.take().unwrap())) {
+        // The harness's own `test … ... ` may open the first line.
+        let line = line.unwrap();
+        let Some(said) = line.find(HOST_SAYS).map(|at| &line[at + HOST_SAYS.len()..]) else {
+            continue;
+        };
+        if said == "done" {
+            break;
+        }
+        let package: Value = serde_json::from_str(said).unwrap();
+        assert_eq!((&package["code"], &package["delivery"]), (&"OK".into(), &"fresh".into()));
+        acknowledged.push(package);
+    }
+    assert_eq!(acknowledged.len(), 3, "the host ended before its three refunds");
+    drop(host);
+    let wal = dir.join("toolledger.sqlite3-wal");
+    let kept: u64 = std::fs::read_to_string(&synced).unwrap().trim().parse().unwrap();
+    let written = std::fs::metadata(&wal).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&wal).unwrap().set_len(kept).unwrap();
+    std::fs::remove_file(dir.join("toolledger.sqlite3-shm")).unwrap();
+    (acknowledged, written, kept)
+}
+
+/// A downstream that cannot look its requests up could never reconcile a lost lazy
+/// commit C: the acknowledged success would be an unknown only an operator can settle.
+/// So each such success is synced before it is answered (`docs/schema.md`, "Lazy
+/// commit C"). The same power loss as below takes nothing back: the WAL's last sync
+/// holds every commit, and all three refunds replay as acknowledged.
+#[test]
+fn a_success_no_lookup_could_recover_is_synced_before_it_is_answered() {
+    if let Some(dir) = std::env::var_os(POWER_LOSS_HOST) {
+        power_loss_host(&power_loss_ledger_without_lookup(Path::new(&dir)));
+    }
+    let dir = Dir::new();
+    let (acknowledged, written, kept) = power_loss_after_three(
+        &dir,
+        "iofaults::a_success_no_lookup_could_recover_is_synced_before_it_is_answered",
+    );
+    assert_eq!(kept, written, "every commit C reached the disk before it was answered");
+    let statuses: Vec<String> = dir
+        .db_rows("SELECT status FROM operations ORDER BY id")
+        .into_iter()
+        .map(|row| row[0].clone().unwrap())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "succeeded", "succeeded"]);
+    let ledger = power_loss_ledger_without_lookup(dir.path());
+    for (key, package) in (1..=3).zip(&acknowledged) {
+        let reply = ledger.dispatch(&power_loss_refund(key)).unwrap();
+        let toolledger::Outcome::Replayed(receipt) = reply.outcome() else {
+            panic!("not the acknowledged receipt: {:?}", reply.outcome());
+        };
+        assert_eq!(receipt.status_ref().as_str(), package["status_ref"]);
+        assert_eq!(receipt.result_sha256(), package["result"]["digests"]["result_sha256"]);
+    }
+    drop(ledger);
+    assert_eq!(dir.run(&["audit"]).code, 0);
 }
 
 /// The power-loss test's host process, killed with SIGKILL (and reaped) when dropped,
@@ -659,53 +782,15 @@ impl Drop for Host {
 #[test]
 fn an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss() {
     if let Some(dir) = std::env::var_os(POWER_LOSS_HOST) {
-        power_loss_host(Path::new(&dir));
+        power_loss_host(&power_loss_ledger(Path::new(&dir)));
     }
     let dir = Dir::new();
-    let synced = dir.path().with_file_name("synced-wal-bytes");
-    let mut host = Host(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "iofaults::an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(POWER_LOSS_HOST, dir.path())
-            .env("LD_PRELOAD", shim())
-            .env("IOFAULT_OP", "sync")
-            .env("IOFAULT_PATH", "toolledger.sqlite3-wal")
-            .env("IOFAULT_AFTER", "0")
-            .env("IOFAULT_SYNCED", &synced)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut acknowledged = Vec::new();
-    for line in std::io::BufRead::lines(std::io::BufReader::new(host.0.stdout.take().unwrap())) {
-        // The harness's own `test … ... ` may open the first line.
-        let line = line.unwrap();
-        let Some(said) = line.find(HOST_SAYS).map(|at| &line[at + HOST_SAYS.len()..]) else {
-            continue;
-        };
-        if said == "done" {
-            break;
-        }
-        let package: Value = serde_json::from_str(said).unwrap();
-        assert_eq!((&package["code"], &package["delivery"]), (&"OK".into(), &"fresh".into()));
-        acknowledged.push(package);
-    }
-    assert_eq!(acknowledged.len(), 3, "the host ended before its three refunds");
-    drop(host);
-
     // The power loss: what the disk holds is the WAL up to its last sync.
-    let wal = dir.join("toolledger.sqlite3-wal");
-    let kept: u64 = std::fs::read_to_string(&synced).unwrap().trim().parse().unwrap();
-    let written = std::fs::metadata(&wal).unwrap().len();
+    let (acknowledged, written, kept) = power_loss_after_three(
+        &dir,
+        "iofaults::an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss",
+    );
     assert!(kept < written, "the last commit C was synced ({kept} of {written} bytes)");
-    std::fs::OpenOptions::new().write(true).open(&wal).unwrap().set_len(kept).unwrap();
-    std::fs::remove_file(dir.join("toolledger.sqlite3-shm")).unwrap();
     let statuses = || {
         dir.db_rows("SELECT status FROM operations ORDER BY id")
             .into_iter()
@@ -715,7 +800,7 @@ fn an_acknowledged_success_is_reconciled_to_its_receipt_after_a_power_loss() {
     assert_eq!(statuses(), ["succeeded", "succeeded", "processing"]);
     assert_eq!(dir.db_int("SELECT count(*) FROM downstream_receipts"), 3);
 
-    let mut ledger = power_loss_ledger(dir.path());
+    let ledger = power_loss_ledger(dir.path());
     let same = |reply: &toolledger::Reply, package: &Value| {
         let (toolledger::Outcome::Replayed(receipt) | toolledger::Outcome::Reconciled(receipt)) =
             reply.outcome()

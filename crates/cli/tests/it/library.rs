@@ -20,14 +20,14 @@ impl Downstream for Payments {
     }
 
     fn execute(
-        &mut self,
+        &self,
         _request: &DownstreamRequest,
         _now: UnixSeconds,
     ) -> Result<DownstreamReceipt, DownstreamError> {
         Err(DownstreamError::Unknown { reason: "the response was lost".to_owned() })
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -42,7 +42,7 @@ fn the_simulation_refuses_an_operation_of_another_downstream_and_writes_nothing(
     )
     .unwrap();
     let payments = Payments(DownstreamIdentity::new("acme-payments", "3").unwrap());
-    let mut host = Ledger::builder(dir.location())
+    let host = Ledger::builder(dir.location())
         .tool(RefundOrder::default().tool())
         .store_clock(toolledger::StoreClock::Caller)
         .worker_id("host-worker")
@@ -193,7 +193,7 @@ fn a_host_resolver_failure_is_a_roles_code_and_writes_nothing() {
         (ResolverError::Invalid("roles[] must hold strings".to_owned()), ErrorCode::RolesInvalid),
     ] {
         let dir = Dir::new();
-        let mut host = Ledger::builder(dir.location())
+        let host = Ledger::builder(dir.location())
             .tool(RefundOrder { approval_threshold_minor: Some(5_000) }.tool())
             .open_simulated(BrokenRoles(why))
             .unwrap();

@@ -1066,6 +1066,71 @@ fn duplicate_concurrent_calls_with_one_key_make_one_payment() {
     assert_eq!(payments(&dir).len(), 1);
 }
 
+/// Eight `tools/call`s in flight at once on one host connection, each of its own key,
+/// reach the upstream together: it holds all eight at once (each waits, boundedly, for
+/// the others), where a gateway working one call at a time would hand it one.
+#[test]
+fn concurrent_calls_with_distinct_keys_reach_the_upstream_at_once() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"meet": 8}));
+    let calls: Vec<Value> =
+        (0..8).map(|n| pay(&format!("ord-{}", 20 + n), 100 + n, &format!("pay-ord-{n}"))).collect();
+    let steps = json!([{"op": "concurrent", "calls": calls}]);
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    let results = answers[0]["results"].as_array().unwrap();
+    assert!(results.iter().all(|answer| code(answer) == "OK"), "{results:?}");
+    let most = std::fs::read_to_string(dir.join("payments.sqlite3.most")).unwrap();
+    assert_eq!(most, "8", "the upstream held every call at once");
+    assert_eq!(payments(&dir).len(), 8);
+}
+
+/// The gateway as a library on the host's own runtime (a current-thread one, as a
+/// small host's `#[tokio::main(flavor = "current_thread")]` is): served over HTTP until
+/// the host stops it, its concurrent calls still reaching the upstream at once.
+#[test]
+fn the_gateway_serves_on_the_hosts_own_runtime_until_the_host_stops_it() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"meet": 4}));
+    let address: std::net::SocketAddr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let options = toolledger_mcp::Options {
+        config: Some(config),
+        ledger: dir.join("gateway.sqlite3").display().to_string(),
+        busy_timeout_ms: None,
+        listen: Some(address),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let host = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(toolledger_mcp::serve_until(&options, async {
+            let _ = stopped.await;
+        }))
+    });
+    // Bounded: the gateway starts its upstream, then listens.
+    let deadline = std::time::Instant::now() + LIMIT;
+    while std::net::TcpStream::connect(address).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the gateway never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let calls: Vec<Value> =
+        (0..4).map(|n| pay(&format!("ord-{}", 40 + n), 300 + n, &format!("lib-ord-{n}"))).collect();
+    let answers = http_host(
+        &format!("http://{address}/mcp"),
+        None,
+        &json!([{"op": "concurrent", "calls": calls}]),
+    );
+    let results = answers[0]["results"].as_array().unwrap();
+    assert!(results.iter().all(|answer| code(answer) == "OK"), "{results:?}");
+    assert_eq!(std::fs::read_to_string(dir.join("payments.sqlite3.most")).unwrap(), "4");
+    stop.send(()).unwrap();
+    host.join().unwrap().unwrap();
+    assert_eq!(payments(&dir).len(), 4);
+}
+
 #[test]
 fn a_published_server_is_fronted_ledgered_calls_replay_and_read_only_tools_pass_through() {
     let dir = Dir::new();
@@ -1214,6 +1279,10 @@ fn a_gateway_killed_at_random_instants_never_pays_twice_and_every_answer_it_gave
     audit_passes(&dir);
 }
 
+/// A call the host cancels after it reached the upstream is kept (the upstream acted);
+/// one the host cancels before it was sent ends not sent. Calls no longer wait for one
+/// another, so the second waits on the ledger itself: the test holds the ledger's write
+/// lock while that call arrives and is cancelled, and lets it go after.
 #[test]
 fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept() {
     let dir = Dir::new();
@@ -1223,36 +1292,70 @@ fn a_cancelled_call_that_was_not_sent_ends_not_sent_and_one_already_sent_is_kept
     slow["timeout_s"] = json!(0.5);
     let mut waiting = pay("ord-21", 100, "pay-ord-21");
     waiting["timeout_s"] = json!(0.5);
-    // Whichever call takes the ledger first reaches the upstream and is cancelled by the
-    // client's timeout while the upstream works; the other, cancelled while it waits its
-    // turn, never reaches it.
-    let answers = host(
-        &gateway(&dir, &config),
-        &json!([
-            {"op": "concurrent", "calls": [slow, waiting]},
-            {"op": "sleep", "seconds": 3},
-            pay("ord-20", 100, "pay-ord-20"),
-            pay("ord-21", 100, "pay-ord-21"),
-        ]),
-        LIMIT,
-    );
-    let cancelled = answers[0]["results"].as_array().unwrap();
-    assert!(
-        cancelled.iter().all(|answer| answer["error"]["code"] == json!(-32001)),
-        "{cancelled:?}"
-    );
+    // ord-20 reaches the upstream and is cancelled while the upstream works (1 s each
+    // side of its commit). Once it has ended, the test takes the ledger's write lock for
+    // 2.5 s; ord-21 comes 3 s after ord-20 was cancelled, waits on the lock, and is
+    // cancelled there, before anything is sent.
+    let steps = json!([
+        slow,
+        {"op": "sleep", "seconds": 3},
+        waiting,
+        {"op": "sleep", "seconds": 3},
+        pay("ord-20", 100, "pay-ord-20"),
+        pay("ord-21", 100, "pay-ord-21"),
+    ]);
+    let db = PathBuf::from(dir.db());
+    // On PostgreSQL: one client to watch the ledger, one to lock it.
+    let mut postgres = dir.1.as_ref().map(|postgres| (postgres.raw(), postgres.raw()));
+    let locker = std::thread::spawn(move || {
+        let succeeded = "SELECT count(*) FROM operations WHERE status = 'succeeded'";
+        let mut ended = || match &mut postgres {
+            Some((watch, _)) => {
+                watch.query_one(succeeded, &[]).ok().map(|row| row.get::<_, i64>(0))
+            }
+            None => rusqlite::Connection::open(&db)
+                .ok()
+                .and_then(|conn| conn.query_row(succeeded, [], |row| row.get::<_, i64>(0)).ok()),
+        };
+        let deadline = Instant::now() + LIMIT;
+        while ended() != Some(1) {
+            assert!(Instant::now() < deadline, "ord-20 never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The ledger's write lock: SQLite's writer, PostgreSQL's lock on the table
+        // commit A inserts into.
+        match &mut postgres {
+            Some((_, client)) => {
+                let mut lock = client.transaction().unwrap();
+                lock.batch_execute("LOCK TABLE operations IN EXCLUSIVE MODE").unwrap();
+                std::thread::sleep(Duration::from_millis(2500));
+                lock.commit().unwrap();
+            }
+            None => {
+                let mut conn = rusqlite::Connection::open(&db).unwrap();
+                conn.busy_timeout(LIMIT).unwrap();
+                let lock = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(2500));
+                lock.commit().unwrap();
+            }
+        }
+    });
+    let answers = host(&gateway(&dir, &config), &steps, LIMIT);
+    locker.join().unwrap();
+    for cancelled in [&answers[0], &answers[2]] {
+        assert_eq!(cancelled["error"]["code"], json!(-32001), "{cancelled}");
+    }
     let made = payments(&dir);
-    let (sent, waited) = match code(&answers[2]).as_str() {
-        "OK" => (("ord-20", &answers[2]), ("ord-21", &answers[3])),
-        _ => (("ord-21", &answers[3]), ("ord-20", &answers[2])),
-    };
-    assert_eq!(code(sent.1), "OK", "{}", sent.1);
-    assert_eq!(made.iter().filter(|(order, _)| order == sent.0).count(), 1);
-    assert_eq!(code(waited.1), "DOWNSTREAM_REFUSED", "{}", waited.1);
+    let (sent, waited) = (&answers[4], &answers[5]);
+    assert_eq!(code(sent), "OK", "{sent}");
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-20").count(), 1);
+    assert_eq!(code(waited), "DOWNSTREAM_REFUSED", "{waited}");
     assert!(
-        waited.1["structuredContent"]["detail"]["reason"].as_str().unwrap().contains("cancelled")
+        waited["structuredContent"]["detail"]["reason"].as_str().unwrap().contains("cancelled")
     );
-    assert_eq!(made.iter().filter(|(order, _)| order == waited.0).count(), 0);
+    assert_eq!(made.iter().filter(|(order, _)| order == "ord-21").count(), 0);
     audit_passes(&dir);
 }
 

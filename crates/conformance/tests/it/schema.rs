@@ -227,7 +227,7 @@ fn an_orphan_downstream_receipt_is_an_audit_finding_named_by_opaque_ref_only() {
     let db = Db::fresh();
     let mut engine = db.engine();
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
-    let mut stand_in = StandIn::new(SqliteStore::open(db.path()).unwrap());
+    let stand_in = StandIn::new(SqliteStore::open(db.path()).unwrap());
     let orphan = stand_in
         .execute(
             &DownstreamRequest {

@@ -21,7 +21,11 @@ key lists the ``order_id`` values it applies to::
 (``hang`` sleeps in the call, and the server goes on answering; ``freeze`` blocks the
 whole process, which stays alive and answers nothing, not even a ping.)
 
-and ``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
+``"meet": N`` makes every execution wait (at most 20 s) until N executions have
+arrived, and records in ``PAYMENTS_STATE`` + ``.most`` the most it ever held at once:
+calls that reach it one at a time each wait the bound out alone, and the most is one.
+
+``"delay_ms": N`` makes every execution sleep N ms before its commit and N ms
 after it: a window in which a crash campaign kills the caller. ``"start_delay_ms": N``,
 read once at start, makes the server sleep N ms before it serves anything, as a
 server started through ``npx`` or by a cold interpreter does.
@@ -323,6 +327,25 @@ def read_delay() -> float:
     return float(read_fault_file().get("delay_ms", 0)) / 1000.0
 
 
+MEETING = {"arrived": 0, "inside": 0, "most": 0}
+MEETING_BOUND = 20.0
+
+
+async def meet() -> None:
+    """Wait for the others (``meet``), recording how many are inside at once."""
+    together = int(read_fault_file().get("meet", 0))
+    if together <= 0:
+        return
+    MEETING["arrived"] += 1
+    MEETING["inside"] += 1
+    MEETING["most"] = max(MEETING["most"], MEETING["inside"])
+    Path(os.environ["PAYMENTS_STATE"] + ".most").write_text(str(MEETING["most"]))
+    with anyio.move_on_after(MEETING_BOUND):
+        while MEETING["arrived"] < together:
+            await anyio.sleep(0.01)
+    MEETING["inside"] -= 1
+
+
 def payment_view(row: sqlite3.Row) -> dict[str, Any]:
     """The payment object every tool returns."""
     return {
@@ -410,6 +433,7 @@ async def create_payment(
         await anyio.sleep(HANG_SECONDS)
     if "freeze" in faults:
         time.sleep(HANG_SECONDS)
+    await meet()
     delay = read_delay()
     await anyio.sleep(delay)
     row = insert_payment(conn, args)

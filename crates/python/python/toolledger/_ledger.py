@@ -2,15 +2,76 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import functools
 import inspect
-from typing import Any, Callable, Mapping
+import threading
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from . import _toolledger
 from ._toolledger import Approval, Call, ModelCall, Reply, Tool
 from .downstream import NotSent, Receipt, Refused, Request, Unknown, _current
 
 _ANSWERS = (Receipt, NotSent, Refused, Unknown)
+
+_T = TypeVar("_T")
+
+#: How many ledger calls the awaitable methods run at once, process-wide: each holds a
+#: thread of the ledger's pool (never the event loop's) while it works.
+MAX_CONCURRENT_CALLS = 64
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+# The event loop of the coroutine that awaits a ledger call: where an ``async def``
+# tool runs, from the pool thread that works the call.
+_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
+    "toolledger_loop", default=None
+)
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=MAX_CONCURRENT_CALLS, thread_name_prefix="toolledger"
+            )
+        return _pool
+
+
+async def _off_loop(function: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """Runs a ledger call on the ledger's pool (the Rust side lets the GIL go while it
+    waits on the disk or a service), with this coroutine's context and its loop, and
+    awaits it: the loop goes on meanwhile. Cancelling the awaiting task does not stop a
+    call already handed to the ledger; it runs to its end, and a retry reads it."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    context.run(_loop.set, loop)
+    work = functools.partial(context.run, function, *args, **kwargs)
+    return await loop.run_in_executor(_executor(), work)
+
+
+def _run_coroutine(make: Callable[[], Awaitable[_T]]) -> _T:
+    """Runs an ``async def`` tool's coroutine from the thread working the call: on the
+    loop of the coroutine awaiting the call when there is one, else on a loop of its
+    own."""
+    loop = _loop.get()
+    try:
+        asyncio.get_running_loop()
+        on_a_loop = True
+    except RuntimeError:
+        on_a_loop = False
+    if loop is not None and loop.is_running() and not on_a_loop:
+        return asyncio.run_coroutine_threadsafe(make(), loop).result()  # type: ignore[arg-type]
+    if not on_a_loop:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    # A synchronous call made on a running loop's own thread: that loop is blocked
+    # until the call returns, so the coroutine gets a loop of its own, on a thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as alone:
+        return alone.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
 
 
 class Ledger(_toolledger.Ledger):
@@ -41,6 +102,28 @@ class Ledger(_toolledger.Ledger):
         """
         return cls(location, **options)
 
+    async def adispatch(self, call: Call) -> Reply:
+        """:meth:`dispatch`, awaitable: the call runs on the ledger's threads, never
+        blocking the event loop, and many run at once. An ``async def`` tool runs on
+        this coroutine's loop."""
+        return await _off_loop(self.dispatch, call)
+
+    async def aenqueue(self, call: Call) -> Reply:
+        """:meth:`enqueue`, awaitable."""
+        return await _off_loop(self.enqueue, call)
+
+    async def aprocess(self, status_ref: str, **options: Any) -> Reply:
+        """:meth:`process`, awaitable (the same keyword options)."""
+        return await _off_loop(self.process, status_ref, **options)
+
+    async def astatus(self, status_ref: str, call: Call | None = None, **options: Any) -> Reply:
+        """:meth:`status`, awaitable (the same keyword options)."""
+        return await _off_loop(self.status, status_ref, call, **options)
+
+    async def aresolve(self, status_ref: str, **options: Any) -> str:
+        """:meth:`resolve`, awaitable (the same keyword options)."""
+        return await _off_loop(self.resolve, status_ref, **options)
+
     def tool(
         self,
         name: str | None = None,
@@ -62,7 +145,14 @@ class Ledger(_toolledger.Ledger):
 
         ``lookup(request)`` tells what became of a request whose outcome is unknown: the
         output when it happened, ``None`` when there is no record of it. Without one, an
-        unknown outcome stays unknown until an operator settles it (:meth:`resolve`).
+        unknown outcome stays unknown until an operator settles it (:meth:`resolve`),
+        and each success is written to disk before it is answered (a lookup-less
+        success a power loss took back could never be recovered).
+
+        An ``async def`` function (and lookup) runs on the event loop of the coroutine
+        that awaits the call (:meth:`adispatch`, or ``await tool.acall(...)``; calling
+        the tool returns that coroutine), or on a loop of its own when the call is
+        synchronous.
         Inside the function, :func:`toolledger.downstream.current_request` is the request
         (its ``request_ref`` is the key to hand a service).
 
@@ -151,7 +241,39 @@ class LedgeredTool:
             )
         )
 
-    __call__ = call
+    async def acall(
+        self,
+        arguments: Mapping[str, Any],
+        /,
+        *,
+        key: str,
+        tenant: str | None = None,
+        subject: str | None = None,
+        model_call: ModelCall | None = None,
+        context: Mapping[str, Any] | None = None,
+        approval: Approval | None = None,
+        at: int | None = None,
+    ) -> Reply:
+        """:meth:`call`, awaitable (:meth:`Ledger.adispatch`)."""
+        return await self.ledger.adispatch(
+            Call(
+                self.tool.name,
+                arguments,
+                key=key,
+                tenant=tenant,
+                subject=subject,
+                model_call=model_call,
+                context=context,
+                approval=approval,
+                at=at,
+            )
+        )
+
+    def __call__(self, arguments: Mapping[str, Any], /, **options: Any) -> Any:
+        """:meth:`call`; for an ``async def`` function, :meth:`acall` (a coroutine)."""
+        if inspect.iscoroutinefunction(self.function):
+            return self.acall(arguments, **options)
+        return self.call(arguments, **options)
 
     def __repr__(self) -> str:
         return f"LedgeredTool({self.tool.name!r})"
@@ -170,19 +292,36 @@ class _FunctionDownstream:
         self.function = function
         self.identity = identity
         self._lookup = lookup
+        # Without a lookup, nothing could recover a success a power loss took back.
+        self.can_look_up = lookup is not None
 
     def execute(self, request: Request) -> Any:
-        token = _current.set(request)
-        try:
-            result = self.function(**request.arguments)
-        finally:
-            _current.reset(token)
+        if inspect.iscoroutinefunction(self.function):
+
+            async def performed() -> Any:
+                token = _current.set(request)
+                try:
+                    return await self.function(**request.arguments)
+                finally:
+                    _current.reset(token)
+
+            result = _run_coroutine(performed)
+        else:
+            token = _current.set(request)
+            try:
+                result = self.function(**request.arguments)
+            finally:
+                _current.reset(token)
         return result if isinstance(result, _ANSWERS) else Receipt(result)
 
     def lookup(self, request: Request) -> Any:
         if self._lookup is None:
             return Unknown("the tool has no lookup: an operator settles it")
-        result = self._lookup(request)
+        lookup = self._lookup
+        if inspect.iscoroutinefunction(lookup):
+            result = _run_coroutine(lambda: lookup(request))
+        else:
+            result = lookup(request)
         if result is None:
             return NotSent("no record of the request")
         return result if isinstance(result, _ANSWERS) else Receipt(result)

@@ -11,6 +11,11 @@ as "nothing happened".
 The downstream must be idempotent on ``request.request_ref``: send it as the service's
 idempotency key, and answer the first result again when it comes twice.
 
+A ledger shared by threads or asyncio tasks calls ``execute`` from several threads at
+once: a downstream guards whatever state it keeps. One whose ``lookup`` cannot find what
+it performed sets ``can_look_up = False``: each of its successes is then written to disk
+before it is answered, since no status query could recover one a power loss took back.
+
 >>> from toolledger.downstream import Receipt, NotSent
 >>> class Tickets:
 ...     identity = "tickets@1"
@@ -58,6 +63,7 @@ class Downstream(Protocol):
     """The shape of a downstream (a structural type: no base class is needed)."""
 
     identity: str
+    can_look_up: bool  # optional; True when absent
 
     def execute(self, request: Request) -> Answer: ...
 

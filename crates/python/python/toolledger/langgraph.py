@@ -7,6 +7,11 @@ when LangGraph runs a node again (a resume after ``interrupt``, a retried super-
 a replayed thread), the calls that already happened are **replayed**, never executed
 again.
 
+An AI message with several tool calls is run by the ``ToolNode`` at once (threads under
+``graph.invoke``, tasks under ``graph.ainvoke``), all on one ledger, each under its own
+id: if the process dies mid-batch, the resumed node replays the calls that finished and
+settles the others, each performed at most once.
+
 A tool whose policy requires approval asks the human with LangGraph's ``interrupt``:
 the payload names the tool, the arguments and the key; the resume value is
 ``{"approved": True, "approver_id": ..., "approval_id": ..., "expires_in": seconds}`` (or
@@ -20,7 +25,8 @@ MCP gateway answers a declined approval); an answer that names no approver or ho
 malformed approval, or one for other arguments, is ``APPROVAL_INVALID``; a tool
 call whose id is not an idempotency key is ``USAGE_ERROR``, and no human is asked.
 
-Needs ``langgraph`` and ``langchain-core`` (``pip install "toolledger[langgraph]"``).
+Needs ``langgraph`` and ``langchain-core``, installed beside the package
+(``pip install langgraph langchain-core``).
 """
 
 from __future__ import annotations
@@ -51,6 +57,26 @@ class LedgerTool(BaseTool):
     context: dict | None = None
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        prepared = self._prepare(input)
+        if isinstance(prepared, ToolMessage):
+            return prepared
+        call_id, call = prepared
+        return self._message(call_id, self.ledgered.ledger.dispatch(call))
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        """:meth:`invoke` for ``graph.ainvoke``: the ledger's work runs off the event
+        loop (``Ledger.adispatch``), so a ``ToolNode`` runs an AI message's tool calls
+        at once, each under its own id; an ``async def`` tool runs on the loop."""
+        prepared = self._prepare(input)
+        if isinstance(prepared, ToolMessage):
+            return prepared
+        call_id, call = prepared
+        return self._message(call_id, await self.ledgered.ledger.adispatch(call))
+
+    def _prepare(self, input: Any) -> tuple[str, Call] | ToolMessage:  # noqa: A002
+        """The ledger call the model's tool call is, or the message answering it when it
+        is refused before the ledger sees it (nothing accepted). A tool that needs
+        approval asks the human here (``interrupt``)."""
         if not (isinstance(input, dict) and input.get("type") == "tool_call"):
             raise TypeError(
                 "a ledgered tool is invoked with the model's tool call "
@@ -74,11 +100,8 @@ class LedgerTool(BaseTool):
             approval = self._approval(call_id, arguments, answer)
             if isinstance(approval, ToolMessage):
                 return approval
-        reply = self.ledgered.ledger.dispatch(
-            Call(self.ledgered.tool.name, arguments, key=call_id, tenant=self.tenant,
-                 subject=self.subject, approval=approval, context=self.context)
-        )
-        return self._message(call_id, reply)
+        return call_id, Call(self.ledgered.tool.name, arguments, key=call_id, tenant=self.tenant,
+                             subject=self.subject, approval=approval, context=self.context)
 
     def _approval(self, call_id: str, arguments: Any, answer: Any) -> Approval | ToolMessage:
         """The approval the human's `answer` becomes, or the refusal to answer instead
@@ -106,11 +129,6 @@ class LedgerTool(BaseTool):
         return approval_for(call_id, approver_id, approval_id=approval_id,
                             approved_at=approved_at, valid_for=expires_in,
                             approvers=self.approvers)
-
-    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        import asyncio
-
-        return await asyncio.to_thread(self.invoke, input, config, **kwargs)
 
     def _message(self, call_id: str, reply: Any) -> ToolMessage:
         return ToolMessage(content=model_text(reply), tool_call_id=call_id, name=self.name,

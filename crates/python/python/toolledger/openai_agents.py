@@ -15,12 +15,11 @@ recorded approval (``on_invoke_tool`` called directly, outside the SDK's approva
 presents none, and the ledger refuses it: ``APPROVAL_INVALID``, nothing accepted and
 nothing sent.
 
-Needs ``openai-agents`` (``pip install "toolledger[openai-agents]"``).
+Needs ``openai-agents``, installed beside the package (``pip install openai-agents``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any, Iterable
 
@@ -56,8 +55,9 @@ def function_tool(
             approval = approval_for(key, str(approver_id), valid_for=approval_seconds)
         call = Call(tool.name, json.loads(arguments or "{}"), key=key, tenant=tenant,
                     subject=subject, approval=approval, context=context)
-        # The ledger releases the GIL; its thread leaves the event loop free.
-        reply = await asyncio.to_thread(ledgered.ledger.dispatch, call)
+        # Off the event loop (the SDK runs a turn's tool calls at once); an `async def`
+        # tool runs back on this loop.
+        reply = await ledgered.ledger.adispatch(call)
         return model_text(reply)
 
     return FunctionTool(

@@ -193,7 +193,7 @@ impl Downstream for Tickets {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: UnixSeconds,
     ) -> Result<DownstreamReceipt, DownstreamError> {
@@ -216,7 +216,7 @@ impl Downstream for Tickets {
         }
     }
 
-    fn lookup(&mut self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         let service = self.service.lock().expect("the service lock");
         Ok(match service.find(request.downstream_request_ref.as_str()) {
             Some(ticket) => Lookup::Done(request.receipt(ticket)),

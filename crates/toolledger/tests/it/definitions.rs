@@ -161,7 +161,7 @@ fn a_tool_from_a_file_is_dispatched_retried_and_conflicted_over_http() {
     let dir = TempDir::new("definition-http");
     let service = Reference::start(&dir);
     let path = dir.join("ledger.sqlite3");
-    let mut ledger = service.invoices(&path);
+    let ledger = service.invoices(&path);
     let first = ledger.dispatch(&invoice("inv-key-1", arguments())).unwrap();
     let Outcome::Fresh(receipt) = first.outcome() else { panic!("{first:?}") };
     assert_eq!(receipt.output()["to"], "ada@example.com");
@@ -198,13 +198,13 @@ fn a_host_restarted_with_only_the_status_ref_reconciles_a_lost_answer() {
     let service = Reference::start_with(&dir, Faults { drop_next: 1, ..Faults::default() });
     let path = dir.join("ledger.sqlite3");
     let open = || service.invoices(&path);
-    let mut ledger = open();
+    let ledger = open();
     let lost = ledger.dispatch(&invoice("inv-lost", arguments())).unwrap();
     let Outcome::Unknown { status_ref } = lost.outcome().clone() else { panic!("{lost:?}") };
     assert_eq!(service.effects(), 1, "the service committed");
     drop(ledger);
     // Restarted, with the ref alone: who asks, from which model call.
-    let mut ledger = open();
+    let ledger = open();
     let asking = |call: &str, subject: &str| {
         toolledger::StatusQuery::new("acme", subject)
             .model_call(ModelCall::new(
@@ -260,7 +260,7 @@ fn a_precondition_is_asked_of_the_service_and_a_changed_schema_is_drift_at_the_w
     let path = dir.join("ledger.sqlite3");
     let roles = Roles::default();
     roles.grant("agent-3", "billing_agent");
-    let mut ledger = Ledger::builder(&path)
+    let ledger = Ledger::builder(&path)
         .tool(guarded_invoices(&service))
         .open(service.downstream(&["send_invoice_email"]), roles.clone())
         .unwrap();
@@ -284,7 +284,7 @@ fn a_precondition_is_asked_of_the_service_and_a_changed_schema_is_drift_at_the_w
     .unwrap();
     document["input_schema"]["properties"]["to"]["maxLength"] = json!(100);
     let changed = ToolDefinition::from_document("changed.toml", &document).unwrap().tool();
-    let mut ledger = Ledger::builder(&path)
+    let ledger = Ledger::builder(&path)
         .tool(changed)
         .open(service.downstream(&["send_invoice_email"]), roles)
         .unwrap();
@@ -300,7 +300,7 @@ fn a_precondition_is_asked_of_the_service_and_a_changed_schema_is_drift_at_the_w
         format!("http://{}", listener.local_addr().unwrap())
     };
     let down = Reference { url: closed, db: dir.join("none.sqlite3"), stop: Box::new(|| ()) };
-    let mut ledger = Ledger::builder(dir.join("other.sqlite3"))
+    let ledger = Ledger::builder(dir.join("other.sqlite3"))
         .tool(guarded_invoices(&down))
         .open(down.downstream(&["send_invoice_email"]), Roles::default())
         .unwrap();
@@ -314,7 +314,7 @@ fn arguments_the_schema_refuses_name_the_pointer_and_keyword_and_write_nothing()
     let dir = TempDir::new("definition-refusals");
     let service = Reference::start(&dir);
     let path = dir.join("ledger.sqlite3");
-    let mut ledger = service.invoices(&path);
+    let ledger = service.invoices(&path);
     let cases = [
         ("/to", json!("not-an-address"), "/to", "format"),
         ("/cc", json!(["a@example.com", "a@example.com"]), "/cc", "uniqueItems"),
@@ -428,7 +428,7 @@ fn a_definitions_approval_and_precondition_are_asked_at_acceptance_and_before_th
     let gate = Arc::new(Gate::default());
     let roles = Roles::default();
     roles.grant("lead-1", "support_lead");
-    let mut ledger = Ledger::builder(&path)
+    let ledger = Ledger::builder(&path)
         .tool(guarded(Arc::clone(&gate) as Arc<dyn Precondition>))
         .open(service.downstream(&["open_ticket"]), roles.clone())
         .unwrap();
@@ -501,7 +501,7 @@ proptest! {
         let dir = TempDir::new("definition-property");
         let service = Reference::start(&dir);
         let path = dir.join("ledger.sqlite3");
-        let mut ledger = service.invoices(&path);
+        let ledger = service.invoices(&path);
         let mut arguments = json!({"invoice_id": invoice_id, "to": to, "cc": cc,
             "customer": {"customer_id": "cust-7"}});
         if !attach.is_null() {

@@ -13,7 +13,7 @@ use crate::{TempDir, dump, workspace};
 /// Pays in process, counting each payment.
 struct Payments {
     identity: DownstreamIdentity,
-    made: u64,
+    made: std::sync::atomic::AtomicU64,
 }
 
 impl Downstream for Payments {
@@ -22,15 +22,15 @@ impl Downstream for Payments {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        self.made += 1;
-        Ok(request.receipt(json!({"payment_id": format!("pay-{}", self.made)})))
+        let made = self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(request.receipt(json!({"payment_id": format!("pay-{made}")})))
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -64,8 +64,8 @@ fn the_facade_answers_the_doors_corpus_as_every_other_door_does() {
     )
     .unwrap();
     let payments =
-        Payments { identity: DownstreamIdentity::new("payments", "1").unwrap(), made: 0 };
-    let mut ledger = Ledger::builder(&db).tool(tool.tool()).open(payments, NoRoles).unwrap();
+        Payments { identity: DownstreamIdentity::new("payments", "1").unwrap(), made: 0.into() };
+    let ledger = Ledger::builder(&db).tool(tool.tool()).open(payments, NoRoles).unwrap();
     let mut answered: Vec<(String, Reply)> = Vec::new();
     for row in corpus["rows"].as_array().unwrap() {
         let mut arguments =
@@ -122,6 +122,6 @@ fn the_facade_answers_the_doors_corpus_as_every_other_door_does() {
         }
         answered.push((name, reply));
     }
-    assert_eq!(ledger.downstream().made, 1);
+    assert_eq!(ledger.downstream().made.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert!(toolledger::audit(&db).unwrap().passed());
 }

@@ -47,7 +47,7 @@ fn ticket(key: &str, queue: &str) -> Call {
 
 #[test]
 fn a_tool_without_approval_is_done_once_and_replayed() {
-    let mut host = Host::new();
+    let host = Host::new();
     let first = host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
     let Outcome::Fresh(receipt) = first.outcome() else { panic!("{first:?}") };
     assert_eq!(receipt.output()["state"], "open");
@@ -73,7 +73,7 @@ fn a_tool_without_approval_is_done_once_and_replayed() {
 
 #[test]
 fn a_lost_response_is_unknown_until_a_status_query_reconciles_it() {
-    let mut host = Host::new();
+    let host = Host::new();
     host.service().lose_next_response = true;
     let lost = host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
     let Outcome::Unknown { status_ref } = lost.outcome().clone() else { panic!("{lost:?}") };
@@ -88,7 +88,7 @@ fn a_lost_response_is_unknown_until_a_status_query_reconciles_it() {
 
 #[test]
 fn a_request_not_sent_leaves_the_operation_accepted_and_workable_at_once() {
-    let mut host = Host::new();
+    let host = Host::new();
     host.service().refuse_next_connection = true;
     let unsent = host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
     assert_eq!(blocked(unsent.outcome()), BlockCode::DownstreamUnavailable);
@@ -106,7 +106,7 @@ fn a_request_not_sent_leaves_the_operation_accepted_and_workable_at_once() {
 
 #[test]
 fn a_definite_refusal_fails_for_good_and_every_read_says_so() {
-    let mut host = Host::new();
+    let host = Host::new();
     host.service().closed_queues.push("acme-old".to_owned());
     let refused = host.ledger.dispatch(&ticket("k1", "acme-old")).unwrap();
     assert_eq!(blocked(refused.outcome()), BlockCode::DownstreamRefused);
@@ -145,7 +145,7 @@ fn a_definite_refusal_fails_for_good_and_every_read_says_so() {
 
 #[test]
 fn a_receipt_breaking_the_contract_is_quarantined_and_the_audit_says_so() {
-    let mut host = Host::new();
+    let host = Host::new();
     host.service().garble_next = true;
     let garbled = host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
     assert_eq!(blocked(garbled.outcome()), BlockCode::ReceiptQuarantined);
@@ -186,7 +186,7 @@ impl toolledger::Downstream for HandBuilt {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &toolledger::DownstreamRequest,
         now: toolledger::Now,
     ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
@@ -196,7 +196,7 @@ impl toolledger::Downstream for HandBuilt {
     }
 
     fn lookup(
-        &mut self,
+        &self,
         request: &toolledger::DownstreamRequest,
     ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
         self.0.lookup(request)
@@ -211,7 +211,7 @@ fn a_receipt_not_in_its_canonical_text_is_refused_before_it_is_written() {
     let dir = TempDir::new("hand-built");
     let service = Arc::new(Mutex::new(TicketService::default()));
     let db = dir.join("host.sqlite3");
-    let mut ledger = Ledger::builder(&db)
+    let ledger = Ledger::builder(&db)
         .tool(open_ticket())
         .open(HandBuilt(Tickets::new(Arc::clone(&service))), NoRoles)
         .unwrap();
@@ -226,13 +226,12 @@ fn a_receipt_not_in_its_canonical_text_is_refused_before_it_is_written() {
 
 #[test]
 fn the_simulation_refuses_a_hosts_operation_and_writes_nothing() {
-    let mut host = Host::new();
+    let host = Host::new();
     host.service().lose_next_response = true;
     let lost = host.ledger.dispatch(&ticket("k1", "acme-it")).unwrap();
     let status_ref = lost.status_ref().unwrap().clone();
     let before = dump(&host.db());
-    let mut simulated =
-        Ledger::builder(host.db()).tool(open_ticket()).open_simulated(NoRoles).unwrap();
+    let simulated = Ledger::builder(host.db()).tool(open_ticket()).open_simulated(NoRoles).unwrap();
     for reply in [
         simulated.process(&status_ref, &ticket("k1", "acme-it").at(1_767_229_999)).unwrap(),
         simulated.status(&ticket("k1", "acme-it"), &status_ref).unwrap(),
@@ -259,7 +258,7 @@ fn refund(amount: i64) -> Call {
 #[test]
 fn an_approval_threshold_is_a_policy_and_the_library_binds_the_approval() {
     let dir = TempDir::new("approval");
-    let mut ledger = Ledger::builder(dir.join("refunds.sqlite3"))
+    let ledger = Ledger::builder(dir.join("refunds.sqlite3"))
         .tool(RefundOrder { approval_threshold_minor: Some(10_000) }.tool())
         .open_simulated(NoRoles)
         .unwrap();

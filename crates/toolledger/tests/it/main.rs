@@ -1,5 +1,5 @@
 //! The one integration-test binary of `toolledger`: a host's own tool and downstream
-//! through every state, migrations of real v1 and v2 stores, and the async pattern.
+//! through every state, migrations of real v1 and v2 stores, and many callers at once.
 
 #[path = "../../examples/tickets/mod.rs"]
 mod tickets;
@@ -7,9 +7,9 @@ mod tickets;
 mod definitions;
 mod doors;
 mod host;
+mod many;
 mod migrate;
 mod relay;
-mod tokio_host;
 
 use std::path::{Path, PathBuf};
 

@@ -123,7 +123,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
 /// replays, `{prefix}-unknown` reconciles through a status query, `{prefix}-pending` is
 /// worked to the end.
 fn refunds_answer(path: &std::path::Path, call: fn(&str) -> Call, prefix: &str) {
-    let mut ledger =
+    let ledger =
         Ledger::builder(path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap();
     let key = |state: &str| format!("{prefix}-{state}");
     assert!(matches!(
@@ -236,7 +236,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
 
     // Every ticket too, through the host's downstream; terminal ones stay terminal.
     let service = Arc::new(Mutex::new(TicketService::default()));
-    let mut tickets = Ledger::builder(&path)
+    let tickets = Ledger::builder(&path)
         .tool(open_ticket())
         .open(Tickets::new(Arc::clone(&service)), NoRoles)
         .unwrap();
@@ -368,7 +368,7 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
 
     let tool = RefundOrder::default().tool();
     assert!(matches!(tool.input, toolledger::Schema::Json { .. }), "through the definition");
-    let mut ledger = Ledger::builder(&path).tool(tool).open_simulated(NoRoles).unwrap();
+    let ledger = Ledger::builder(&path).tool(tool).open_simulated(NoRoles).unwrap();
     // Succeeded: replayed, the same digests.
     let replayed = ledger.dispatch(&v3_refund(1)).unwrap();
     let Outcome::Replayed(receipt) = replayed.outcome() else { panic!("{replayed:?}") };
@@ -443,7 +443,7 @@ fn a_v4_store_is_migrated_and_what_finished_before_replays_without_a_record() {
         panic!("not upgraded from v4")
     };
     assert_eq!(int(&path, "SELECT count(*) FROM replays"), 0);
-    let mut ledger = open();
+    let ledger = open();
     let again = ledger.dispatch(&v3_refund(1)).unwrap();
     assert!(matches!(again.outcome(), Outcome::Replayed(_)), "{again:?}");
     assert_eq!(again.package(), from_record.package());

@@ -21,7 +21,7 @@ const T0: i64 = 1_767_225_600;
 
 /// A host ledger with `count` accepted tickets, none worked yet.
 fn accepted(dir: &TempDir, service: &Arc<Mutex<TicketService>>, count: usize) {
-    let mut ledger = Ledger::builder(dir.join("host.sqlite3"))
+    let ledger = Ledger::builder(dir.join("host.sqlite3"))
         .tool(open_ticket())
         .open(Tickets::new(Arc::clone(service)), NoRoles)
         .unwrap();
@@ -92,7 +92,7 @@ fn a_request_not_sent_is_retried_after_a_backoff_and_dead_after_its_attempts() {
     assert!(service.lock().unwrap().tickets.is_empty());
     // Dead is terminal: nothing claims it, every read says so.
     assert_eq!(drain(&relay(&dir, tool()).at(T0 + 99_999), &service).claimed, 0);
-    let mut ledger = Ledger::builder(&path)
+    let ledger = Ledger::builder(&path)
         .tool(tool())
         .open(Tickets::new(Arc::clone(&service)), NoRoles)
         .unwrap();
@@ -190,4 +190,58 @@ fn leases_are_fenced_by_owner_and_attempt_and_kept_by_the_heartbeat() {
         Finalize::Finalized
     );
     assert_eq!(text(&path, "SELECT state FROM outbox"), "pending");
+}
+
+/// The ticket client, saying it cannot look its requests up.
+struct WithoutLookup(Tickets);
+
+impl toolledger::Downstream for WithoutLookup {
+    fn identity(&self) -> &toolledger::DownstreamIdentity {
+        self.0.identity()
+    }
+
+    fn execute(
+        &self,
+        request: &toolledger::DownstreamRequest,
+        now: toolledger::Now,
+    ) -> Result<toolledger::DownstreamReceipt, toolledger::DownstreamError> {
+        self.0.execute(request, now)
+    }
+
+    fn lookup(
+        &self,
+        _: &toolledger::DownstreamRequest,
+    ) -> Result<toolledger::Lookup, toolledger::DownstreamError> {
+        Err(toolledger::DownstreamError::Unknown { reason: "no lookup".to_owned() })
+    }
+
+    fn can_look_up(&self, _: &str) -> bool {
+        false
+    }
+}
+
+/// A relay's batch commits its successes in one lazy commit C; a success no lookup
+/// could recover is left out of it and ends in a synced commit of its own. Every one
+/// is delivered, once.
+#[test]
+fn a_relay_ends_each_success_no_lookup_could_recover_in_a_synced_commit() {
+    let dir = TempDir::new("relay-no-lookup");
+    let service = Arc::new(Mutex::new(TicketService::default()));
+    accepted(&dir, &service, 12);
+    let drained = relay(&dir, open_ticket())
+        .concurrency(2)
+        .batch(5)
+        .at(T0)
+        .run(
+            || Ok(WithoutLookup(Tickets::new(Arc::clone(&service)))),
+            || NoRoles,
+            &Value::Null,
+            Until::Drained,
+            &|_| {},
+        )
+        .unwrap();
+    assert_eq!((drained.claimed, drained.delivered, drained.unknown), (12, 12, 0), "{drained:?}");
+    assert_eq!(service.lock().unwrap().tickets.len(), 12);
+    let db = dir.join("host.sqlite3");
+    assert_eq!(int(&db, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 12);
 }

@@ -214,7 +214,7 @@ pub(crate) fn a_stale_lease_holder_cannot_finalize<B: StoreUnderTest>() {
 
     let operation = store.operation_by_status_ref(&status_ref).unwrap().unwrap();
     let intent = &operation.intent;
-    let mut stand_in = StandIn::new(db.store());
+    let stand_in = StandIn::new(db.store());
     let receipt = stand_in
         .execute(
             &DownstreamRequest {

@@ -1,0 +1,181 @@
+"""Many calls at once on one `Ledger`: threads, and asyncio tasks.
+
+Overlap is asserted by what the tool records (how many calls it holds at a time, each
+waiting, boundedly, for the others to arrive), never by timing: calls serialized by a
+lock would each wait out the bound alone, and the most inside at once would be one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import toolledger as tl
+from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT
+
+# A bound on every wait for the others, never a measure.
+TOGETHER_BOUND = 20.0
+ARGS = {"payer": "bob", "amount_minor": 100, "currency": "EUR"}
+
+
+class Inside:
+    """Who is inside the tool now, the most ever inside at once, and the effects."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.effects: list[str] = []
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self, payer: str) -> dict:
+        with self.lock:
+            self.now -= 1
+            self.effects.append(payer)
+            return {"payment_id": f"pay-{len(self.effects)}", "amount_minor": 100,
+                    "currency": "EUR"}
+
+
+def blocking_pay(ledger: tl.Ledger, inside: Inside, together: int):
+    meeting = threading.Barrier(together, timeout=TOGETHER_BOUND)
+
+    @ledger.tool("pay", input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT)
+    def pay(payer, amount_minor, currency, note=None):
+        "Pay a payer."
+        inside.enter()
+        if together > 1:
+            try:
+                meeting.wait()
+            except threading.BrokenBarrierError:
+                pass
+        return inside.leave(payer)
+
+    return pay
+
+
+def test_threads_on_one_ledger_run_their_tools_at_once(location):
+    inside = Inside()
+    with tl.Ledger.open(location, tenant="acme", subject="user-1") as ledger:
+        pay = blocking_pay(ledger, inside, together=8)
+        replies: list[tl.Reply] = []
+        threads = [
+            threading.Thread(target=lambda n=n: replies.append(pay(ARGS, key=f"pay-{n}")))
+            for n in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [type(reply.outcome).__name__ for reply in replies] == ["Fresh"] * 8
+        assert inside.most == 8
+        assert len(inside.effects) == 8
+        assert all(isinstance(pay(ARGS, key=f"pay-{n}").outcome, tl.Replayed) for n in range(8))
+        assert len(inside.effects) == 8
+        assert ledger.audit().passed
+
+
+def test_threads_racing_one_key_on_one_ledger_make_one_effect(sqlite_location):
+    inside = Inside()
+    with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+        pay = blocking_pay(ledger, inside, together=1)
+        replies: list[tl.Reply] = []
+        threads = [
+            threading.Thread(target=lambda: replies.append(pay(ARGS, key="raced")))
+            for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        names = [type(reply.outcome).__name__ for reply in replies]
+        assert names.count("Fresh") == 1, names
+        # The others wait for it in this process and replay it: none answers unknown.
+        assert set(names) == {"Fresh", "Replayed"}, names
+        assert inside.effects == ["bob"]
+        assert isinstance(pay(ARGS, key="raced").outcome, tl.Replayed)
+        assert inside.effects == ["bob"]
+
+
+def test_asyncio_tasks_run_an_async_tool_on_the_hosts_loop(location):
+    inside = Inside()
+    ran_on: set[int] = set()
+
+    async def main() -> list[tl.Reply]:
+        meeting = asyncio.Barrier(8)
+        loop_thread = threading.get_ident()
+        with tl.Ledger.open(location, tenant="acme", subject="user-1") as ledger:
+
+            @ledger.tool("pay", input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT)
+            async def pay(payer, amount_minor, currency, note=None):
+                "Pay a payer."
+                ran_on.add(threading.get_ident())
+                assert tl.downstream.current_request() is not None
+                inside.enter()
+                try:
+                    await asyncio.wait_for(meeting.wait(), TOGETHER_BOUND)
+                except TimeoutError:
+                    pass
+                return inside.leave(payer)
+
+            replies = await asyncio.gather(*(pay(ARGS, key=f"pay-{n}") for n in range(8)))
+            again = await asyncio.gather(*(pay(ARGS, key=f"pay-{n}") for n in range(8)))
+            assert all(isinstance(reply.outcome, tl.Replayed) for reply in again)
+            # The status path, awaited.
+            status = await ledger.astatus(replies[0].status_ref)
+            assert isinstance(status.outcome, tl.Replayed)
+            assert ran_on == {loop_thread}
+            return replies
+
+    replies = asyncio.run(main())
+    assert [type(reply.outcome).__name__ for reply in replies] == ["Fresh"] * 8
+    assert inside.most == 8
+    assert len(inside.effects) == 8
+
+
+def test_a_ledger_call_never_blocks_the_event_loop(sqlite_location):
+    """A blocking tool waits for the loop to let it go: were the call made on the
+    loop's thread, the loop could never do so, and the bounded wait would run out."""
+    entered = threading.Event()
+    released = threading.Event()
+
+    async def main() -> tuple[tl.Reply, bool]:
+        with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+
+            @ledger.tool("pay", input_schema=PAYMENT_INPUT, output_schema=PAYMENT_OUTPUT)
+            def pay(payer, amount_minor, currency, note=None):
+                "Pay a payer."
+                entered.set()
+                let_go = released.wait(TOGETHER_BOUND)
+                return {"payment_id": "pay-1" if let_go else "pay-2", "amount_minor": 100,
+                        "currency": "EUR"}
+
+            call = asyncio.ensure_future(ledger.adispatch(tl.Call("pay", ARGS, key="loop")))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            released.set()
+            reply = await call
+            return reply, call.done()
+
+    reply, done = asyncio.run(main())
+    assert done and isinstance(reply.outcome, tl.Fresh)
+    assert reply.output["payment_id"] == "pay-1"
+
+
+def test_asyncio_tasks_racing_one_key_make_one_effect(sqlite_location):
+    inside = Inside()
+
+    async def main() -> list[tl.Reply]:
+        with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+            pay = blocking_pay(ledger, inside, together=1)
+            calls = [ledger.adispatch(tl.Call("pay", ARGS, key="raced")) for _ in range(8)]
+            replies = await asyncio.gather(*calls)
+            assert isinstance((await pay.acall(ARGS, key="raced")).outcome, tl.Replayed)
+            return replies
+
+    names = [type(reply.outcome).__name__ for reply in asyncio.run(main())]
+    assert names.count("Fresh") == 1 and set(names) == {"Fresh", "Replayed"}, names
+    assert inside.effects == ["bob"]
