@@ -6,6 +6,7 @@ finished calls replayed and the others settled, each performed once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -116,15 +117,20 @@ def kill_mid_batch(location: str, effects: str, checkpoints: str) -> None:
         watchdog = threading.Timer(120, child.kill)
         watchdog.start()
         holding: set[str] = set()
+        told: list[str] = []
         assert child.stderr is not None
         for line in child.stderr:
+            told.append(line)
             if line.startswith("holding "):
                 holding.add(line.split()[1])
             if holding == {"c", "d"}:
                 break
-        # `a` and `b` answered: their commit C is in the ledger.
+        # `a` and `b` answered: their commit C is in the ledger. Each look is closed at
+        # once: Python's own SQLite must hold no descriptor of the ledger's file once the
+        # package's SQLite opens it in this process (closing one drops every POSIX lock
+        # the process holds on the file, the other library's too).
         while watchdog.is_alive():
-            with sqlite3.connect(location) as db:
+            with contextlib.closing(sqlite3.connect(location)) as db:
                 done = db.execute(
                     "SELECT count(*) FROM operations WHERE status = 'succeeded'").fetchone()[0]
             if done == 2:
@@ -133,7 +139,7 @@ def kill_mid_batch(location: str, effects: str, checkpoints: str) -> None:
         child.send_signal(signal.SIGKILL)
         child.wait()
         watchdog.cancel()
-    assert holding == {"c", "d"}, holding
+    assert holding == {"c", "d"}, "".join(told)
 
 
 def test_a_langgraph_host_killed_mid_batch_resumes_with_the_finished_calls_replayed(tmp_path):
