@@ -293,14 +293,24 @@ impl Gateway {
         context: &RequestContext<RoleServer>,
         host: &HostCall,
     ) -> Result<Reply, toolledger::Error> {
-        // The whole call is worked on a blocking thread of its own, beside the other
+        // The whole call is worked off the runtime's async threads, beside the other
         // calls: once handed to the ledger it runs to its end even if the host goes
         // away, and the next call with this key reads it. A cancellation is seen right
-        // before the upstream would be called.
-        let ledger = Ledger::clone(&self.inner.ledger);
-        let (call, cancelled, host) = (call.clone(), context.ct.clone(), host.clone());
+        // before the upstream would be called. On a multi-thread runtime (the gateway's
+        // own) it is worked in place, this worker made a blocking thread while another
+        // takes its tasks (no hand-off: `docs/performance.md`); a current-thread runtime
+        // (a host's) has no other worker, so the call goes to the blocking pool.
+        let (cancelled, watched) = (context.ct.clone(), host.clone());
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        if flavor == tokio::runtime::RuntimeFlavor::MultiThread {
+            let ledger = &self.inner.ledger;
+            return tokio::task::block_in_place(|| {
+                crate::downstream::watching(cancelled, watched, || ledger.dispatch(call))
+            });
+        }
+        let (ledger, call) = (Ledger::clone(&self.inner.ledger), call.clone());
         let worked = tokio::task::spawn_blocking(move || {
-            crate::downstream::watching(cancelled, host, || ledger.dispatch(&call))
+            crate::downstream::watching(cancelled, watched, || ledger.dispatch(&call))
         });
         joined(worked.await)
     }
