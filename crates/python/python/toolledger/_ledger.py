@@ -228,46 +228,13 @@ class LedgeredTool:
     ) -> Reply:
         """Dispatches one call of the tool under idempotency ``key``."""
         return self.ledger.dispatch(
-            Call(
-                self.tool.name,
-                arguments,
-                key=key,
-                tenant=tenant,
-                subject=subject,
-                model_call=model_call,
-                context=context,
-                approval=approval,
-                at=at,
-            )
+            Call(self.tool.name, arguments, key=key, tenant=tenant, subject=subject,
+                 model_call=model_call, context=context, approval=approval, at=at)
         )
 
-    async def acall(
-        self,
-        arguments: Mapping[str, Any],
-        /,
-        *,
-        key: str,
-        tenant: str | None = None,
-        subject: str | None = None,
-        model_call: ModelCall | None = None,
-        context: Mapping[str, Any] | None = None,
-        approval: Approval | None = None,
-        at: int | None = None,
-    ) -> Reply:
-        """:meth:`call`, awaitable (:meth:`Ledger.adispatch`)."""
-        return await self.ledger.adispatch(
-            Call(
-                self.tool.name,
-                arguments,
-                key=key,
-                tenant=tenant,
-                subject=subject,
-                model_call=model_call,
-                context=context,
-                approval=approval,
-                at=at,
-            )
-        )
+    async def acall(self, arguments: Mapping[str, Any], /, **options: Any) -> Reply:
+        """:meth:`call`, awaitable (:meth:`Ledger.adispatch`), with the same options."""
+        return await self.ledger.adispatch(Call(self.tool.name, arguments, **options))
 
     def __call__(self, arguments: Mapping[str, Any], /, **options: Any) -> Any:
         """:meth:`call`; for an ``async def`` function, :meth:`acall` (a coroutine)."""
