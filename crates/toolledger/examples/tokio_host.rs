@@ -36,7 +36,7 @@ impl AsyncDownstream for Refunds {
         })?;
         let count = done.len();
         let refund = done.entry(key).or_insert_with(|| {
-            json!({"refund_id": format!("re-{}", count + 1),
+            json!({"refund_id": format!("rf_{:032x}", count + 1),
                 "order_id": request.arguments["order_id"],
                 "amount_minor": request.arguments["amount_minor"],
                 "currency": request.arguments["currency"], "status": "refunded"})
