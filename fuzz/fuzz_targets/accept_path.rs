@@ -117,10 +117,16 @@ fuzz_target!(|data: &[u8]| {
                 .expect("shown")
                 .expect("the operation");
             assert_eq!(&shown["arguments"], held);
-            assert_eq!(host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed), before + 1);
+            assert_eq!(
+                host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed),
+                before + 1
+            );
         }
         (Err(_), Outcome::Blocked { code: BlockCode::InputInvalid, status_ref: None }) => {
-            assert_eq!(host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed), before);
+            assert_eq!(
+                host.ledger.downstream().effects.load(std::sync::atomic::Ordering::Relaxed),
+                before
+            );
         }
         (held, other) => panic!("door {:?}, answer {other:?}", held.as_ref().map(drop)),
     }
