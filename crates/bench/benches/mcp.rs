@@ -32,6 +32,13 @@
 //! library_fresh_ms + 0.5`); replays run at 10× the upstream's own rate or more
 //! (`upstream_direct_ms / gateway_replay_ms >= 10`).
 //!
+//! Many calls at once, on an upstream that takes 0.3 s a call (the payments server's
+//! `delay_ms`, 150 ms each side of its commit): `gateway_8_pipelined_over_1` is the wall
+//! time of eight `tools/call`s of eight keys sent at once on one host connection
+//! through `toolledger mcp`, over one such call's; `upstream_8_pipelined_over_1` the
+//! same made directly to the upstream. Target: the gateway's within 1.3 (a gateway that
+//! worked one call at a time would be 8).
+//!
 //! Usage: `mcp [--quick] [--out PATH]`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -103,6 +110,8 @@ fn main() {
         upstream.cancel().await.unwrap();
         gateway.cancel().await.unwrap();
     });
+    let (gateway_pipelined, upstream_pipelined) =
+        runtime.block_on(pipelined(&work, &python, if quick { 1 } else { 5 }));
     // Each round's own differences, then their median: drift between rounds cancels.
     let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a - b).collect());
     let gateway_own = paired(&fresh, &library);
@@ -140,6 +149,11 @@ fn main() {
             "replay_vs_upstream".to_owned(),
             json!({"value": round3(replay_vs_upstream), "target": ">= 10", "met": replay_vs_upstream >= 10.0}),
         ),
+        (
+            "gateway_8_pipelined_over_1".to_owned(),
+            json!({"value": round3(gateway_pipelined), "target": "<= 1.3", "met": gateway_pipelined <= 1.3}),
+        ),
+        ("upstream_8_pipelined_over_1".to_owned(), json!(round3(upstream_pipelined))),
         ("rounds".to_owned(), json!(rounds)),
         ("calls_per_round".to_owned(), json!(calls)),
     ];
@@ -147,7 +161,53 @@ fn main() {
     for (name, value) in &report {
         println!("{name:<24} {value}");
     }
-    write_report(&out, &report, &["replay_added_ms", "fresh_added_ms", "replay_vs_upstream"]);
+    write_report(
+        &out,
+        &report,
+        &["replay_added_ms", "fresh_added_ms", "replay_vs_upstream", "gateway_8_pipelined_over_1"],
+    );
+}
+
+/// Eight calls of eight keys sent at once over one connection, over one call alone
+/// (wall times), through a gateway and directly, on an upstream that takes 0.3 s a
+/// call: the medians over `rounds` of each ratio.
+async fn pipelined(work: &Work, python: &Path, rounds: usize) -> (f64, f64) {
+    let faults = work.file("slow-faults.json");
+    std::fs::write(&faults, r#"{"delay_ms": 150}"#).unwrap();
+    let config = write_config_with(work, python, "slow", &faults);
+    let gateway = connect(gateway_at(&config, work, "slow-gateway.sqlite3")).await;
+    let mut direct = payments(python, work, "slow-direct");
+    direct.env("PAYMENTS_FAULTS", &faults);
+    let upstream = connect(direct).await;
+    pay(&gateway, "slow-warm".to_owned(), true).await;
+    pay(&upstream, "slow-warm".to_owned(), false).await;
+    let (mut through, mut alone) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for (client, keyed, ratios) in
+            [(&gateway, true, &mut through), (&upstream, false, &mut alone)]
+        {
+            let started = Instant::now();
+            pay(client, format!("s1-{round}"), keyed).await;
+            let one = started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            let calls = (0..8).map(|n| pay(client, format!("s8-{round}-{n}"), keyed));
+            join_all(calls).await;
+            ratios.push(started.elapsed().as_secs_f64() / one);
+        }
+    }
+    gateway.cancel().await.unwrap();
+    upstream.cancel().await.unwrap();
+    (median(through), median(alone))
+}
+
+/// Every future of `futures`, polled at once on this task, to its end.
+async fn join_all<F: std::future::Future<Output = ()>>(futures: impl Iterator<Item = F>) {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    std::future::poll_fn(|context| {
+        pending.retain_mut(|future| future.as_mut().poll(context).is_pending());
+        if pending.is_empty() { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
 }
 
 async fn profile_flow(flow: &str, config: &Path, work: &Work) {
@@ -222,8 +282,12 @@ fn payments(python: &Path, work: &Work, name: &str) -> tokio::process::Command {
 }
 
 fn gateway(config: &Path, work: &Work) -> tokio::process::Command {
+    gateway_at(config, work, "gateway.sqlite3")
+}
+
+fn gateway_at(config: &Path, work: &Work, ledger: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(sibling_binary("toolledger"));
-    command.arg("mcp").arg("--config").arg(config).arg("--db").arg(work.file("gateway.sqlite3"));
+    command.arg("mcp").arg("--config").arg(config).arg("--db").arg(work.file(ledger));
     command
 }
 
@@ -236,6 +300,22 @@ fn write_config(work: &Work, python: &Path) -> PathBuf {
         state = work.file("gateway-payments.sqlite3").display().to_string(),
     );
     let path = work.file("toolledger.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A configuration named `name` whose upstream reads its faults from `faults`.
+fn write_config_with(work: &Work, python: &Path, name: &str, faults: &Path) -> PathBuf {
+    let text = format!(
+        "[mcp]\ntenant = \"bench\"\nsubject = \"agent\"\n\n[mcp.upstreams.payments]\n\
+         command = [{python:?}, {server:?}]\n\
+         env = {{ PAYMENTS_STATE = {state:?}, PAYMENTS_FAULTS = {faults:?} }}\n",
+        python = python.display().to_string(),
+        server = workspace().join("crates/mcp/tests/peers/payments.py").display().to_string(),
+        state = work.file(&format!("{name}-payments.sqlite3")).display().to_string(),
+        faults = faults.display().to_string(),
+    );
+    let path = work.file(&format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path
 }

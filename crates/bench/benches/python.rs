@@ -20,6 +20,23 @@
 //! and DBOS. `python_vs_<peer>_fresh` and `_replay` are the package's rates over each
 //! peer's, per round, medians reported.
 //!
+//! Many callers on one ledger, in the same run (`crates/python/bench/many.py` for the
+//! Python side):
+//!
+//! - `rust_tokio_64_vs_1_fresh`: 64 tokio tasks each dispatching fresh calls in turn
+//!   (`dispatch_async`) on one ledger, over one task doing the same; target ≥ 3 (their
+//!   commits share fsyncs);
+//! - `python_threads_8x_slow_wall_over_slow`: eight threads, each one call of a tool
+//!   that takes 0.3 s, on one `Ledger`: the wall time over 0.3 s; target ≤ 1.3;
+//! - `python_asyncio_64_vs_rust_tokio_64_fresh`: 64 asyncio tasks (`adispatch`) over the
+//!   64 tokio tasks; target ≥ 0.8;
+//! - `python_loop_lag_p99_ms`: how late a 1 ms sleep on the event loop wakes while the
+//!   64 tasks run; target ≤ 2;
+//! - `rust_tokio_64_vs_agent_effects_64_fresh` and `_replay`: the 64 tokio tasks over
+//!   agent-effects 0.2 with its SQLite store doing the same with 64 tasks, on the same
+//!   disk (`peers/agent-effects`, whose binary `TOOLLEDGER_PEER_AGENT_EFFECTS` names);
+//!   targets ≥ 5 and ≥ 10.
+//!
 //! Usage: `python [--quick] [--out PATH]`.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -92,6 +109,7 @@ fn main() {
             replay_ratios.push(pr / er);
         }
     }
+    let many = many_callers(&work, &python, rounds, args.quick);
     let report = vec![
         ("python_vs_rust_fresh".to_owned(), json!(median(fresh_ratios))),
         ("python_vs_rust_replay".to_owned(), json!(median(replay_ratios))),
@@ -104,6 +122,7 @@ fn main() {
         ("rounds".to_owned(), json!(rounds)),
     ];
     let mut report = report;
+    report.extend(many);
     for (peer, [peer_fresh, peer_replay, fresh_ratios, replay_ratios]) in peers {
         let name = peer.replace('-', "_");
         report.push((format!("{name}_fresh_per_s"), json!(median(peer_fresh))));
@@ -123,7 +142,7 @@ const PEERS: [&str; 3] = ["agent-runtime-governance", "replyonce", "dbos"];
 /// A downstream that answers at once.
 struct Instant0 {
     identity: DownstreamIdentity,
-    count: u64,
+    count: std::sync::atomic::AtomicU64,
 }
 
 impl Downstream for Instant0 {
@@ -132,17 +151,17 @@ impl Downstream for Instant0 {
     }
 
     fn execute(
-        &mut self,
+        &self,
         request: &DownstreamRequest,
         _now: Now,
     ) -> Result<DownstreamReceipt, DownstreamError> {
-        self.count += 1;
+        let count = self.count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let arguments = &request.arguments;
-        Ok(request.receipt(json!({"payment_id": format!("pay-{}", self.count),
+        Ok(request.receipt(json!({"payment_id": format!("pay-{count}"),
             "amount_minor": arguments["amount_minor"], "currency": arguments["currency"]})))
     }
 
-    fn lookup(&mut self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+    fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
 }
@@ -159,10 +178,10 @@ fn call(key: &str) -> Call {
 fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
     let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
     let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
-    let mut ledger = Ledger::builder(work.file(&format!("rust-{round}")))
+    let ledger = Ledger::builder(work.file(&format!("rust-{round}")))
         .tool(tool.tool())
         .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-        .open(Instant0 { identity, count: 0 }, NoRoles)
+        .open(Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0) }, NoRoles)
         .unwrap();
     for warm in 0..20 {
         ledger.dispatch(&call(&format!("warm-{warm}"))).unwrap();
@@ -180,4 +199,124 @@ fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
     }
     let replay = calls as f64 / started.elapsed().as_secs_f64();
     (fresh, replay)
+}
+
+/// How long the slow tool of the threads row takes.
+const SLOW_S: f64 = 0.3;
+
+/// The many-callers rows (see the module's doc), each a median over `rounds`.
+fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(String, Value)> {
+    let (tasks, calls) = if quick { (64, 5) } else { (64, 20) };
+    let (mut scaling, mut one_rates, mut many_rates) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut walls, mut asyncio_ratios, mut lags, mut asyncio_rates) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut peer_fresh, mut peer_replay, mut over_peer_fresh, mut over_peer_replay) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let peer = std::env::var("TOOLLEDGER_PEER_AGENT_EFFECTS").expect(
+        "TOOLLEDGER_PEER_AGENT_EFFECTS names the agent-effects peer (cargo xtask bench python sets it)",
+    );
+    for round in 0..rounds {
+        let (one, many, many_replay) = tokio_rates(work, round, tasks, calls);
+        let output = Command::new(&peer)
+            .args(["--db", &work.file(&format!("agent-effects-{round}")).to_string_lossy()])
+            .args(["--tasks", &tasks.to_string(), "--calls", &calls.to_string()])
+            .args(["--round", &round.to_string()])
+            .output()
+            .expect("the agent-effects peer starts");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let measured: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let (pf, pr) =
+            (measured["fresh_per_s"].as_f64().unwrap(), measured["replay_per_s"].as_f64().unwrap());
+        println!(
+            "round {round}: agent-effects {tasks} tasks fresh {pf:.0}/s replay {pr:.0}/s; toolledger replay {many_replay:.0}/s"
+        );
+        peer_fresh.push(pf);
+        peer_replay.push(pr);
+        over_peer_fresh.push(many / pf);
+        over_peer_replay.push(many_replay / pr);
+        let output = Command::new(python)
+            .arg(workspace().join("crates/python/bench/many.py"))
+            .args(["--dir", &work.path().to_string_lossy(), "--round", &round.to_string()])
+            .args(["--tasks", &tasks.to_string(), "--calls", &calls.to_string()])
+            .args(["--slow", &SLOW_S.to_string()])
+            .output()
+            .expect("the venv's python starts");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let measured: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let (wall, rate, lag) = (
+            measured["threads_wall_s"].as_f64().unwrap(),
+            measured["asyncio_fresh_per_s"].as_f64().unwrap(),
+            measured["loop_lag_p99_ms"].as_f64().unwrap(),
+        );
+        println!(
+            "round {round}: tokio 1 task {one:.0}/s, {tasks} tasks {many:.0}/s; python 8 threads x {SLOW_S} s: {wall:.3} s; asyncio {tasks} tasks {rate:.0}/s, loop lag p99 {lag:.2} ms"
+        );
+        scaling.push(many / one);
+        one_rates.push(one);
+        many_rates.push(many);
+        walls.push(wall / SLOW_S);
+        asyncio_ratios.push(rate / many);
+        asyncio_rates.push(rate);
+        lags.push(lag);
+    }
+    vec![
+        ("rust_tokio_64_vs_1_fresh".to_owned(), json!(median(scaling))),
+        ("rust_tokio_1_fresh_per_s".to_owned(), json!(median(one_rates))),
+        ("rust_tokio_64_fresh_per_s".to_owned(), json!(median(many_rates))),
+        ("python_threads_8x_slow_wall_over_slow".to_owned(), json!(median(walls))),
+        ("python_asyncio_64_vs_rust_tokio_64_fresh".to_owned(), json!(median(asyncio_ratios))),
+        ("python_asyncio_64_fresh_per_s".to_owned(), json!(median(asyncio_rates))),
+        ("python_loop_lag_p99_ms".to_owned(), json!(median(lags))),
+        ("rust_tokio_64_vs_agent_effects_64_fresh".to_owned(), json!(median(over_peer_fresh))),
+        ("rust_tokio_64_vs_agent_effects_64_replay".to_owned(), json!(median(over_peer_replay))),
+        ("agent_effects_64_fresh_per_s".to_owned(), json!(median(peer_fresh))),
+        ("agent_effects_64_replay_per_s".to_owned(), json!(median(peer_replay))),
+    ]
+}
+
+/// Calls per second on one ledger: one tokio task dispatching fresh keys in turn, then
+/// `tasks` tasks each dispatching `calls` fresh keys in turn, then the same keys again
+/// (replays), on a multi-thread runtime.
+fn tokio_rates(work: &Work, round: usize, tasks: usize, calls: usize) -> (f64, f64, f64) {
+    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
+    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let ledger = Ledger::builder(work.file(&format!("tokio-{round}")))
+            .tool(tool.tool())
+            .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
+            .open(Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0) }, NoRoles)
+            .unwrap();
+        for warm in 0..20 {
+            ledger.dispatch_async(&call(&format!("warm-{warm}"))).await.unwrap();
+        }
+        let total = tasks * calls;
+        let started = Instant::now();
+        for n in 0..total {
+            let reply = ledger.dispatch_async(&call(&format!("one-{round}-{n}"))).await.unwrap();
+            assert!(reply.outcome().is_done());
+        }
+        let one = total as f64 / started.elapsed().as_secs_f64();
+        let mut rates = [0.0; 2];
+        for rate in &mut rates {
+            let started = Instant::now();
+            let handles: Vec<_> = (0..tasks)
+                .map(|task| {
+                    let ledger = ledger.clone();
+                    tokio::spawn(async move {
+                        for n in 0..calls {
+                            let key = format!("many-{round}-{task}-{n}");
+                            let reply = ledger.dispatch_async(&call(&key)).await.unwrap();
+                            assert!(reply.outcome().is_done());
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.await.unwrap();
+            }
+            *rate = total as f64 / started.elapsed().as_secs_f64();
+        }
+        (one, rates[0], rates[1])
+    })
 }
