@@ -32,6 +32,9 @@
 //!   64 tokio tasks; target ≥ 0.8;
 //! - `python_loop_lag_p99_ms`: how late a 1 ms sleep on the event loop wakes while the
 //!   64 tasks run; target ≤ 2;
+//! - `fresh_lookup_lazy_c_per_s` and `fresh_no_lookup_synced_c_per_s`: one caller's
+//!   fresh calls when the downstream can look its requests up (a success's commit C
+//!   lazy) and when it cannot (synced: `docs/schema.md`, "Lazy commit C");
 //! - `rust_tokio_64_vs_agent_effects_64_fresh` and `_replay`: the 64 tokio tasks over
 //!   agent-effects 0.2 with its SQLite store doing the same with 64 tasks, on the same
 //!   disk (`peers/agent-effects`, whose binary `TOOLLEDGER_PEER_AGENT_EFFECTS` names);
@@ -143,6 +146,8 @@ const PEERS: [&str; 3] = ["agent-runtime-governance", "replyonce", "dbos"];
 struct Instant0 {
     identity: DownstreamIdentity,
     count: std::sync::atomic::AtomicU64,
+    /// Whether it says it can look its requests up (a success's commit C then lazy).
+    looks_up: bool,
 }
 
 impl Downstream for Instant0 {
@@ -164,6 +169,10 @@ impl Downstream for Instant0 {
     fn lookup(&self, _request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Ok(Lookup::NotFound)
     }
+
+    fn can_look_up(&self, _tool: &str) -> bool {
+        self.looks_up
+    }
 }
 
 fn call(key: &str) -> Call {
@@ -181,7 +190,10 @@ fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
     let ledger = Ledger::builder(work.file(&format!("rust-{round}")))
         .tool(tool.tool())
         .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-        .open(Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0) }, NoRoles)
+        .open(
+            Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0), looks_up: true },
+            NoRoles,
+        )
         .unwrap();
     for warm in 0..20 {
         ledger.dispatch(&call(&format!("warm-{warm}"))).unwrap();
@@ -201,6 +213,27 @@ fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
     (fresh, replay)
 }
 
+/// Fresh calls per second of one caller on a new ledger whose downstream says it can
+/// (`true`: a success's commit C lazy) or cannot (`false`: synced) look requests up.
+fn fresh_rate(work: &Work, name: &str, calls: usize, looks_up: bool) -> f64 {
+    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
+    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
+    let count = std::sync::atomic::AtomicU64::new(0);
+    let ledger = Ledger::builder(work.file(name))
+        .tool(tool.tool())
+        .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
+        .open(Instant0 { identity, count, looks_up }, NoRoles)
+        .unwrap();
+    for warm in 0..20 {
+        ledger.dispatch(&call(&format!("warm-{warm}"))).unwrap();
+    }
+    let started = Instant::now();
+    for n in 0..calls {
+        assert!(ledger.dispatch(&call(&format!("k-{n}"))).unwrap().outcome().is_done());
+    }
+    calls as f64 / started.elapsed().as_secs_f64()
+}
+
 /// How long the slow tool of the threads row takes.
 const SLOW_S: f64 = 0.3;
 
@@ -215,7 +248,11 @@ fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(S
     let peer = std::env::var("TOOLLEDGER_PEER_AGENT_EFFECTS").expect(
         "TOOLLEDGER_PEER_AGENT_EFFECTS names the agent-effects peer (cargo xtask bench python sets it)",
     );
+    let (mut lazy_rates, mut synced_rates) = (Vec::new(), Vec::new());
     for round in 0..rounds {
+        let fresh_calls = tasks * calls;
+        lazy_rates.push(fresh_rate(work, &format!("lazy-{round}"), fresh_calls, true));
+        synced_rates.push(fresh_rate(work, &format!("synced-{round}"), fresh_calls, false));
         let (one, many, many_replay) = tokio_rates(work, round, tasks, calls);
         let output = Command::new(&peer)
             .args(["--db", &work.file(&format!("agent-effects-{round}")).to_string_lossy()])
@@ -267,6 +304,8 @@ fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(S
         ("python_asyncio_64_vs_rust_tokio_64_fresh".to_owned(), json!(median(asyncio_ratios))),
         ("python_asyncio_64_fresh_per_s".to_owned(), json!(median(asyncio_rates))),
         ("python_loop_lag_p99_ms".to_owned(), json!(median(lags))),
+        ("fresh_lookup_lazy_c_per_s".to_owned(), json!(median(lazy_rates))),
+        ("fresh_no_lookup_synced_c_per_s".to_owned(), json!(median(synced_rates))),
         ("rust_tokio_64_vs_agent_effects_64_fresh".to_owned(), json!(median(over_peer_fresh))),
         ("rust_tokio_64_vs_agent_effects_64_replay".to_owned(), json!(median(over_peer_replay))),
         ("agent_effects_64_fresh_per_s".to_owned(), json!(median(peer_fresh))),
@@ -285,7 +324,10 @@ fn tokio_rates(work: &Work, round: usize, tasks: usize, calls: usize) -> (f64, f
         let ledger = Ledger::builder(work.file(&format!("tokio-{round}")))
             .tool(tool.tool())
             .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-            .open(Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0) }, NoRoles)
+            .open(
+                Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0), looks_up: true },
+                NoRoles,
+            )
             .unwrap();
         for warm in 0..20 {
             ledger.dispatch_async(&call(&format!("warm-{warm}"))).await.unwrap();
