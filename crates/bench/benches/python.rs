@@ -183,18 +183,22 @@ fn call(key: &str) -> Call {
         .model_call(ModelCall::keyed(profile, "py", "bench", "agent", "pay", key))
 }
 
-/// Fresh and replay rates of the Rust facade, on a new file.
-fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
+/// A new ledger in `work`'s file `name` with the bench's tool, over [`Instant0`] saying
+/// it can (or cannot) look its requests up.
+fn bench_ledger(work: &Work, name: &str, looks_up: bool) -> Ledger<Instant0, NoRoles> {
     let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
     let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
-    let ledger = Ledger::builder(work.file(&format!("rust-{round}")))
+    let count = std::sync::atomic::AtomicU64::new(0);
+    Ledger::builder(work.file(name))
         .tool(tool.tool())
         .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-        .open(
-            Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0), looks_up: true },
-            NoRoles,
-        )
-        .unwrap();
+        .open(Instant0 { identity, count, looks_up }, NoRoles)
+        .unwrap()
+}
+
+/// Fresh and replay rates of the Rust facade, on a new file.
+fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
+    let ledger = bench_ledger(work, &format!("rust-{round}"), true);
     for warm in 0..20 {
         ledger.dispatch(&call(&format!("warm-{warm}"))).unwrap();
     }
@@ -216,14 +220,7 @@ fn rust(work: &Work, round: usize, calls: usize) -> (f64, f64) {
 /// Fresh calls per second of one caller on a new ledger whose downstream says it can
 /// (`true`: a success's commit C lazy) or cannot (`false`: synced) look requests up.
 fn fresh_rate(work: &Work, name: &str, calls: usize, looks_up: bool) -> f64 {
-    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
-    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
-    let count = std::sync::atomic::AtomicU64::new(0);
-    let ledger = Ledger::builder(work.file(name))
-        .tool(tool.tool())
-        .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-        .open(Instant0 { identity, count, looks_up }, NoRoles)
-        .unwrap();
+    let ledger = bench_ledger(work, name, looks_up);
     for warm in 0..20 {
         ledger.dispatch(&call(&format!("warm-{warm}"))).unwrap();
     }
@@ -317,18 +314,9 @@ fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(S
 /// `tasks` tasks each dispatching `calls` fresh keys in turn, then the same keys again
 /// (replays), on a multi-thread runtime.
 fn tokio_rates(work: &Work, round: usize, tasks: usize, calls: usize) -> (f64, f64, f64) {
-    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
-    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let ledger = Ledger::builder(work.file(&format!("tokio-{round}")))
-            .tool(tool.tool())
-            .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-            .open(
-                Instant0 { identity, count: std::sync::atomic::AtomicU64::new(0), looks_up: true },
-                NoRoles,
-            )
-            .unwrap();
+        let ledger = bench_ledger(work, &format!("tokio-{round}"), true);
         for warm in 0..20 {
             ledger.dispatch_async(&call(&format!("warm-{warm}"))).await.unwrap();
         }
