@@ -97,6 +97,56 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
         self.accept(call, &nobody, Then::Stop)
     }
 
+    /// What [`Engine::dispatch`] answers a call whose scope (or model call) the ledger
+    /// already holds: a replay, a conflict, an unknown, how it ended, or the door's
+    /// refusal — read alone, writing nothing and asking no downstream. `None` when the
+    /// scope is new: only a dispatch accepts it. For a host that answers such calls on a
+    /// few reading threads and sends only new intents where they may wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::dispatch`] before an intent is accepted.
+    pub fn known(&mut self, call: &HostCall) -> Result<Option<Answer>, EngineError> {
+        let registry = Arc::clone(&self.registry);
+        match self.admit(&registry, call)? {
+            Ok((tool, _)) => self.known_scope(call, tool),
+            Err(refused) => Ok(Some(refused)),
+        }
+    }
+
+    /// [`Engine::known`] for an admitted call of `tool`.
+    fn known_scope(
+        &mut self,
+        call: &HostCall,
+        tool: &ToolSpec,
+    ) -> Result<Option<Answer>, EngineError> {
+        let (tenant, subject) = (&call.principal.tenant_id, &call.principal.subject_id);
+        let scope = scope_of(call, tool);
+        let identity = identity_of(call);
+        let lookup = self.store.dispatch_lookup(&scope, &identity)?;
+        match &lookup.call {
+            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
+                return Ok(Some(block(BlockCode::CallPurposeConflict, None)));
+            }
+            // One model call, one intent: this call already dispatched another scope.
+            // (A stored operation's ref was verified to recompute from this scope, so a
+            // replay compares with it and computes no digest.)
+            Some(recorded)
+                if match &lookup.operation {
+                    Some(stored) => stored.intent.status_ref != recorded.status_ref,
+                    None => recorded.status_ref != status_ref(&scope),
+                } =>
+            {
+                return Ok(Some(call_reused(recorded, tenant, subject)));
+            }
+            _ => {}
+        }
+        match lookup.operation {
+            Some(stored) => self.settled(stored, tool, call).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn accept(
         &mut self,
         call: &HostCall,
@@ -108,31 +158,13 @@ impl<S: LedgerStore, D: Downstream, R: PrincipalResolver> Engine<S, D, R> {
             Ok(admitted) => admitted,
             Err(refused) => return Ok(refused),
         };
+        if let Some(known) = self.known_scope(call, tool)? {
+            return Ok(known);
+        }
         let (tenant, subject) = (&call.principal.tenant_id, &call.principal.subject_id);
         let arguments = &call.proposal.arguments;
         let scope = scope_of(call, tool);
         let identity = identity_of(call);
-        let lookup = self.store.dispatch_lookup(&scope, &identity)?;
-        match &lookup.call {
-            Some(recorded) if recorded.purpose == Purpose::QueryStatus => {
-                return Ok(block(BlockCode::CallPurposeConflict, None));
-            }
-            // One model call, one intent: this call already dispatched another scope.
-            // (A stored operation's ref was verified to recompute from this scope, so a
-            // replay compares with it and computes no digest.)
-            Some(recorded)
-                if match &lookup.operation {
-                    Some(stored) => stored.intent.status_ref != recorded.status_ref,
-                    None => recorded.status_ref != status_ref(&scope),
-                } =>
-            {
-                return Ok(call_reused(recorded, tenant, subject));
-            }
-            _ => {}
-        }
-        if let Some(stored) = lookup.operation {
-            return self.settled(stored, tool, call);
-        }
         if self.store.retired(&status_ref(&scope))? {
             return Ok(block(BlockCode::KeyRetired, None));
         }

@@ -38,8 +38,9 @@ use crate::{
 /// The provider profile of every call the gateway records: MCP's `tools/call`.
 pub(crate) const PROFILE: (&str, &str, &str) = ("mcp", "tools_call", "toolledger-mcp-1");
 
-/// The ledger, shared by every call at once: each is worked on a blocking thread of
-/// its own, and no lock of the gateway's is held while it runs.
+/// The ledger, shared by every call at once (a [`Ledger`] is a handle whose calls run
+/// side by side): each call is worked off the runtime's async threads, and no lock is
+/// held while it runs.
 pub(crate) type SharedLedger = Arc<Held>;
 
 /// The gateway's ledger, dropped off the runtime's async context: a PostgreSQL store
@@ -309,10 +310,10 @@ impl Gateway {
             });
         }
         let (ledger, call) = (Ledger::clone(&self.inner.ledger), call.clone());
-        let worked = tokio::task::spawn_blocking(move || {
+        toolledger::blocking(move || {
             crate::downstream::watching(cancelled, watched, || ledger.dispatch(&call))
-        });
-        joined(worked.await)
+        })
+        .await
     }
 
     async fn status(
@@ -341,11 +342,7 @@ impl Gateway {
             &format!("mcp-status-{}", status_ref.as_str()),
             &format!("mcp-status-{}", status_ref.as_str()),
         ));
-        let ledger = Ledger::clone(&self.inner.ledger);
-        let worked = joined(
-            tokio::task::spawn_blocking(move || ledger.status_of(&query, &status_ref)).await,
-        );
-        match worked {
+        match self.inner.ledger.status_of_async(&query, &status_ref).await {
             Ok(reply) => answer(&reply, None),
             Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
         }
@@ -576,19 +573,6 @@ fn unguessable(n: u64) -> String {
         hasher.finish()
     };
     format!("{:016x}{:016x}", half(1), half(2))
-}
-
-/// What a blocking task of the ledger's answered. A panic in it (a host's downstream
-/// that panicked) goes on as the panic it was, as it would have in place; a blocking
-/// task is never cancelled once it has started.
-fn joined<T>(joined: Result<T, tokio::task::JoinError>) -> T {
-    match joined {
-        Ok(answer) => answer,
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_) => unreachable!("a blocking task runs to its end once started"),
-        },
-    }
 }
 
 /// The ledger's answer as a tool result.

@@ -70,6 +70,7 @@ mod relay;
 mod reply;
 mod store;
 mod tasks;
+pub use tasks::blocking;
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -285,14 +286,33 @@ struct Turn<'a> {
 }
 
 impl Turns {
-    fn take(&self, call: &HostCall) -> Turn<'_> {
-        let scope = [
+    fn scope(call: &HostCall) -> String {
+        [
             call.principal.tenant_id.as_str(),
             call.principal.subject_id.as_str(),
             call.proposal.tool_name.as_str(),
             call.host.idempotency_key.as_str(),
         ]
-        .join("\u{0}");
+        .join("\u{0}")
+    }
+
+    /// The scope's turn when nobody holds it (or this thread does); `None` when another
+    /// call holds it now.
+    fn try_take(&self, call: &HostCall) -> Option<Turn<'_>> {
+        let scope = Turns::scope(call);
+        let me = std::thread::current().id();
+        let mut working = self.working.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match working.get(&scope) {
+            None => {}
+            Some(holder) if *holder == me => return Some(Turn { turns: self, scope: None }),
+            Some(_) => return None,
+        }
+        working.insert(scope.clone(), me);
+        Some(Turn { turns: self, scope: Some(scope) })
+    }
+
+    fn take(&self, call: &HostCall) -> Turn<'_> {
+        let scope = Turns::scope(call);
         let me = std::thread::current().id();
         let mut working = self.working.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
@@ -641,6 +661,20 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         };
         let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(&host_call));
         self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(&host_call, worker)?)))
+    }
+
+    /// What [`Ledger::dispatch`] answers `call` when the ledger already holds its scope
+    /// (a replay, a conflict, an unknown, how it ended) or the door refuses it, read
+    /// alone: nothing is written and no downstream is asked. `None` when the scope is
+    /// new, or when a call of this ledger is working it now: only a dispatch (which waits
+    /// for that call) answers it.
+    fn known(&self, call: &Call) -> Result<Option<Reply>, Error> {
+        let host_call = match self.host_call_of(call)? {
+            Ok(host_call) => host_call,
+            Err(refused) => return Ok(Some(refused)),
+        };
+        let Some(_turn) = self.shared.turns.try_take(&host_call) else { return Ok(None) };
+        self.shared.engine(|engine| Ok(engine.known(&host_call)?.map(Reply::from)))
     }
 
     /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it

@@ -141,10 +141,26 @@ impl LedgerBuilder {
 }
 
 /// Runs `work` on the runtime's blocking pool and waits for it without blocking a
-/// runtime thread. A panic in it (a host's downstream that panicked) goes on as the
-/// panic it was; a blocking task is never cancelled once it has started, so a call
-/// handed to the ledger runs to its end even if the future waiting on it is dropped.
-async fn blocking<T: Send + 'static>(
+/// runtime thread, as every `*_async` method of [`Ledger`] does: for a host that wraps
+/// a synchronous call in something of its own (a per-call context, say). A panic in it
+/// (a host's downstream that panicked) goes on as the panic it was; a blocking task is
+/// never cancelled once it has started, so a call handed to the ledger runs to its end
+/// even if the future waiting on it is dropped.
+///
+/// # Errors
+///
+/// What `work` answers; `USAGE_ERROR` when the runtime shut down before it started
+/// (nothing of it ran).
+///
+/// ```
+/// # let (ledger, call, dir) = toolledger::doc_fixture("blocking");
+/// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// let reply = runtime.block_on(toolledger::blocking(move || ledger.dispatch(&call)))?;
+/// assert!(reply.outcome().is_done());
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok::<(), toolledger::Error>(())
+/// ```
+pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
     match tokio::task::spawn_blocking(work).await {
@@ -155,6 +171,86 @@ async fn blocking<T: Send + 'static>(
                 "the runtime shut down before the call started: nothing was accepted".to_owned(),
             )),
         },
+    }
+}
+
+/// Runs `work`, a read that waits on nothing but the disk, on the process's reading
+/// lane: one thread per core, each taking queued reads one after another without
+/// sleeping between them, so that 64 tasks' replays neither start 64 blocking threads
+/// nor pay a thread's wake-up each. Off a runtime thread, as [`blocking`] is; a panic
+/// goes on as the panic it was.
+async fn reading<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let Some(lane) = Lane::get() else {
+        // No lane thread could be started: the blocking pool reads it.
+        return blocking(work).await;
+    };
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    lane.queue(Box::new(move || {
+        let _ = answer.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+    }));
+    match answered.await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => {
+            Err(Error::invalid("the reading lane dropped a read: nothing was accepted".to_owned()))
+        }
+    }
+}
+
+type ReadJob = Box<dyn FnOnce() + Send>;
+
+/// The process's reading lane (see [`reading`]).
+struct Lane {
+    queue: std::sync::Mutex<std::collections::VecDeque<ReadJob>>,
+    ready: std::sync::Condvar,
+}
+
+static LANE: Lane = Lane {
+    queue: std::sync::Mutex::new(std::collections::VecDeque::new()),
+    ready: std::sync::Condvar::new(),
+};
+
+impl Lane {
+    /// The lane, its threads (one per core) started on first use; `None` when none
+    /// could be.
+    fn get() -> Option<&'static Lane> {
+        static STARTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let started = STARTED.get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            let spawned = (0..threads).map(|n| {
+                std::thread::Builder::new()
+                    .name(format!("toolledger-read-{n}"))
+                    .spawn(|| LANE.work())
+            });
+            spawned.filter(Result::is_ok).count() > 0
+        });
+        started.then_some(&LANE)
+    }
+
+    fn queue(&self, job: ReadJob) {
+        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queue.push_back(job);
+        drop(queue);
+        self.ready.notify_one();
+    }
+
+    fn work(&self) {
+        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            match queue.pop_front() {
+                Some(job) => {
+                    drop(queue);
+                    job();
+                    queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                None => {
+                    queue =
+                        self.ready.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+        }
     }
 }
 
@@ -184,8 +280,17 @@ where
         &self,
         call: &Call,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
-        let (ledger, call) = (self.clone(), call.clone());
-        blocking(move || ledger.dispatch(&call))
+        let (ledger, call) = (self.clone(), Arc::new(call.clone()));
+        async move {
+            // A call the ledger already holds is answered by a read alone, on at most one
+            // blocking thread per core: 64 tasks' replays in 64 threads spent their time
+            // switching and in the allocator's locks.
+            let (reader, read) = (ledger.clone(), Arc::clone(&call));
+            if let Some(reply) = reading(move || reader.known(&read)).await? {
+                return Ok(reply);
+            }
+            blocking(move || ledger.dispatch(&call)).await
+        }
     }
 
     /// [`Ledger::enqueue`], as a future.
