@@ -12,7 +12,7 @@ use std::{
     sync::Arc,
 };
 
-use pyo3::prelude::*;
+use pyo3::{prelude::*, types::PyTuple};
 use serde_json::Value;
 use toolledger::{
     Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
@@ -179,7 +179,9 @@ impl Target {
     fn execute(&self, request: &DownstreamRequest) -> Result<DownstreamReceipt, DownstreamError> {
         Python::attach(|py| {
             let handed = Request::of(request);
-            let answer = match self.object.bind(py).call_method1("execute", (handed,)) {
+            let execute = self.object.bind(py).getattr("execute");
+            let called = (handed,).into_pyobject(py);
+            let answer = match execute.and_then(|execute| call_hosted(&execute, called?)) {
                 Ok(answer) => answer,
                 Err(err) => return Err(unknown(raised(py, &err))),
             };
@@ -210,7 +212,9 @@ impl Target {
     fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
         Python::attach(|py| {
             let handed = Request::of(request);
-            let answer = match self.object.bind(py).call_method1("lookup", (handed,)) {
+            let lookup = self.object.bind(py).getattr("lookup");
+            let called = (handed,).into_pyobject(py);
+            let answer = match lookup.and_then(|lookup| call_hosted(&lookup, called?)) {
                 Ok(answer) => answer,
                 Err(err) => return Err(unknown(raised(py, &err))),
             };
@@ -400,20 +404,53 @@ impl PrincipalResolver for Roles {
     ) -> Result<Vec<String>, ResolverError> {
         let Some(resolver) = &self.0 else { return Ok(Vec::new()) };
         Python::attach(|py| {
-            let answer = resolver
-                .bind(py)
-                .call1((tenant_id.as_str(), subject_id.as_str()))
-                .map_err(|raised| {
+            let asked = (tenant_id.as_str(), subject_id.as_str()).into_pyobject(py);
+            let answer = asked.and_then(|asked| call_hosted(resolver.bind(py), asked)).map_err(
+                |raised| {
                     // The host's own exception becomes the `__cause__` of the
                     // `RolesError` this call raises.
                     crate::errors::keep_cause(raised);
                     ResolverError::Unavailable
-                })?;
+                },
+            )?;
             answer.extract::<Vec<String>>().map_err(|_| {
                 ResolverError::Invalid("the resolver did not answer a list of str".to_owned())
             })
         })
     }
+}
+
+thread_local! {
+    /// The host's `contextvars.Context` of the awaited call this thread works (see
+    /// `soon`): the host's code it calls runs in it, as it would have on the awaiting
+    /// coroutine's own thread. Taken out while that code runs, so a call it makes in
+    /// turn runs in the context already entered.
+    static CONTEXT: std::cell::RefCell<Option<Py<PyAny>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `work` with `context` as the host's context of the calls it makes to Python.
+pub(crate) fn in_context<T>(context: Py<PyAny>, work: impl FnOnce() -> T) -> T {
+    CONTEXT.with_borrow_mut(|held| *held = Some(context));
+    let answer = work();
+    CONTEXT.with_borrow_mut(Option::take);
+    answer
+}
+
+/// Calls the host's `callable` with `args`, in the host's context of the call this
+/// thread works, if any.
+fn call_hosted<'py>(
+    callable: &Bound<'py, PyAny>,
+    args: Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = callable.py();
+    let Some(context) = CONTEXT.with_borrow_mut(Option::take) else {
+        return callable.call1(args);
+    };
+    let mut all = vec![callable.clone()];
+    all.extend(args.iter());
+    let answer = PyTuple::new(py, all).and_then(|all| context.bind(py).call_method1("run", all));
+    CONTEXT.with_borrow_mut(|held| *held = Some(context));
+    answer
 }
 
 /// Adds the classes to the module.

@@ -40,9 +40,20 @@ pub(crate) fn keep_cause(raised: PyErr) {
     CAUSE.with_borrow_mut(|cause| *cause = Some(raised));
 }
 
+/// The host's exception this thread kept for the error it raises next, taken.
+pub(crate) fn take_cause() -> Option<PyErr> {
+    CAUSE.with_borrow_mut(Option::take)
+}
+
 /// The Python exception for a facade error, with `.code` and `.message` set, and the
-/// host's own exception that caused it (a role resolver's) as its `__cause__`.
+/// host's own exception that caused it on this thread (a role resolver's) as its
+/// `__cause__`.
 pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
+    raise_caused(error, take_cause())
+}
+
+/// [`raise`], with the host's exception `cause` kept by the thread that worked the call.
+pub(crate) fn raise_caused(error: &toolledger::Error, cause: Option<PyErr>) -> PyErr {
     use toolledger::ErrorCode as Code;
     let code = error.code();
     let message = error.to_string();
@@ -58,7 +69,6 @@ pub(crate) fn raise(error: &toolledger::Error) -> PyErr {
         }
         _ => Error::new_err(message.clone()),
     };
-    let cause = CAUSE.with_borrow_mut(Option::take);
     if let (Code::RolesUnavailable, Some(cause)) = (code, cause) {
         Python::attach(|py| err.set_cause(py, Some(cause)));
     }

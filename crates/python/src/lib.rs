@@ -11,6 +11,7 @@ mod convert;
 mod downstream;
 mod errors;
 mod reply;
+mod soon;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -36,8 +37,14 @@ use toolledger::{
 use crate::{
     convert::{to_call_value, to_python, to_value},
     downstream::{Roles, Routed, Target, Wired},
-    errors::{blocked, invalid, raise},
+    errors::{invalid, raise},
+    soon::{Completions, Finished},
 };
+
+/// An awaited call's delivery (`_ledger.py`'s `_soon`): the loop's completions, the
+/// call's id there, the host's `contextvars.Context`, and the pool's size. A method
+/// given one starts the call on the pool and returns `None`.
+type Soon = (Py<Completions>, u64, Py<PyAny>, usize);
 
 /// The profile of a call that names no model call: one key is one model call
 /// (`docs/python.md`, "One model call").
@@ -461,6 +468,27 @@ fn open_ledger(state: &Mutex<State>) -> PyResult<Inner> {
     locked(state).ledger.clone().ok_or_else(|| invalid("the ledger is closed".to_owned()))
 }
 
+impl Ledger {
+    /// Works a call on the open ledger: here, with the GIL let go, answering its reply;
+    /// or, for an awaited call (`soon`), on the package's pool, answering `None` at once
+    /// while the reply goes to the awaiting loop.
+    fn work(
+        &self,
+        py: Python<'_>,
+        soon: Option<Soon>,
+        work: impl FnOnce(&Inner) -> Finished + Send + 'static,
+    ) -> PyResult<Py<PyAny>> {
+        let ledger = open_ledger(&self.state)?;
+        match soon {
+            None => py.detach(|| work(&ledger)).answer(py),
+            Some((completions, id, context, size)) => {
+                completions.get().start(id, context, size, move || work(&ledger))?;
+                Ok(py.None())
+            }
+        }
+    }
+}
+
 #[pymethods]
 impl Ledger {
     #[new]
@@ -533,32 +561,31 @@ impl Ledger {
     /// Dispatches a call: a new intent is accepted (commit A) and performed now; a
     /// retry replays the first result; another intent under the same key is
     /// `IDEMPOTENCY_CONFLICT`. Raises `toolledger.Error` only when nothing was accepted.
-    fn dispatch(&self, py: Python<'_>, call: &Call) -> PyResult<reply::Reply> {
+    #[pyo3(signature = (call, *, _soon = None))]
+    fn dispatch(&self, py: Python<'_>, call: &Call, _soon: Option<Soon>) -> PyResult<Py<PyAny>> {
         let call = call.facade(&self.principal)?;
-        let answer =
-            py.detach(|| open_ledger(&self.state)?.dispatch(&call).map_err(|err| raise(&err)))?;
-        reply::Reply::new(py, answer)
+        self.work(py, _soon, move |ledger| Finished::of(ledger.dispatch(&call), Finished::Reply))
     }
 
     /// Accepts a call (commit A) and stops: `Accepted`, certainly not sent; a worker
     /// (`process`) or the relay performs it.
-    fn enqueue(&self, py: Python<'_>, call: &Call) -> PyResult<reply::Reply> {
+    #[pyo3(signature = (call, *, _soon = None))]
+    fn enqueue(&self, py: Python<'_>, call: &Call, _soon: Option<Soon>) -> PyResult<Py<PyAny>> {
         let call = call.facade(&self.principal)?;
-        let answer =
-            py.detach(|| open_ledger(&self.state)?.enqueue(&call).map_err(|err| raise(&err)))?;
-        reply::Reply::new(py, answer)
+        self.work(py, _soon, move |ledger| Finished::of(ledger.enqueue(&call), Finished::Reply))
     }
 
     /// Works the accepted operation `status_ref` as a worker: the tenant, subject and
     /// arguments come from the ledger; `context` is the business context its rules read.
-    #[pyo3(signature = (status_ref, *, context = None, at = None))]
+    #[pyo3(signature = (status_ref, *, context = None, at = None, _soon = None))]
     fn process(
         &self,
         py: Python<'_>,
         status_ref: &str,
         context: Option<&Bound<'_, PyAny>>,
         at: Option<i64>,
-    ) -> PyResult<reply::Reply> {
+        _soon: Option<Soon>,
+    ) -> PyResult<Py<PyAny>> {
         let status_ref = parse_ref(status_ref)?;
         let mut call = toolledger::Call::new("", Value::Null);
         if let Some(context) = context {
@@ -567,10 +594,9 @@ impl Ledger {
         if let Some(at) = at {
             call = call.at(at);
         }
-        let answer = py.detach(|| {
-            open_ledger(&self.state)?.process(&status_ref, &call).map_err(|err| raise(&err))
-        })?;
-        reply::Reply::new(py, answer)
+        self.work(py, _soon, move |ledger| {
+            Finished::of(ledger.process(&status_ref, &call), Finished::Reply)
+        })
     }
 
     /// The explicit status query for `status_ref`: settles an unknown outcome on the
@@ -578,7 +604,7 @@ impl Ledger {
     /// same intent), or by a host that holds only the ref: then `tenant`/`subject`
     /// (default: the ledger's), `model_call` (default: one derived from the ref) and
     /// `context`.
-    #[pyo3(signature = (status_ref, call = None, *, tenant = None, subject = None, model_call = None, context = None, at = None))]
+    #[pyo3(signature = (status_ref, call = None, *, tenant = None, subject = None, model_call = None, context = None, at = None, _soon = None))]
     #[allow(clippy::too_many_arguments)]
     fn status(
         &self,
@@ -590,13 +616,14 @@ impl Ledger {
         model_call: Option<ModelCall>,
         context: Option<&Bound<'_, PyAny>>,
         at: Option<i64>,
-    ) -> PyResult<reply::Reply> {
+        _soon: Option<Soon>,
+    ) -> PyResult<Py<PyAny>> {
         let parsed = parse_ref(status_ref)?;
-        let answer = if let Some(call) = call {
+        if let Some(call) = call {
             let call = call.facade(&self.principal)?;
-            py.detach(|| {
-                open_ledger(&self.state)?.status(&call, &parsed).map_err(|err| raise(&err))
-            })?
+            self.work(py, _soon, move |ledger| {
+                Finished::of(ledger.status(&call, &parsed), Finished::Reply)
+            })
         } else {
             let (tenant, subject) = self.principal.of(tenant.as_deref(), subject.as_deref())?;
             let model_call = match model_call {
@@ -617,11 +644,10 @@ impl Ledger {
             if let Some(at) = at {
                 query = query.at(at);
             }
-            py.detach(|| {
-                open_ledger(&self.state)?.status_of(&query, &parsed).map_err(|err| raise(&err))
-            })?
-        };
-        reply::Reply::new(py, answer)
+            self.work(py, _soon, move |ledger| {
+                Finished::of(ledger.status_of(&query, &parsed), Finished::Reply)
+            })
+        }
     }
 
     /// Settles by hand an operation no status query could tell: with the downstream's
@@ -629,7 +655,8 @@ impl Ledger {
     /// Returns `"succeeded"` or `"failed"`; raises `InvalidError` when it cannot be
     /// settled (`NOT_RESOLVABLE`, `LEASE_HELD`, `NOT_FOUND`, or an output that is not the
     /// operation's).
-    #[pyo3(signature = (status_ref, *, reason, output = None, not_happened = false, at = None))]
+    #[pyo3(signature = (status_ref, *, reason, output = None, not_happened = false, at = None, _soon = None))]
+    #[allow(clippy::too_many_arguments)]
     fn resolve(
         &self,
         py: Python<'_>,
@@ -638,26 +665,19 @@ impl Ledger {
         output: Option<&Bound<'_, PyAny>>,
         not_happened: bool,
         at: Option<i64>,
-    ) -> PyResult<String> {
+        _soon: Option<Soon>,
+    ) -> PyResult<Py<PyAny>> {
         let parsed = parse_ref(status_ref)?;
         let evidence = match (output, not_happened) {
             (Some(output), false) => Evidence::Output(to_value(output, "the output")?),
             (None, true) => Evidence::NotHappened,
             _ => return Err(invalid("give output= or not_happened=True, not both".to_owned())),
         };
-        let resolution = py.detach(|| {
-            open_ledger(&self.state)?
-                .resolve(&parsed, &evidence, reason, at)
-                .map_err(|err| raise(&err))
-        })?;
-        // One rendering for every door: the facade's package, raised when it refuses.
-        let package = toolledger::resolve_package(&parsed, &resolution);
-        let text = |member: &str| package[member].as_str().unwrap_or_default().to_owned();
-        if package["gate"] == "PASS" {
-            Ok(text("status"))
-        } else {
-            Err(blocked(&text("code"), &text("message")))
-        }
+        let reason = reason.to_owned();
+        self.work(py, _soon, move |ledger| {
+            let resolution = ledger.resolve(&parsed, &evidence, &reason, at);
+            Finished::of(resolution, |resolution| Finished::Resolved(parsed, resolution))
+        })
     }
 
     /// Runs the relay: `workers` threads claim due events under expiring, fenced leases
@@ -976,6 +996,8 @@ fn is_key(text: &str) -> bool {
 fn _toolledger(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(is_key, module)?)?;
     module.add_class::<Ledger>()?;
+    module.add_class::<Completions>()?;
+    module.add_function(wrap_pyfunction!(soon::_park, module)?)?;
     module.add_class::<Tool>()?;
     module.add_class::<Call>()?;
     module.add_class::<ModelCall>()?;

@@ -8,10 +8,13 @@ lock would each wait out the bound alone, and the most inside at once would be o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
+import pytest
+
 import toolledger as tl
-from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT
+from conftest import PAYMENT_INPUT, PAYMENT_OUTPUT, Payments, payment_tool
 
 # A bound on every wait for the others, never a measure.
 TOGETHER_BOUND = 20.0
@@ -179,3 +182,131 @@ def test_asyncio_tasks_racing_one_key_make_one_effect(sqlite_location):
     names = [type(reply.outcome).__name__ for reply in asyncio.run(main())]
     assert names.count("Fresh") == 1 and set(names) == {"Fresh", "Replayed"}, names
     assert inside.effects == ["bob"]
+
+
+# A host's own context variable: an awaited call's downstream and role resolver read it
+# as the awaiting coroutine set it, though they run on a thread of the package's pool.
+# The payer is the owner; an agent acts for others (the resolver is asked at every step).
+OWNED = {"owner": "/payer", "act_for_others": ["agent"]}
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+
+def test_an_awaited_calls_host_code_runs_in_the_awaiting_coroutines_context(sqlite_location):
+    seen: list[tuple[str, str]] = []
+
+    class Traced(Payments):
+        def execute(self, request):
+            seen.append(("execute", REQUEST_ID.get()))
+            return super().execute(request)
+
+    def roles(tenant, subject):
+        seen.append(("roles", REQUEST_ID.get()))
+        return ["agent"]
+
+    async def main() -> tl.Reply:
+        with tl.Ledger.open(sqlite_location, tools=[payment_tool(authorization=OWNED)],
+                            downstream=Traced(),
+                            tenant="acme", subject="user-1", roles=roles) as ledger:
+
+            async def one(n: int) -> tl.Reply:
+                REQUEST_ID.set(f"req-{n}")
+                return await ledger.adispatch(tl.Call("pay", ARGS, key=f"ctx-{n}"))
+
+            replies = await asyncio.gather(*(one(n) for n in range(4)))
+            assert all(isinstance(reply.outcome, tl.Fresh) for reply in replies)
+            return replies[0]
+
+    asyncio.run(main())
+    assert sorted(value for name, value in seen if name == "execute") == [
+        f"req-{n}" for n in range(4)
+    ]
+    assert {value for name, value in seen if name == "roles"} == {f"req-{n}" for n in range(4)}
+
+
+def test_an_awaited_call_raises_as_the_call_would_with_its_cause(sqlite_location):
+    def broken(tenant, subject):
+        raise OSError("the directory is down")
+
+    async def main() -> None:
+        with tl.Ledger.open(sqlite_location, tools=[payment_tool(authorization=OWNED)],
+                            downstream=Payments(), tenant="acme", subject="user-1",
+                            roles=broken) as ledger:
+            with pytest.raises(tl.RolesError) as failed:
+                await ledger.adispatch(tl.Call("pay", ARGS, key="k-1"))
+            assert failed.value.code == "ROLES_UNAVAILABLE"
+            assert isinstance(failed.value.__cause__, OSError)
+            # Refused before anything starts: raised on the awaiting coroutine at once.
+            with pytest.raises(tl.InvalidError) as refused:
+                await ledger.adispatch(tl.Call("pay", ARGS, key="a key with spaces"))
+            assert refused.value.code == "USAGE_ERROR"
+            with pytest.raises(tl.InvalidError):
+                await ledger.astatus("not-a-ref")
+
+    asyncio.run(main())
+
+
+def test_an_awaited_resolve_answers_the_status_it_settled(sqlite_location):
+    async def main() -> None:
+        payments = Payments()
+        with tl.Ledger.open(sqlite_location, tools=[payment_tool()], downstream=payments,
+                            tenant="acme", subject="user-1") as ledger:
+            accepted = await ledger.aenqueue(tl.Call("pay", ARGS, key="k-1"))
+            settled = await ledger.aresolve(accepted.status_ref, reason="never sent",
+                                            not_happened=True)
+            assert settled == "failed"
+            with pytest.raises(tl.InvalidError) as refused:
+                await ledger.aresolve(accepted.status_ref, reason="again", not_happened=True)
+            assert refused.value.code == "NOT_RESOLVABLE"
+            assert payments.effects == []
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_awaiter_leaves_its_call_to_run_to_its_end(sqlite_location):
+    entered = threading.Event()
+    released = threading.Event()
+    payments = Payments()
+
+    class Held(Payments):
+        def execute(self, request):
+            entered.set()
+            released.wait(TOGETHER_BOUND)
+            return payments.execute(request)
+
+    async def main() -> tl.Reply:
+        with tl.Ledger.open(sqlite_location, tools=[payment_tool()], downstream=Held(),
+                            tenant="acme", subject="user-1") as ledger:
+            call = tl.Call("pay", ARGS, key="k-1")
+            waiting = asyncio.ensure_future(ledger.adispatch(call))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            released.set()
+            # The same key again waits for the first call's turn, then reads it.
+            return await ledger.adispatch(call)
+
+    reply = asyncio.run(main())
+    assert isinstance(reply.outcome, tl.Replayed)
+    assert len(payments.effects) == 1
+
+
+def test_awaited_calls_work_at_most_max_concurrent_calls_at_once(sqlite_location, monkeypatch):
+    """Two at a time: synchronous tools meet in pairs. A larger pool would let more in at
+    once; a smaller one would leave each alone at its meeting until the bound ran out."""
+    from toolledger import _ledger
+
+    monkeypatch.setattr(_ledger, "MAX_CONCURRENT_CALLS", 2)
+    inside = Inside()
+
+    async def main() -> list[tl.Reply]:
+        with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
+            blocking_pay(ledger, inside, together=2)
+            calls = [ledger.adispatch(tl.Call("pay", ARGS, key=f"k-{n}")) for n in range(6)]
+            return await asyncio.gather(*calls)
+
+    replies = asyncio.run(main())
+    assert all(isinstance(reply.outcome, tl.Fresh) for reply in replies)
+    assert inside.most == 2 and len(inside.effects) == 6

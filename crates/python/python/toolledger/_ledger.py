@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import contextvars
 import functools
 import inspect
-import threading
+import itertools
+import weakref
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from . import _toolledger
@@ -18,12 +20,11 @@ _ANSWERS = (Receipt, NotSent, Refused, Unknown)
 
 _T = TypeVar("_T")
 
-#: How many ledger calls the awaitable methods run at once, process-wide: each holds a
-#: thread of the ledger's pool (never the event loop's) while it works.
-MAX_CONCURRENT_CALLS = 64
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+#: How many ledger calls the awaitable methods work at once, process-wide, as asyncio's
+#: own default executor sizes itself: each holds a thread of the package's own pool
+#: (never the event loop's) while it works, except while an ``async def`` tool awaits on
+#: its loop. More calls wait their turn. Read at each awaited call.
+MAX_CONCURRENT_CALLS = min(32, (os.cpu_count() or 1) + 4)
 
 # The event loop of the coroutine that awaits a ledger call: where an ``async def``
 # tool runs, from the pool thread that works the call.
@@ -32,26 +33,55 @@ _loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.Co
 )
 
 
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=MAX_CONCURRENT_CALLS, thread_name_prefix="toolledger"
-            )
-        return _pool
+class _Awaited:
+    """One event loop's ledger calls in flight: their futures by id, and where the
+    package's threads leave them when they finish. The loop watches its socket; its own
+    thread turns each finished call into its reply, so the pool's threads never take
+    the GIL to hand one back."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.completions = _toolledger._Completions()
+        self.futures: dict[int, asyncio.Future[Any]] = {}
+        self.ids = itertools.count()
+        loop.add_reader(self.completions.fileno(), self._arrived)
+
+    def _arrived(self) -> None:
+        for id_, value, ok in self.completions.drain():
+            future = self.futures.pop(id_)
+            # A cancelled awaiter's call still ran to its end; a retry reads it.
+            if future.cancelled():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
 
-async def _off_loop(function: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-    """Runs a ledger call on the ledger's pool (the Rust side lets the GIL go while it
-    waits on the disk or a service), with this coroutine's context and its loop, and
-    awaits it: the loop goes on meanwhile. Cancelling the awaiting task does not stop a
-    call already handed to the ledger; it runs to its end, and a retry reads it."""
+_awaited: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Awaited] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _soon(method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Starts a ledger call on the package's pool, with this coroutine's context and its
+    loop, and awaits it: the loop goes on meanwhile. Cancelling the awaiting task does
+    not stop a call already handed to the ledger; it runs to its end, and a retry reads
+    it."""
     loop = asyncio.get_running_loop()
+    awaited = _awaited.get(loop)
+    if awaited is None:
+        awaited = _awaited[loop] = _Awaited(loop)
     context = contextvars.copy_context()
     context.run(_loop.set, loop)
-    work = functools.partial(context.run, function, *args, **kwargs)
-    return await loop.run_in_executor(_executor(), work)
+    id_ = next(awaited.ids)
+    future = loop.create_future()
+    awaited.futures[id_] = future
+    try:
+        method(*args, _soon=(awaited.completions, id_, context, MAX_CONCURRENT_CALLS), **kwargs)
+    except BaseException:
+        del awaited.futures[id_]
+        raise
+    return await future
 
 
 def _run_coroutine(make: Callable[[], Awaitable[_T]]) -> _T:
@@ -65,7 +95,13 @@ def _run_coroutine(make: Callable[[], Awaitable[_T]]) -> _T:
     except RuntimeError:
         on_a_loop = False
     if loop is not None and loop.is_running() and not on_a_loop:
-        return asyncio.run_coroutine_threadsafe(make(), loop).result()  # type: ignore[arg-type]
+        running = asyncio.run_coroutine_threadsafe(make(), loop)  # type: ignore[arg-type]
+        # The pool's thread only waits now: another awaited call may start on its share.
+        _toolledger._park(True)
+        try:
+            return running.result()
+        finally:
+            _toolledger._park(False)
     if not on_a_loop:
         return asyncio.run(make())  # type: ignore[arg-type]
     # A synchronous call made on a running loop's own thread: that loop is blocked
@@ -106,23 +142,23 @@ class Ledger(_toolledger.Ledger):
         """:meth:`dispatch`, awaitable: the call runs on the ledger's threads, never
         blocking the event loop, and many run at once. An ``async def`` tool runs on
         this coroutine's loop."""
-        return await _off_loop(self.dispatch, call)
+        return await _soon(self.dispatch, call)  # type: ignore[no-any-return]
 
     async def aenqueue(self, call: Call) -> Reply:
         """:meth:`enqueue`, awaitable."""
-        return await _off_loop(self.enqueue, call)
+        return await _soon(self.enqueue, call)  # type: ignore[no-any-return]
 
     async def aprocess(self, status_ref: str, **options: Any) -> Reply:
         """:meth:`process`, awaitable (the same keyword options)."""
-        return await _off_loop(self.process, status_ref, **options)
+        return await _soon(self.process, status_ref, **options)  # type: ignore[no-any-return]
 
     async def astatus(self, status_ref: str, call: Call | None = None, **options: Any) -> Reply:
         """:meth:`status`, awaitable (the same keyword options)."""
-        return await _off_loop(self.status, status_ref, call, **options)
+        return await _soon(self.status, status_ref, call, **options)  # type: ignore[no-any-return]
 
     async def aresolve(self, status_ref: str, **options: Any) -> str:
         """:meth:`resolve`, awaitable (the same keyword options)."""
-        return await _off_loop(self.resolve, status_ref, **options)
+        return await _soon(self.resolve, status_ref, **options)  # type: ignore[no-any-return]
 
     def tool(
         self,
