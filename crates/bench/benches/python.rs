@@ -38,9 +38,15 @@
 //! - `rust_tokio_64_vs_agent_effects_64_fresh` and `_replay`: the 64 tokio tasks over
 //!   agent-effects 0.2 with its SQLite store doing the same with 64 tasks, on the same
 //!   disk (`peers/agent-effects`, whose binary `TOOLLEDGER_PEER_AGENT_EFFECTS` names);
-//!   targets ≥ 5 and ≥ 10.
+//!   targets ≥ 5 and ≥ 10;
+//! - `toolledger_64_fsyncs_per_call` and `agent_effects_64_fsyncs_per_call`: the same
+//!   work of both (64 tasks' fresh calls, then their replays, on a new file) once more
+//!   in a process of its own under `strace -f -c`, its `fsync` and `fdatasync` calls over
+//!   the fresh calls made: what the group commit shares. Counted apart from the timed
+//!   passes, since tracing slows every system call.
 //!
-//! Usage: `python [--quick] [--out PATH]`.
+//! Usage: `python [--quick] [--out PATH]`; `--child tokio PATH TASKS CALLS` is the
+//! counted toolledger process.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly")]
@@ -56,6 +62,13 @@ use toolledger_bench::{Args, Work, median, workspace, write_report};
 
 fn main() {
     let args = Args::parse("python");
+    if let Some(child) = args.child {
+        return child_main(&child);
+    }
+    if let Some(flow) = &args.profile {
+        // For a profiler: `--profile tokio-fresh|tokio-replay`, 64 tasks for a few seconds.
+        return profile(flow);
+    }
     let python = std::env::var("TOOLLEDGER_PYTHON")
         .expect("TOOLLEDGER_PYTHON names the venv's python (cargo xtask bench python sets it)");
     let (rounds, calls) = if args.quick { (2, 200) } else { (7, 1_000) };
@@ -246,6 +259,20 @@ fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(S
         "TOOLLEDGER_PEER_AGENT_EFFECTS names the agent-effects peer (cargo xtask bench python sets it)",
     );
     let (mut lazy_rates, mut synced_rates) = (Vec::new(), Vec::new());
+    let mut own = Command::new(std::env::current_exe().unwrap());
+    own.args(["--child", "tokio", &work.file("fsyncs-toolledger").to_string_lossy()]);
+    own.args([&tasks.to_string(), &calls.to_string()]);
+    let mut theirs = Command::new(&peer);
+    theirs.args(["--db", &work.file("fsyncs-agent-effects").to_string_lossy()]);
+    theirs.args(["--tasks", &tasks.to_string(), "--calls", &calls.to_string(), "--round", "0"]);
+    let fsyncs = [
+        fsyncs_per_call(work, "toolledger", own, tasks * calls),
+        fsyncs_per_call(work, "agent-effects", theirs, tasks * calls),
+    ];
+    println!(
+        "fsyncs per fresh call, {tasks} tasks: toolledger {:.3}, agent-effects {:.3}",
+        fsyncs[0], fsyncs[1]
+    );
     for round in 0..rounds {
         let fresh_calls = tasks * calls;
         lazy_rates.push(fresh_rate(work, &format!("lazy-{round}"), fresh_calls, true));
@@ -307,7 +334,101 @@ fn many_callers(work: &Work, python: &str, rounds: usize, quick: bool) -> Vec<(S
         ("rust_tokio_64_vs_agent_effects_64_replay".to_owned(), json!(median(over_peer_replay))),
         ("agent_effects_64_fresh_per_s".to_owned(), json!(median(peer_fresh))),
         ("agent_effects_64_replay_per_s".to_owned(), json!(median(peer_replay))),
+        ("toolledger_64_fsyncs_per_call".to_owned(), json!(fsyncs[0])),
+        ("agent_effects_64_fsyncs_per_call".to_owned(), json!(fsyncs[1])),
     ]
+}
+
+/// `command` run to its end under `strace -f -c`: its `fsync` and `fdatasync` calls, on
+/// every thread, over the `calls` fresh calls it makes. Panics when strace is missing:
+/// the row is reported or the bench fails.
+fn fsyncs_per_call(work: &Work, name: &str, command: Command, calls: usize) -> f64 {
+    let summary = work.path().join(format!("strace-{name}.txt"));
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-c", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&summary)
+        .arg("--")
+        .arg(command.get_program())
+        .args(command.get_args())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("strace runs (the fsync rows count system calls with it: apt-get install strace)");
+    assert!(status.success(), "{name} under strace: {status}");
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    // `% time  seconds  usecs/call  calls  [errors]  syscall`: calls is the fourth column.
+    let synced: u64 = summary
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|columns| matches!(columns.last(), Some(&("fsync" | "fdatasync"))))
+        .map(|columns| columns[3].parse::<u64>().unwrap())
+        .sum();
+    synced as f64 / calls as f64
+}
+
+/// The counted toolledger process of the fsync rows: `tasks` tokio tasks each making
+/// `calls` fresh calls on a new ledger at `path`, then the same calls again (replays).
+fn child_main(args: &[String]) {
+    let [mode, path, tasks, calls] = args else { panic!("--child tokio PATH TASKS CALLS") };
+    assert_eq!(mode, "tokio", "the one child mode");
+    let (tasks, calls): (usize, usize) = (tasks.parse().unwrap(), calls.parse().unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
+    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
+    let count = std::sync::atomic::AtomicU64::new(0);
+    runtime.block_on(async {
+        let ledger = Ledger::builder(path.as_str())
+            .tool(tool.tool())
+            .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
+            .open(Instant0 { identity, count, looks_up: true }, NoRoles)
+            .unwrap();
+        for _pass in 0..2 {
+            many_tasks(&ledger, "fsyncs", tasks, calls).await;
+        }
+    });
+}
+
+/// 64 tokio tasks' fresh calls (`tokio-fresh`) or their replays (`tokio-replay`) on one
+/// ledger, 20 passes of 64 × 50 calls (replays: 200), the rate of each printed.
+fn profile(flow: &str) {
+    let replay = match flow {
+        "tokio-fresh" => false,
+        "tokio-replay" => true,
+        other => panic!("--profile tokio-fresh|tokio-replay, not {other}"),
+    };
+    let work = Work::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let ledger = bench_ledger(&work, "profile", true);
+        if replay {
+            many_tasks(&ledger, "profile", 64, 50).await;
+        }
+        // Replays are fast: more passes, so the fresh pass before them is a small part.
+        for pass in 0..if replay { 200 } else { 20 } {
+            let prefix = if replay { "profile".to_owned() } else { format!("profile-{pass}") };
+            let started = Instant::now();
+            many_tasks(&ledger, &prefix, 64, 50).await;
+            println!("{flow}: {:.0}/s", 3200.0 / started.elapsed().as_secs_f64());
+        }
+    });
+}
+
+/// `tasks` tokio tasks on `ledger`, each dispatching `calls` keys of `prefix` in turn.
+async fn many_tasks(ledger: &Ledger<Instant0, NoRoles>, prefix: &str, tasks: usize, calls: usize) {
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (ledger, prefix) = (ledger.clone(), prefix.to_owned());
+            tokio::spawn(async move {
+                for n in 0..calls {
+                    let key = format!("{prefix}-{task}-{n}");
+                    let reply = ledger.dispatch_async(&call(&key)).await.unwrap();
+                    assert!(reply.outcome().is_done());
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
 }
 
 /// Calls per second on one ledger: one tokio task dispatching fresh keys in turn, then
@@ -330,21 +451,7 @@ fn tokio_rates(work: &Work, round: usize, tasks: usize, calls: usize) -> (f64, f
         let mut rates = [0.0; 2];
         for rate in &mut rates {
             let started = Instant::now();
-            let handles: Vec<_> = (0..tasks)
-                .map(|task| {
-                    let ledger = ledger.clone();
-                    tokio::spawn(async move {
-                        for n in 0..calls {
-                            let key = format!("many-{round}-{task}-{n}");
-                            let reply = ledger.dispatch_async(&call(&key)).await.unwrap();
-                            assert!(reply.outcome().is_done());
-                        }
-                    })
-                })
-                .collect();
-            for handle in handles {
-                handle.await.unwrap();
-            }
+            many_tasks(&ledger, &format!("many-{round}"), tasks, calls).await;
             *rate = total as f64 / started.elapsed().as_secs_f64();
         }
         (one, rates[0], rates[1])

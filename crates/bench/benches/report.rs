@@ -738,7 +738,13 @@ fn profile(flow: &str) {
             );
         }
         "fresh" => {
-            let rate = fresh_dispatch(&path, &cases, 0, 3000);
+            // `LEDGER_ROWS` finished operations first (the scaling row's big ledger), then
+            // `FRESH` fresh dispatches (3,000 unless set).
+            let rows = count_from_env("LEDGER_ROWS", 0);
+            if rows > 0 {
+                fill(&path, &cases, rows);
+            }
+            let rate = fresh_dispatch(&path, &cases, 0, count_from_env("FRESH", 3000));
             println!("{:.0} fresh dispatches/s, {:.1} us CPU each", rate.per_s, rate.cpu_us);
         }
         "list" => {
