@@ -11,7 +11,7 @@ use std::{
     io::{Read, Write},
     os::{fd::AsRawFd, unix::net::UnixStream},
     panic::AssertUnwindSafe,
-    sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError},
+    sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
@@ -161,7 +161,7 @@ impl Completions {
             });
             inbox.put(id, finished);
         });
-        POOL.get_or_init(Pool::default).submit(job, size.max(1)).map_err(|_| {
+        Pool::current().submit(job, size.max(1)).map_err(|_| {
             invalid("no thread could be started for the call: nothing was accepted".to_owned())
         })
     }
@@ -201,9 +201,25 @@ impl PoolState {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-static POOL: OnceLock<Pool> = OnceLock::new();
+/// The pool of this process, with the process's id: a child made by `fork` has none of
+/// its parent's threads (and maybe a lock one of them held), so it makes its own.
+static POOL: Mutex<Option<(u32, &'static Pool)>> = Mutex::new(None);
 
 impl Pool {
+    /// This process's pool, made on first use (one small leak per forked child).
+    fn current() -> &'static Pool {
+        let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
+        let me = std::process::id();
+        match *pool {
+            Some((pid, current)) if pid == me => current,
+            _ => {
+                let current: &'static Pool = Box::leak(Box::default());
+                *pool = Some((me, current));
+                current
+            }
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -290,7 +306,7 @@ pub(crate) fn _park(parked: bool) {
     if !ON_POOL.get() {
         return;
     }
-    let Some(pool) = POOL.get() else { return };
+    let pool = Pool::current();
     let mut state = pool.state();
     if parked {
         state.parked += 1;

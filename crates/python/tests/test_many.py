@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 
 import pytest
@@ -310,3 +311,29 @@ def test_awaited_calls_work_at_most_max_concurrent_calls_at_once(sqlite_location
     replies = asyncio.run(main())
     assert all(isinstance(reply.outcome, tl.Fresh) for reply in replies)
     assert inside.most == 2 and len(inside.effects) == 6
+
+
+def test_a_forked_child_works_awaited_calls_on_threads_of_its_own(sqlite_location):
+    """The parent's pool has an idle thread when it forks; the child has none of it,
+    and would wait for it forever were the pool not the child's own."""
+
+    async def one(ledger: tl.Ledger, key: str) -> tl.Reply:
+        return await asyncio.wait_for(ledger.adispatch(tl.Call("pay", ARGS, key=key)),
+                                      TOGETHER_BOUND)
+
+    def opened() -> tl.Ledger:
+        return tl.Ledger.open(sqlite_location, tools=[payment_tool()], downstream=Payments(),
+                              tenant="acme", subject="user-1")
+
+    with opened() as ledger:
+        assert isinstance(asyncio.run(one(ledger, "parent")).outcome, tl.Fresh)
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            with opened() as ledger:
+                code = 0 if isinstance(asyncio.run(one(ledger, "child")).outcome, tl.Fresh) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
