@@ -174,11 +174,14 @@ pub async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Runs `work`, a read that waits on nothing but the disk, on the process's reading
-/// lane: one thread per core, each taking queued reads one after another without
-/// sleeping between them, so that 64 tasks' replays neither start 64 blocking threads
-/// nor pay a thread's wake-up each. Off a runtime thread, as [`blocking`] is; a panic
-/// goes on as the panic it was.
+/// Runs `work` (a call's read of what the ledger already holds, with the checks before
+/// it) on the process's reading lane: one thread per core, each taking queued reads one
+/// after another without sleeping between them, so that 64 tasks' replays neither start
+/// 64 blocking threads nor pay a thread's wake-up each. A read that waits on more than
+/// the disk (a role resolver on the network, a PostgreSQL store) would hold the queue
+/// behind it: while the oldest read has waited longer than [`LANE_PATIENCE`] with no
+/// thread free, the lane's watcher starts one more thread, which ends once idle. Off a
+/// runtime thread, as [`blocking`] is; a panic goes on as the panic it was.
 async fn reading<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
@@ -199,22 +202,39 @@ async fn reading<T: Send + 'static>(
     }
 }
 
+/// How long the oldest queued read may wait with every lane thread busy before the
+/// lane starts another thread.
+const LANE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How long a thread the watcher started waits for work before it ends.
+const LANE_EXTRA_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 type ReadJob = Box<dyn FnOnce() + Send>;
 
 /// The process's reading lane (see [`reading`]).
 struct Lane {
-    queue: std::sync::Mutex<std::collections::VecDeque<ReadJob>>,
+    state: std::sync::Mutex<LaneState>,
+    /// Signalled when a read is queued and a thread is idle.
     ready: std::sync::Condvar,
+    /// Signalled when a read is queued into an empty queue: for the watcher.
+    watched: std::sync::Condvar,
+}
+
+struct LaneState {
+    queue: std::collections::VecDeque<(std::time::Instant, ReadJob)>,
+    /// Threads waiting for a read.
+    idle: usize,
 }
 
 static LANE: Lane = Lane {
-    queue: std::sync::Mutex::new(std::collections::VecDeque::new()),
+    state: std::sync::Mutex::new(LaneState { queue: std::collections::VecDeque::new(), idle: 0 }),
     ready: std::sync::Condvar::new(),
+    watched: std::sync::Condvar::new(),
 };
 
 impl Lane {
-    /// The lane, its threads (one per core) started on first use; `None` when none
-    /// could be.
+    /// The lane, its threads (one per core) and its watcher started on first use;
+    /// `None` when none could be.
     fn get() -> Option<&'static Lane> {
         static STARTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let started = STARTED.get_or_init(|| {
@@ -222,34 +242,84 @@ impl Lane {
             let spawned = (0..threads).map(|n| {
                 std::thread::Builder::new()
                     .name(format!("toolledger-read-{n}"))
-                    .spawn(|| LANE.work())
+                    .spawn(|| LANE.work(None))
             });
-            spawned.filter(Result::is_ok).count() > 0
+            let watcher = std::thread::Builder::new()
+                .name("toolledger-read-watch".to_owned())
+                .spawn(|| LANE.watch());
+            spawned.filter(Result::is_ok).count() > 0 && watcher.is_ok()
         });
         started.then_some(&LANE)
     }
 
-    fn queue(&self, job: ReadJob) {
-        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        queue.push_back(job);
-        drop(queue);
-        self.ready.notify_one();
+    fn state(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn work(&self) {
-        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn queue(&self, job: ReadJob) {
+        let mut state = self.state();
+        let first = state.queue.is_empty();
+        state.queue.push_back((std::time::Instant::now(), job));
+        let idle = state.idle > 0;
+        drop(state);
+        if idle {
+            self.ready.notify_one();
+        }
+        if first {
+            self.watched.notify_one();
+        }
+    }
+
+    /// A lane thread: takes queued reads until there are none, then waits; a thread
+    /// the watcher started (`extra`) ends after waiting that long.
+    fn work(&self, extra: Option<std::time::Duration>) {
+        let mut state = self.state();
         loop {
-            match queue.pop_front() {
-                Some(job) => {
-                    drop(queue);
-                    job();
-                    queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
-                None => {
-                    queue =
-                        self.ready.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
+            if let Some((_, job)) = state.queue.pop_front() {
+                drop(state);
+                job();
+                state = self.state();
+                continue;
             }
+            state.idle += 1;
+            let waited = match extra {
+                None => (self.ready.wait(state), false),
+                Some(idle) => {
+                    let (state, waited) = self
+                        .ready
+                        .wait_timeout(state, idle)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    (Ok(state), waited.timed_out())
+                }
+            };
+            state = waited.0.unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.idle -= 1;
+            if waited.1 && state.queue.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// The watcher: while reads are queued, looks every [`LANE_PATIENCE`]; when the
+    /// oldest has waited that long and no thread is idle, starts one more.
+    fn watch(&self) {
+        let mut state = self.state();
+        loop {
+            let stale =
+                state.queue.front().is_some_and(|(queued, _)| queued.elapsed() >= LANE_PATIENCE);
+            if stale && state.idle == 0 {
+                // A thread that cannot be started leaves the reads to the threads there
+                // are; the next look tries again.
+                let _ = std::thread::Builder::new()
+                    .name("toolledger-read-extra".to_owned())
+                    .spawn(|| LANE.work(Some(LANE_EXTRA_IDLE)));
+            }
+            state = if state.queue.is_empty() {
+                self.watched.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner)
+            } else {
+                let waited = self.watched.wait_timeout(state, LANE_PATIENCE);
+                waited.unwrap_or_else(std::sync::PoisonError::into_inner).0
+            };
         }
     }
 }

@@ -15,7 +15,8 @@ use std::{
 use serde_json::json;
 use toolledger::{
     AsyncDownstream, Call, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt,
-    DownstreamRequest, Ledger, Lookup, ModelCall, NoRoles, Now, Outcome, ToolDefinition,
+    DownstreamRequest, Identifier, Ledger, Lookup, ModelCall, NoRoles, Now, Outcome,
+    PrincipalResolver, ResolverError, ToolDefinition,
 };
 
 use crate::TempDir;
@@ -341,4 +342,51 @@ fn a_call_from_inside_its_own_key_does_not_wait_for_itself() {
         answered.recv_timeout(TOGETHER_BOUND).expect("the call answered, not waiting for itself");
     assert!(matches!(reply.outcome(), Outcome::Fresh(_)));
     assert_eq!(*ledger.downstream().seen.lock().unwrap(), ["OUTCOME_UNKNOWN"]);
+}
+
+/// A role resolver on the network: it waits (boundedly) until `together` lookups are
+/// inside it at once.
+struct Directory {
+    inside: Arc<Inside>,
+    together: usize,
+}
+
+impl PrincipalResolver for Directory {
+    fn current_roles(&self, _: &Identifier, _: &Identifier) -> Result<Vec<String>, ResolverError> {
+        self.inside.enter(self.together);
+        *self.inside.now.lock().unwrap() -= 1;
+        Ok(Vec::new())
+    }
+}
+
+/// An async call first reads what the ledger holds on the reading lane, one thread per
+/// core, and the role resolver is asked there. A resolver that waits on the network must
+/// not hold the calls queued behind it: the lane starts more threads while its oldest
+/// read waits. Were it to stay at one thread per core, the lookups inside at once would
+/// stop there, each waiting out the bound.
+#[test]
+fn a_slow_role_resolver_holds_no_async_call_behind_the_reading_lane() {
+    let together = std::thread::available_parallelism().map_or(1, usize::from) + 2;
+    let dir = TempDir::new("many-directory");
+    let inside = Arc::new(Inside::default());
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let replies = runtime.block_on(async {
+        let payments =
+            Payments { identity: identity(), inside: Arc::new(Inside::default()), together: 1 };
+        let directory = Directory { inside: Arc::clone(&inside), together };
+        let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
+            .tool(pay())
+            .open(payments, directory)
+            .unwrap();
+        let calls: Vec<_> = (0..together)
+            .map(|n| tokio::spawn(ledger.dispatch_async(&call(&format!("pay-{n}"), 0))))
+            .collect();
+        let mut replies = Vec::new();
+        for call in calls {
+            replies.push(call.await.unwrap().unwrap());
+        }
+        replies
+    });
+    assert!(replies.iter().all(|reply| matches!(reply.outcome(), Outcome::Fresh(_))));
+    assert!(inside.most.load(Ordering::SeqCst) >= together, "the lookups were inside at once");
 }
