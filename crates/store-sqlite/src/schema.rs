@@ -248,6 +248,17 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
         return Err(crate::error::failed("the database cannot use WAL journal mode"));
     }
     connection_pragmas(&conn, busy_timeout)?;
+    // A group commit runs each commit point in a savepoint, and SQLite keeps the page
+    // images a savepoint may roll back to in a sub-journal, a temporary file once it
+    // passes 64 KiB: with 31 commit points a batch, a fifth of the combiner's time went
+    // to writing that file. In memory it is at most a batch's pages; the database and
+    // its WAL are untouched by this setting.
+    conn.execute_batch("PRAGMA temp_store = MEMORY;").map_err(sqlite)?;
+    let temp_store: i64 =
+        conn.query_row("PRAGMA temp_store", [], |row| row.get(0)).map_err(sqlite)?;
+    if temp_store != 2 {
+        return Err(crate::error::failed("a connection pragma did not take effect"));
+    }
     Ok(conn)
 }
 
