@@ -17,6 +17,14 @@
 //! commits without a sync; the first job that needs one waits for the next batch.
 //! Releasing hands the gate to the next queued writer (a job's thread becomes the next
 //! combiner). Writers in other processes still rely on `busy_timeout`.
+//!
+//! The group commits' connection does not checkpoint: once a commit leaves the log at
+//! [`CHECKPOINT_PAGES`] or more, the file's **checkpointer** thread copies the log back
+//! into the database while writers go on, then holds the gate only to copy what they
+//! wrote meanwhile, so the next write starts the log over. SQLite's own automatic
+//! checkpoint did the whole copy inside the commit, gate held, and every caller queued
+//! behind that batch waited for it (the tail of eight contending threads was 2.2 times
+//! their mean latency; 1.5 without it).
 
 use std::{
     any::Any,
@@ -37,6 +45,14 @@ use crate::StoreError;
 /// The most commit points one group commit holds: bounds the combiner's own latency and
 /// the work one failed commit takes back.
 pub(crate) const MAX_BATCH: usize = 64;
+
+/// The log's size, in pages, at which a commit wakes the checkpointer: SQLite's own
+/// automatic checkpoint threshold.
+pub(crate) const CHECKPOINT_PAGES: i32 = 1000;
+
+/// How long the checkpointer waits for the gate to copy the rest of the log; when it
+/// does not get it, the next commit's wake-up tries again.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 
 /// What a job answers: its value (downcast by the caller who queued it) or its error.
 pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
@@ -88,6 +104,11 @@ struct Shared {
     /// Transactions committed by combiners, and the jobs they held.
     batches: AtomicU64,
     batched: AtomicU64,
+    /// Wakes this file's checkpointer thread, and the process that started it (a forked
+    /// child starts its own): started by the first commit that needs it.
+    checkpointer: Mutex<Option<(u32, SyncSender<()>)>>,
+    /// Checkpoints the checkpointer finished.
+    checkpoints: AtomicU64,
 }
 
 /// The gate of one file.
@@ -145,6 +166,8 @@ impl Gate {
             writer: Mutex::default(),
             batches: AtomicU64::default(),
             batched: AtomicU64::default(),
+            checkpointer: Mutex::default(),
+            checkpoints: AtomicU64::default(),
         });
         gates.insert(key, Arc::downgrade(&gate));
         Gate(gate)
@@ -159,6 +182,40 @@ impl Gate {
     /// points they held.
     pub(crate) fn batches(&self) -> (u64, u64) {
         (self.0.batches.load(Ordering::Relaxed), self.0.batched.load(Ordering::Relaxed))
+    }
+
+    /// Checkpoints this process's checkpointer finished on this file.
+    pub(crate) fn checkpoints(&self) -> u64 {
+        self.0.checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// A commit left the log at `pages`: from [`CHECKPOINT_PAGES`] on, wakes the file's
+    /// checkpointer (starting it in this process when none runs). Never waits: a
+    /// checkpointer already awake takes the log as it finds it.
+    pub(crate) fn committed(&self, pages: i32) {
+        if pages < CHECKPOINT_PAGES {
+            return;
+        }
+        let mut checkpointer = self.0.checkpointer.lock().unwrap_or_else(PoisonError::into_inner);
+        let process = std::process::id();
+        if let Some((started_by, wake)) = &*checkpointer
+            && *started_by == process
+            && !matches!(wake.try_send(()), Err(mpsc::TrySendError::Disconnected(())))
+        {
+            return;
+        }
+        let (wake, woken) = mpsc::sync_channel(1);
+        let shared = Arc::downgrade(&self.0);
+        let started = std::thread::Builder::new()
+            .name("toolledger-checkpoint".to_owned())
+            .spawn(move || checkpoints(&shared, &woken));
+        // A thread that cannot be started leaves the log to grow until one can: the next
+        // commit past the threshold tries again, and SQLite checkpoints when the last
+        // connection closes.
+        if started.is_ok() {
+            let _ = wake.try_send(());
+            *checkpointer = Some((process, wake));
+        }
     }
 
     /// Waits for this caller's turn to write alone: at once when the gate is open, else
@@ -276,6 +333,47 @@ impl Combining<'_> {
         self.entered.0.batched.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         jobs
     }
+}
+
+/// A file's checkpointer: each time it is woken, copies the log into the database
+/// outside the gate, then what was written meanwhile inside it (only when the first
+/// copy left some), so that the log is wholly copied and the next write starts it over.
+/// Both copies are `PASSIVE`: they never wait for a reader and never stop one. Ends
+/// when the file's last store in this process has closed. A copy that fails is left to
+/// the next wake-up; the log stays valid either way.
+fn checkpoints(gate: &Weak<Shared>, woken: &Receiver<()>) {
+    let mut connection: Option<Connection> = None;
+    while woken.recv().is_ok() {
+        let Some(shared) = gate.upgrade() else { return };
+        if connection.is_none() {
+            connection = crate::schema::open_checkpointer(&shared.path).ok();
+        }
+        let Some(conn) = &connection else { continue };
+        let copied = match passive_checkpoint(conn) {
+            Ok((log, copied)) if copied < log => {
+                let gate = Gate(shared);
+                let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };
+                passive_checkpoint(conn).map(|_| ())
+            }
+            Ok(_) => Ok(()),
+            Err(err) => Err(err),
+        };
+        match copied {
+            Ok(()) => {
+                if let Some(shared) = gate.upgrade() {
+                    shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            // Opened again for the next wake-up.
+            Err(_) => connection = None,
+        }
+    }
+}
+
+/// `PRAGMA wal_checkpoint(PASSIVE)`: the log's frames, and how many of them are now
+/// copied into the database.
+fn passive_checkpoint(conn: &Connection) -> Result<(i64, i64), rusqlite::Error> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(1)?, row.get(2)?)))
 }
 
 /// Queues a writer; its ticket.

@@ -259,6 +259,40 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     if temp_store != 2 {
         return Err(crate::error::failed("a connection pragma did not take effect"));
     }
+    // SQLite's automatic checkpoint would copy the log back into the database inside the
+    // commit that passed 1,000 pages, with the writer gate held: every caller queued
+    // behind that batch waited for it. The hook replaces it (SQLite runs one or the
+    // other) and only notes the log's size; the gate's checkpointer does the copying.
+    conn.wal_hook(Some(note_wal_pages));
+    Ok(conn)
+}
+
+thread_local! {
+    /// The log's pages after the last commit on this thread's writer connection.
+    static WAL_PAGES: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// The writer connection's log hook: notes the log's size for [`wal_pages_committed`].
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.set(pages);
+    Ok(())
+}
+
+/// The pages in the log after the last commit this thread made on a writer connection
+/// ([`open_writer`]) since it last asked, or 0.
+pub(crate) fn wal_pages_committed() -> i32 {
+    WAL_PAGES.replace(0)
+}
+
+/// How long the checkpointer's connection waits for a lock while it opens.
+const CHECKPOINTER_WAIT: Duration = Duration::from_secs(1);
+
+/// The connection a file's checkpointer copies the log with (see `gate`): the store's
+/// per-connection pragmas (the copy is synced under `synchronous=FULL`), on an existing
+/// file.
+pub(crate) fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let conn = raw_open(path, false, CHECKPOINTER_WAIT)?;
+    connection_pragmas(&conn, CHECKPOINTER_WAIT)?;
     Ok(conn)
 }
 

@@ -190,6 +190,7 @@ impl SqliteStore {
     fn batched<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.arm()?;
         let SqliteStore { gate, waits, .. } = self;
+        let gate = &*gate;
         let lazy = command.durability() == Durability::Lazy;
         let run = Box::new(move |conn: &Connection| {
             let (value, keep) = command.run(&mut Sqlite(conn))?;
@@ -212,6 +213,7 @@ impl SqliteStore {
                     if healthy {
                         *writer.connection = Some(connection);
                     }
+                    gate.committed(schema::wal_pages_committed());
                     answers
                 }
                 // Only the combiner's own job is refused; the queued ones wait for the next.
@@ -249,6 +251,13 @@ impl SqliteStore {
     /// points they held. Their ratio is the mean batch.
     pub fn group_commits(&self) -> (u64, u64) {
         self.gate.batches()
+    }
+
+    /// Checkpoints this process's checkpointer has finished on this file: the group
+    /// commits' connection leaves copying its log back into the database to that thread
+    /// (see the crate's `gate`), so no caller waits for a checkpoint inside a commit.
+    pub fn checkpoints(&self) -> u64 {
+        self.gate.checkpoints()
     }
 
     /// How many writes of this process wait behind the one holding the file's writer

@@ -396,3 +396,41 @@ fn sigkill_during_group_commits_loses_and_invents_nothing() {
         "{operations} operations, {acknowledged} acknowledged before the kills, {batches}/{batched} in this process"
     );
 }
+
+/// The group commits' connection never checkpoints: the file's checkpointer copies the
+/// log back into the database while the writer goes on, and takes the gate only for the
+/// rest, so the next commit starts the log over. One writer dispatching back to back
+/// writes many times the checkpoint threshold; the log's file stays near the threshold
+/// (without the checkpointer it holds every page written) and the audit passes.
+#[test]
+fn the_checkpointer_keeps_the_log_short_while_a_writer_goes_on() {
+    let db = Db::fresh();
+    let mut engine = open_sqlite(db.path(), Roles::default(), Registry::builtin()).unwrap();
+    let observer = SqliteStore::open(db.path()).unwrap();
+    let wal = {
+        let mut name = db.path().as_os_str().to_owned();
+        name.push("-wal");
+        std::path::PathBuf::from(name)
+    };
+    let page = 4096;
+    let (mut dispatched, mut largest) = (0, 0);
+    // Bounded: 3,000 dispatches write far more than the threshold's 1,000 pages many
+    // times over.
+    while observer.checkpoints() < 3 && dispatched < 3000 {
+        let key = format!("checkpointed-{dispatched}");
+        let answer = engine.dispatch_at(&keyed(&key, NOW), &id("dispatcher"), None).unwrap();
+        assert_eq!(answer.code(), "OK", "{key}");
+        dispatched += 1;
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |meta| meta.len()));
+    }
+    let written: i64 = db.raw().query_row("PRAGMA page_count", [], |row| row.get(0)).unwrap();
+    eprintln!(
+        "{dispatched} dispatches, {} checkpoints, largest log {largest} bytes, database {written} pages",
+        observer.checkpoints()
+    );
+    assert!(observer.checkpoints() >= 3, "{} checkpoints", observer.checkpoints());
+    // The threshold's pages, plus what one writer commits while the first copy runs.
+    assert!(largest < 3 * 1000 * page, "the log grew to {largest} bytes");
+    drop(engine);
+    assert_eq!(audit_sqlite(db.path()).unwrap().code(), "OK");
+}
