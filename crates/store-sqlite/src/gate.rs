@@ -104,11 +104,32 @@ struct Shared {
     /// Transactions committed by combiners, and the jobs they held.
     batches: AtomicU64,
     batched: AtomicU64,
-    /// Wakes this file's checkpointer thread, and the process that started it (a forked
-    /// child starts its own): started by the first commit that needs it.
-    checkpointer: Mutex<Option<(u32, SyncSender<()>)>>,
+    /// This file's checkpointer thread, started by the first commit that needs it.
+    checkpointer: Mutex<Option<Checkpointer>>,
     /// Checkpoints the checkpointer finished.
     checkpoints: AtomicU64,
+}
+
+/// A file's checkpointer thread (see [`checkpoints`]).
+struct Checkpointer {
+    /// The process that started it: a forked child has no such thread and starts its own.
+    process: u32,
+    wake: SyncSender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Drop for Shared {
+    /// The file's last store in this process has closed: a checkpoint it was woken for
+    /// finishes before the process goes on (a command about to exit would otherwise
+    /// leave the log as long as SQLite's own checkpoint would have made it short).
+    fn drop(&mut self) {
+        let checkpointer = self.checkpointer.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let Some(Checkpointer { process, wake, thread }) = checkpointer.take() else { return };
+        drop(wake);
+        if process == std::process::id() && thread.thread().id() != std::thread::current().id() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The gate of one file.
@@ -198,23 +219,23 @@ impl Gate {
         }
         let mut checkpointer = self.0.checkpointer.lock().unwrap_or_else(PoisonError::into_inner);
         let process = std::process::id();
-        if let Some((started_by, wake)) = &*checkpointer
-            && *started_by == process
-            && !matches!(wake.try_send(()), Err(mpsc::TrySendError::Disconnected(())))
+        if let Some(running) = &*checkpointer
+            && running.process == process
+            && !matches!(running.wake.try_send(()), Err(mpsc::TrySendError::Disconnected(())))
         {
             return;
         }
         let (wake, woken) = mpsc::sync_channel(1);
-        let shared = Arc::downgrade(&self.0);
+        let (gate, path) = (Arc::downgrade(&self.0), self.0.path.clone());
         let started = std::thread::Builder::new()
             .name("toolledger-checkpoint".to_owned())
-            .spawn(move || checkpoints(&shared, &woken));
+            .spawn(move || checkpoints(&gate, &path, &woken));
         // A thread that cannot be started leaves the log to grow until one can: the next
         // commit past the threshold tries again, and SQLite checkpoints when the last
         // connection closes.
-        if started.is_ok() {
+        if let Ok(thread) = started {
             let _ = wake.try_send(());
-            *checkpointer = Some((process, wake));
+            *checkpointer = Some(Checkpointer { process, wake, thread });
         }
     }
 
@@ -339,27 +360,30 @@ impl Combining<'_> {
 /// outside the gate, then what was written meanwhile inside it (only when the first
 /// copy left some), so that the log is wholly copied and the next write starts it over.
 /// Both copies are `PASSIVE`: they never wait for a reader and never stop one. Ends
-/// when the file's last store in this process has closed. A copy that fails is left to
-/// the next wake-up; the log stays valid either way.
-fn checkpoints(gate: &Weak<Shared>, woken: &Receiver<()>) {
+/// once the file's last store in this process has closed, after the copy it was woken
+/// for (with no store left, no writer of this process can come between the copies, and
+/// the second needs no gate). A copy that fails is left to the next wake-up; the log
+/// stays valid either way.
+fn checkpoints(gate: &Weak<Shared>, path: &Path, woken: &Receiver<()>) {
     let mut connection: Option<Connection> = None;
     while woken.recv().is_ok() {
-        let Some(shared) = gate.upgrade() else { return };
         if connection.is_none() {
-            connection = crate::schema::open_checkpointer(&shared.path).ok();
+            connection = crate::schema::open_checkpointer(path).ok();
         }
         let Some(conn) = &connection else { continue };
         let copied = match passive_checkpoint(conn) {
-            Ok((log, copied)) if copied < log => {
-                let gate = Gate(shared);
-                let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };
-                passive_checkpoint(conn).map(|_| ())
-            }
-            Ok(_) => Ok(()),
-            Err(err) => Err(err),
+            Ok((log, copied)) if copied < log => match gate.upgrade() {
+                Some(shared) => {
+                    let gate = Gate(shared);
+                    let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };
+                    passive_checkpoint(conn)
+                }
+                None => passive_checkpoint(conn),
+            },
+            done => done,
         };
         match copied {
-            Ok(()) => {
+            Ok(_) => {
                 if let Some(shared) = gate.upgrade() {
                     shared.checkpoints.fetch_add(1, Ordering::Relaxed);
                 }

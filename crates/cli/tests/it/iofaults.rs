@@ -512,8 +512,9 @@ fn checkpoint(conn: &rusqlite::Connection) -> (i64, i64, i64) {
 
 /// A reader holds one snapshot of the ledger while 200 calls are dispatched: no
 /// checkpoint can copy a frame past it, so the WAL grows past the autocheckpoint size,
-/// yet every dispatch answers OK. Once the reader ends, the next dispatch's commits
-/// checkpoint the whole WAL and start it over, and every call is in the ledger.
+/// yet every dispatch answers OK. Once the reader ends, the next dispatch's process
+/// checkpoints the whole WAL before it exits, the one after starts it over, and every
+/// call is in the ledger.
 #[test]
 fn a_long_reader_stalls_the_wal_checkpoint_but_no_dispatch() {
     let dir = Dir::new();
@@ -559,8 +560,9 @@ fn a_long_reader_stalls_the_wal_checkpoint_but_no_dispatch() {
     assert_eq!(stalled.2, 0, "a checkpoint copied frames past the reader: {stalled:?}");
     assert!(wal_bytes > u64::try_from(autocheckpoint_frames * page_bytes).unwrap());
 
-    // The reader ends; the next dispatch's commits checkpoint the WAL (autocheckpoint)
-    // and start it over from its first frame.
+    // The reader ends; the next dispatch's commit wakes its process's checkpointer,
+    // which copies the whole WAL before the command exits, and the dispatch after it
+    // starts the WAL over from its first frame.
     reader.execute_batch("COMMIT").unwrap();
     drop(reader);
     let last = case(&dir, "last");
@@ -574,9 +576,20 @@ fn a_long_reader_stalls_the_wal_checkpoint_but_no_dispatch() {
         std::fs::metadata(&wal).unwrap().len()
     );
     assert_eq!(caught_up.0, 0, "{caught_up:?}");
-    assert_eq!(caught_up.1, caught_up.2, "{caught_up:?}");
-    assert!(caught_up.1 < stalled.1 && caught_up.1 < autocheckpoint_frames, "{caught_up:?}");
-    assert_eq!(count(&observer), calls + 2);
+    assert_eq!(caught_up.1, caught_up.2, "the WAL was not copied: {caught_up:?}");
+    let after = case(&dir, "after");
+    acknowledged.insert(
+        "after".to_owned(),
+        answered(&dir.run(&["--fixture", &after, "dispatch"]), "after").unwrap(),
+    );
+    let started_over = checkpoint(&observer);
+    println!("the next dispatch: checkpoint {started_over:?}");
+    assert_eq!(started_over.0, 0, "{started_over:?}");
+    assert!(
+        started_over.1 < stalled.1 && started_over.1 < autocheckpoint_frames,
+        "{started_over:?}"
+    );
+    assert_eq!(count(&observer), calls + 3);
     drop(observer);
     assert_nothing_lost(&dir, &acknowledged, acknowledged.len());
 }
