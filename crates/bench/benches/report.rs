@@ -666,6 +666,18 @@ fn profile(flow: &str) {
                 measured.ops_per_s, measured.p99_ms, measured.batches
             );
         }
+        "processes" => {
+            // The report's 8-process row alone: `PER_PROCESS` dispatches each (75 unless
+            // set), ours and then the bare pipeline's, each on a fresh file.
+            let per_process = count_from_env("PER_PROCESS", 75);
+            for mode in ["dispatch", "raw"] {
+                let measured = processes(mode, &work.file(mode), 0, per_process);
+                println!(
+                    "{mode}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms",
+                    measured.ops_per_s, measured.p50_ms, measured.p99_ms
+                );
+            }
+        }
         "relay" => {
             let mut engine = engine(&path);
             let events = count_from_env("RELAY_EVENTS", 5000);

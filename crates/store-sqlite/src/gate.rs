@@ -18,13 +18,17 @@
 //! Releasing hands the gate to the next queued writer (a job's thread becomes the next
 //! combiner). Writers in other processes still rely on `busy_timeout`.
 //!
-//! The group commits' connection does not checkpoint: once a commit leaves the log at
-//! [`CHECKPOINT_PAGES`] or more, the file's **checkpointer** thread copies the log back
-//! into the database while writers go on, then holds the gate only to copy what they
-//! wrote meanwhile, so the next write starts the log over. SQLite's own automatic
-//! checkpoint did the whole copy inside the commit, gate held, and every caller queued
-//! behind that batch waited for it (the tail of eight contending threads was 2.2 times
-//! their mean latency; 1.5 without it).
+//! The group commits' connection does not checkpoint inside the gate. SQLite's own
+//! automatic checkpoint did the whole copy inside the commit that left the log at
+//! [`CHECKPOINT_PAGES`], gate held, and every caller queued behind that batch waited
+//! for it (the tail of eight contending threads was 2.2 times their mean latency; 1.5
+//! without any checkpoint). Now a combiner with nobody queued behind it copies the log
+//! itself once it has left the gate (on its store's own connection, before it
+//! answers: a lone writer pays what SQLite's checkpoint cost it, and eight processes
+//! writing one file each alone keep their pace). When writers are queued, the file's
+//! **checkpointer** thread copies the log while they go on, and once the log has passed
+//! [`RESTART_PAGES`] without starting over, holds the gate only to copy what they wrote
+//! meanwhile, so the next write starts the log over.
 
 use std::{
     any::Any,
@@ -49,6 +53,11 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// The log's size, in pages, at which a commit wakes the checkpointer: SQLite's own
 /// automatic checkpoint threshold.
 pub(crate) const CHECKPOINT_PAGES: i32 = 1000;
+
+/// The log's size, in pages, from which the checkpointer takes the gate to copy the
+/// rest: twice the threshold, so the log has passed it once already without starting
+/// over on its own (see [`checkpoints`]).
+const RESTART_PAGES: i64 = 2 * CHECKPOINT_PAGES as i64;
 
 /// How long the checkpointer waits for the gate to copy the rest of the log; when it
 /// does not get it, the next commit's wake-up tries again.
@@ -210,12 +219,18 @@ impl Gate {
         self.0.checkpoints.load(Ordering::Relaxed)
     }
 
-    /// A commit left the log at `pages`: from [`CHECKPOINT_PAGES`] on, wakes the file's
-    /// checkpointer (starting it in this process when none runs). Never waits: a
-    /// checkpointer already awake takes the log as it finds it.
-    pub(crate) fn committed(&self, pages: i32) {
+    /// A commit left the log at `pages`. From [`CHECKPOINT_PAGES`] on, the log is
+    /// copied back: by the combiner itself once it has left the gate (`true`) when no
+    /// writer waits, as SQLite's own checkpoint would but without the gate; else by
+    /// the file's checkpointer, woken (and started in this process when none runs), so
+    /// the writers queued behind go on. Never waits: a checkpointer already awake takes
+    /// the log as it finds it.
+    pub(crate) fn committed(&self, pages: i32) -> bool {
         if pages < CHECKPOINT_PAGES {
-            return;
+            return false;
+        }
+        if self.waiting() == 0 {
+            return true;
         }
         let mut checkpointer = self.0.checkpointer.lock().unwrap_or_else(PoisonError::into_inner);
         let process = std::process::id();
@@ -223,7 +238,7 @@ impl Gate {
             && running.process == process
             && !matches!(running.wake.try_send(()), Err(mpsc::TrySendError::Disconnected(())))
         {
-            return;
+            return false;
         }
         let (wake, woken) = mpsc::sync_channel(1);
         let (gate, path) = (Arc::downgrade(&self.0), self.0.path.clone());
@@ -236,6 +251,15 @@ impl Gate {
         if let Ok(thread) = started {
             let _ = wake.try_send(());
             *checkpointer = Some(Checkpointer { process, wake, thread });
+        }
+        false
+    }
+
+    /// Copies the log back on `conn` (a store's own connection), as [`Gate::committed`]
+    /// asked of a combiner once out of the gate; a copy that fails is left to the next.
+    pub(crate) fn checkpoint(&self, conn: &Connection) {
+        if passive_checkpoint(conn).is_ok() {
+            self.0.checkpoints.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -372,7 +396,7 @@ fn checkpoints(gate: &Weak<Shared>, path: &Path, woken: &Receiver<()>) {
         }
         let Some(conn) = &connection else { continue };
         let copied = match passive_checkpoint(conn) {
-            Ok((log, copied)) if copied < log => match gate.upgrade() {
+            Ok((log, copied)) if copied < log && log >= RESTART_PAGES => match gate.upgrade() {
                 Some(shared) => {
                     let gate = Gate(shared);
                     let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };

@@ -262,7 +262,7 @@ pub(crate) fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connect
     // SQLite's automatic checkpoint would copy the log back into the database inside the
     // commit that passed 1,000 pages, with the writer gate held: every caller queued
     // behind that batch waited for it. The hook replaces it (SQLite runs one or the
-    // other) and only notes the log's size; the gate's checkpointer does the copying.
+    // other) and only notes the log's size; the gate has it copied outside (`gate`).
     conn.wal_hook(Some(note_wal_pages));
     Ok(conn)
 }

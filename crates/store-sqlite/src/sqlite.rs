@@ -31,7 +31,9 @@ use crate::{
 /// A toolledger store in one SQLite file.
 #[derive(Debug)]
 pub struct SqliteStore {
-    conn: Connection,
+    /// Boxed: with the hooks the writer connection uses compiled in, a connection is
+    /// hundreds of bytes, and a store is moved around by value (an engine, a pool).
+    conn: Box<Connection>,
     gate: Gate,
     waits: Waits,
 }
@@ -86,7 +88,7 @@ impl SqliteStore {
         // The open spent some of the bound; a long-lived store (no deadline) gets its
         // whole per-wait bound back for every later wait.
         schema::set_busy_timeout(&conn, waits.next_wait())?;
-        Ok(SqliteStore { conn, gate: Gate::of(path), waits })
+        Ok(SqliteStore { conn: Box::new(conn), gate: Gate::of(path), waits })
     }
 
     /// Opens an existing store, for the commands that never create one. Creates nothing:
@@ -108,7 +110,7 @@ impl SqliteStore {
     /// As [`SqliteStore::open_existing`], plus [`StoreError::Busy`].
     pub fn open_existing_with(path: &Path, waits: Waits) -> Result<SqliteStore, StoreError> {
         let conn = schema::open_existing(path, &waits, schema::Damaged::Refused)?;
-        Ok(SqliteStore { conn, gate: Gate::of(path), waits })
+        Ok(SqliteStore { conn: Box::new(conn), gate: Gate::of(path), waits })
     }
 
     /// Audits the store at `path` without creating or changing anything. A store SQLite
@@ -121,7 +123,7 @@ impl SqliteStore {
     /// schema that differs from the DDL: both are reported, not refused.
     pub fn audit_path(path: &Path, waits: Waits) -> Result<AuditReport, StoreError> {
         let audited = schema::open_existing(path, &waits, schema::Damaged::Audited)
-            .map(|conn| SqliteStore { conn, gate: Gate::of(path), waits });
+            .map(|conn| SqliteStore { conn: Box::new(conn), gate: Gate::of(path), waits });
         match audited.and_then(|mut store| store.audit_snapshot()) {
             Err(StoreError::Corrupt) => Ok(crate::audit::corrupt()),
             result => result,
@@ -189,8 +191,10 @@ impl SqliteStore {
     /// that thread's transaction and its own savepoint.
     fn batched<C: Commit>(&mut self, command: C) -> Result<(C::Output, C), StoreError> {
         self.arm()?;
-        let SqliteStore { gate, waits, .. } = self;
+        let SqliteStore { conn, gate, waits } = self;
         let gate = &*gate;
+        // Set when this thread, the combiner, is to copy the log back once out of the gate.
+        let copy_log = std::cell::Cell::new(false);
         let lazy = command.durability() == Durability::Lazy;
         let run = Box::new(move |conn: &Connection| {
             let (value, keep) = command.run(&mut Sqlite(conn))?;
@@ -213,13 +217,16 @@ impl SqliteStore {
                     if healthy {
                         *writer.connection = Some(connection);
                     }
-                    gate.committed(schema::wal_pages_committed());
+                    copy_log.set(gate.committed(schema::wal_pages_committed()));
                     answers
                 }
                 // Only the combiner's own job is refused; the queued ones wait for the next.
                 Err(err) => vec![Err(err)],
             }
         });
+        if copy_log.get() {
+            gate.checkpoint(conn);
+        }
         answer.and_then(|value| {
             value
                 .downcast::<(C::Output, C)>()
