@@ -199,10 +199,15 @@ fn call(key: &str) -> Call {
 /// A new ledger in `work`'s file `name` with the bench's tool, over [`Instant0`] saying
 /// it can (or cannot) look its requests up.
 fn bench_ledger(work: &Work, name: &str, looks_up: bool) -> Ledger<Instant0, NoRoles> {
+    ledger_at(&work.file(name), looks_up)
+}
+
+/// [`bench_ledger`] at `path`.
+fn ledger_at(path: &std::path::Path, looks_up: bool) -> Ledger<Instant0, NoRoles> {
     let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
     let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
     let count = std::sync::atomic::AtomicU64::new(0);
-    Ledger::builder(work.file(name))
+    Ledger::builder(path)
         .tool(tool.tool())
         .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
         .open(Instant0 { identity, count, looks_up }, NoRoles)
@@ -372,15 +377,8 @@ fn child_main(args: &[String]) {
     assert_eq!(mode, "tokio", "the one child mode");
     let (tasks, calls): (usize, usize) = (tasks.parse().unwrap(), calls.parse().unwrap());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let tool = toolledger::load_tool(&workspace().join("crates/python/bench/pay.json")).unwrap();
-    let identity = DownstreamIdentity::new("bench-instant", "1").unwrap();
-    let count = std::sync::atomic::AtomicU64::new(0);
     runtime.block_on(async {
-        let ledger = Ledger::builder(path.as_str())
-            .tool(tool.tool())
-            .profile(ProviderProfile::new("python", "function_call", "toolledger-python-1"))
-            .open(Instant0 { identity, count, looks_up: true }, NoRoles)
-            .unwrap();
+        let ledger = ledger_at(std::path::Path::new(path), true);
         for _pass in 0..2 {
             many_tasks(&ledger, "fsyncs", tasks, calls).await;
         }

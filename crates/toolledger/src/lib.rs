@@ -264,6 +264,15 @@ struct Shared<D, R> {
     turns: Turns,
 }
 
+/// What [`Ledger::known`] found for a call.
+enum Known {
+    /// What the ledger already holds for it, or the door's refusal.
+    Answered(Reply),
+    /// A scope to dispatch (new, or being worked by another call of this ledger), the
+    /// call through the door (boxed: a call is far larger than a reply).
+    New(Box<HostCall>),
+}
+
 /// One dispatch at a time per scope (tenant, subject, tool, key) within one ledger: a
 /// second call of a key this process is already working waits for the first and then
 /// reads what it left (a replay, or how it ended), as a call after it would, instead
@@ -655,26 +664,45 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn dispatch(&self, call: &Call) -> Result<Reply, Error> {
-        let host_call = match self.host_call_of(call)? {
-            Ok(host_call) => host_call,
-            Err(refused) => return Ok(refused),
-        };
-        let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(&host_call));
-        self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(&host_call, worker)?)))
+        match self.host_call_of(call)? {
+            Ok(host_call) => self.dispatch_admitted(&host_call),
+            Err(refused) => Ok(refused),
+        }
+    }
+
+    /// [`Ledger::dispatch`] of a call through the door (its arguments admitted).
+    fn dispatch_admitted(&self, call: &HostCall) -> Result<Reply, Error> {
+        let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(call));
+        self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(call, worker)?)))
     }
 
     /// What [`Ledger::dispatch`] answers `call` when the ledger already holds its scope
     /// (a replay, a conflict, an unknown, how it ended) or the door refuses it, read
-    /// alone: nothing is written and no downstream is asked. `None` when the scope is
-    /// new, or when a call of this ledger is working it now: only a dispatch (which waits
-    /// for that call) answers it.
-    fn known(&self, call: &Call) -> Result<Option<Reply>, Error> {
+    /// alone: nothing is written and no downstream is asked. [`Known::New`] when the
+    /// scope is new, or when a call of this ledger is working it now: only a dispatch
+    /// (which waits for that call) answers it, and takes the call as the door let it
+    /// through.
+    fn known(&self, call: &Call) -> Result<Known, Error> {
         let host_call = match self.host_call_of(call)? {
             Ok(host_call) => host_call,
-            Err(refused) => return Ok(Some(refused)),
+            Err(refused) => return Ok(Known::Answered(refused)),
         };
-        let Some(_turn) = self.shared.turns.try_take(&host_call) else { return Ok(None) };
-        self.shared.engine(|engine| Ok(engine.known(&host_call)?.map(Reply::from)))
+        let Some(turn) = self.shared.turns.try_take(&host_call) else {
+            return Ok(Known::New(Box::new(host_call)));
+        };
+        let known = self.shared.engine(|engine| Ok(engine.known(&host_call)?.map(Reply::from)));
+        drop(turn);
+        Ok(match known? {
+            Some(reply) => Known::Answered(reply),
+            None => Known::New(Box::new(host_call)),
+        })
+    }
+
+    /// [`Ledger::dispatch`] of a call [`Ledger::known`] found new, at the instant the
+    /// dispatch starts (its clock read again: the read may have waited).
+    fn dispatch_new(&self, call: &Call, mut host_call: Box<HostCall>) -> Result<Reply, Error> {
+        host_call.clock = self.clock_of(call)?;
+        self.dispatch_admitted(&host_call)
     }
 
     /// Accepts a call (commit A) and stops: a worker ([`Ledger::process`]) takes it
@@ -854,12 +882,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn dispatch_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
-        let call = match admitted(call) {
-            Ok(call) => call,
-            Err(rejection) => return Ok(refused(&rejection)),
-        };
-        let (worker, _turn) = (&self.shared.worker, self.shared.turns.take(&call));
-        self.shared.engine(|engine| Ok(Reply::from(engine.dispatch(&call, worker)?)))
+        match admitted(call) {
+            Ok(call) => self.dispatch_admitted(&call),
+            Err(rejection) => Ok(refused(&rejection)),
+        }
     }
 
     /// Accepts a loaded call (commit A) and stops, as [`Ledger::enqueue`] does a

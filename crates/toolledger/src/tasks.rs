@@ -356,10 +356,14 @@ where
             // blocking thread per core: 64 tasks' replays in 64 threads spent their time
             // switching and in the allocator's locks.
             let (reader, read) = (ledger.clone(), Arc::clone(&call));
-            if let Some(reply) = reading(move || reader.known(&read)).await? {
-                return Ok(reply);
+            match reading(move || reader.known(&read)).await? {
+                crate::Known::Answered(reply) => Ok(reply),
+                // The door's work is not done twice: the dispatch takes the call it let
+                // through.
+                crate::Known::New(admitted) => {
+                    blocking(move || ledger.dispatch_new(&call, admitted)).await
+                }
             }
-            blocking(move || ledger.dispatch(&call)).await
         }
     }
 
