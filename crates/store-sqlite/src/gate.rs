@@ -115,7 +115,8 @@ struct Shared {
     batched: AtomicU64,
     /// This file's checkpointer thread, started by the first commit that needs it.
     checkpointer: Mutex<Option<Checkpointer>>,
-    /// Checkpoints the checkpointer finished.
+    /// Copies of the log back into the database finished in this process: by a lone
+    /// combiner ([`Gate::checkpoint`]) or by the checkpointer.
     checkpoints: AtomicU64,
 }
 
@@ -214,7 +215,8 @@ impl Gate {
         (self.0.batches.load(Ordering::Relaxed), self.0.batched.load(Ordering::Relaxed))
     }
 
-    /// Checkpoints this process's checkpointer finished on this file.
+    /// Copies of this file's log finished in this process: by lone combiners and by the
+    /// checkpointer.
     pub(crate) fn checkpoints(&self) -> u64 {
         self.0.checkpoints.load(Ordering::Relaxed)
     }
@@ -382,7 +384,8 @@ impl Combining<'_> {
 
 /// A file's checkpointer: each time it is woken, copies the log into the database
 /// outside the gate, then what was written meanwhile inside it (only when the first
-/// copy left some), so that the log is wholly copied and the next write starts it over.
+/// copy left some and the log has passed [`RESTART_PAGES`]), so that the log is wholly
+/// copied and the next write starts it over.
 /// Both copies are `PASSIVE`: they never wait for a reader and never stop one. Ends
 /// once the file's last store in this process has closed, after the copy it was woken
 /// for (with no store left, no writer of this process can come between the copies, and

@@ -260,9 +260,10 @@ impl SqliteStore {
         self.gate.batches()
     }
 
-    /// Checkpoints this process's checkpointer has finished on this file: the group
-    /// commits' connection leaves copying its log back into the database to that thread
-    /// (see the crate's `gate`), so no caller waits for a checkpoint inside a commit.
+    /// Copies of the log back into the database this process has finished on this file:
+    /// the group commits' connection never checkpoints inside the writer gate, a lone
+    /// combiner copies once out of it and the file's checkpointer thread copies while
+    /// writers are queued (see the crate's `gate`), so no queued caller waits for a copy.
     pub fn checkpoints(&self) -> u64 {
         self.gate.checkpoints()
     }

@@ -560,9 +560,9 @@ fn a_long_reader_stalls_the_wal_checkpoint_but_no_dispatch() {
     assert_eq!(stalled.2, 0, "a checkpoint copied frames past the reader: {stalled:?}");
     assert!(wal_bytes > u64::try_from(autocheckpoint_frames * page_bytes).unwrap());
 
-    // The reader ends; the next dispatch's commit wakes its process's checkpointer,
-    // which copies the whole WAL before the command exits, and the dispatch after it
-    // starts the WAL over from its first frame.
+    // The reader ends; the next dispatch's process, a lone writer, copies the whole WAL
+    // once its commit is out of the writer gate, before the command exits, and the
+    // dispatch after it starts the WAL over from its first frame.
     reader.execute_batch("COMMIT").unwrap();
     drop(reader);
     let last = case(&dir, "last");
