@@ -26,9 +26,11 @@
 //! itself once it has left the gate (on its store's own connection, before it
 //! answers: a lone writer pays what SQLite's checkpoint cost it, and eight processes
 //! writing one file each alone keep their pace). When writers are queued, the file's
-//! **checkpointer** thread copies the log while they go on, and once the log has passed
-//! [`RESTART_PAGES`] without starting over, holds the gate only to copy what they wrote
-//! meanwhile, so the next write starts the log over.
+//! **checkpointer** thread copies the log while they go on. Once the log has passed
+//! [`RESTART_PAGES`] without starting over (a copier is woken for it either way), the
+//! checkpointer holds the gate to copy what was written meanwhile and to let readers
+//! on the log's last frames finish, so the next write starts the log over: writers and
+//! readers that never pause otherwise keep it from ever starting over.
 
 use std::{
     any::Any,
@@ -62,6 +64,21 @@ const RESTART_PAGES: i64 = 2 * CHECKPOINT_PAGES as i64;
 /// How long the checkpointer waits for the gate to copy the rest of the log; when it
 /// does not get it, the next commit's wake-up tries again.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the checkpointer, holding the gate, waits for readers on the log's last
+/// frames once it has copied the whole log: a dispatch's reads last microseconds, and
+/// a reader that starts meanwhile reads the database, not the log.
+const RESTART_WAIT: Duration = Duration::from_millis(20);
+
+/// How many more copies outside the gate precede the one inside it (see [`catch_up`]).
+const CATCH_UP_COPIES: usize = 3;
+
+/// How many pages left uncopied the checkpointer takes into the gate without trying to
+/// copy them outside first.
+const CATCH_UP_PAGES: i64 = 64;
+
+/// How long each wait for those readers sleeps.
+const RESTART_STEP: Duration = Duration::from_micros(20);
 
 /// What a job answers: its value (downcast by the caller who queued it) or its error.
 pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
@@ -234,13 +251,20 @@ impl Gate {
         if self.waiting() == 0 {
             return true;
         }
+        self.wake_checkpointer();
+        false
+    }
+
+    /// Wakes the file's checkpointer, starting one in this process when none runs.
+    /// Never waits: a checkpointer already awake takes the log as it finds it.
+    fn wake_checkpointer(&self) {
         let mut checkpointer = self.0.checkpointer.lock().unwrap_or_else(PoisonError::into_inner);
         let process = std::process::id();
         if let Some(running) = &*checkpointer
             && running.process == process
             && !matches!(running.wake.try_send(()), Err(mpsc::TrySendError::Disconnected(())))
         {
-            return false;
+            return;
         }
         let (wake, woken) = mpsc::sync_channel(1);
         let (gate, path) = (Arc::downgrade(&self.0), self.0.path.clone());
@@ -254,14 +278,18 @@ impl Gate {
             let _ = wake.try_send(());
             *checkpointer = Some(Checkpointer { process, wake, thread });
         }
-        false
     }
 
     /// Copies the log back on `conn` (a store's own connection), as [`Gate::committed`]
     /// asked of a combiner once out of the gate; a copy that fails is left to the next.
+    /// A log past [`RESTART_PAGES`] has not started over since its last copies: readers
+    /// or writers of this process held it. The checkpointer is woken to start it over.
     pub(crate) fn checkpoint(&self, conn: &Connection) {
-        if passive_checkpoint(conn).is_ok() {
+        if let Ok((log, _)) = passive_checkpoint(conn) {
             self.0.checkpoints.fetch_add(1, Ordering::Relaxed);
+            if log >= RESTART_PAGES {
+                self.wake_checkpointer();
+            }
         }
     }
 
@@ -383,14 +411,12 @@ impl Combining<'_> {
 }
 
 /// A file's checkpointer: each time it is woken, copies the log into the database
-/// outside the gate, then what was written meanwhile inside it (only when the first
-/// copy left some and the log has passed [`RESTART_PAGES`]), so that the log is wholly
-/// copied and the next write starts it over.
-/// Both copies are `PASSIVE`: they never wait for a reader and never stop one. Ends
-/// once the file's last store in this process has closed, after the copy it was woken
-/// for (with no store left, no writer of this process can come between the copies, and
-/// the second needs no gate). A copy that fails is left to the next wake-up; the log
-/// stays valid either way.
+/// outside the gate; then, when the log has passed [`RESTART_PAGES`] without starting
+/// over, starts it over ([`start_over`]).
+/// Ends once the file's last store in this process has closed, after the copy it was
+/// woken for (with no store left, no writer of this process can come between the
+/// copies, and starting over needs no gate). A copy that fails is left to the next
+/// wake-up; the log stays valid either way.
 fn checkpoints(gate: &Weak<Shared>, path: &Path, woken: &Receiver<()>) {
     let mut connection: Option<Connection> = None;
     while woken.recv().is_ok() {
@@ -399,18 +425,21 @@ fn checkpoints(gate: &Weak<Shared>, path: &Path, woken: &Receiver<()>) {
         }
         let Some(conn) = &connection else { continue };
         let copied = match passive_checkpoint(conn) {
-            Ok((log, copied)) if copied < log && log >= RESTART_PAGES => match gate.upgrade() {
-                Some(shared) => {
-                    let gate = Gate(shared);
-                    let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };
-                    passive_checkpoint(conn)
+            Ok((log, _)) if log >= RESTART_PAGES => {
+                catch_up(conn);
+                match gate.upgrade() {
+                    Some(shared) => {
+                        let gate = Gate(shared);
+                        let Some(_entered) = gate.enter(CHECKPOINT_WAIT) else { continue };
+                        start_over(conn)
+                    }
+                    None => start_over(conn),
                 }
-                None => passive_checkpoint(conn),
-            },
-            done => done,
+            }
+            copied => copied.map(|_| ()),
         };
         match copied {
-            Ok(_) => {
+            Ok(()) => {
                 if let Some(shared) = gate.upgrade() {
                     shared.checkpoints.fetch_add(1, Ordering::Relaxed);
                 }
@@ -419,6 +448,49 @@ fn checkpoints(gate: &Weak<Shared>, path: &Path, woken: &Receiver<()>) {
             Err(_) => connection = None,
         }
     }
+}
+
+/// Copies again, outside the gate, what the writers wrote during the last copy, up to
+/// [`CATCH_UP_COPIES`] times while more than [`CATCH_UP_PAGES`] are left: each copy is
+/// shorter than the one before, and what is left is copied with the gate held.
+fn catch_up(conn: &Connection) {
+    for _ in 0..CATCH_UP_COPIES {
+        match passive_checkpoint(conn) {
+            Ok((log, copied)) if log - copied > CATCH_UP_PAGES => {}
+            _ => return,
+        }
+    }
+}
+
+/// With no writer of this process between (the gate held, or no store left): copies
+/// what was written since the copy outside the gate, and when that leaves the whole log
+/// copied, waits up to [`RESTART_WAIT`] for readers still on the log's last frames so
+/// that the next commit starts it over (`wal_checkpoint(RESTART)`). Both copies stop
+/// at the oldest reader's snapshot and never wait for it: with writers that never
+/// pause, every copy outside the gate ends behind their last commit, and with readers
+/// that never pause one of them always holds the log's last frames, so without this
+/// the log would never start over. A long reader leaves the log whole, as it did
+/// SQLite's own checkpoint.
+fn start_over(conn: &Connection) -> Result<(), rusqlite::Error> {
+    let (log, copied) = passive_checkpoint(conn)?;
+    if copied < log {
+        return Ok(());
+    }
+    // Only this mode waits (`PASSIVE` never calls the busy handler), and in steps far
+    // shorter than SQLite's own handler's first sleep of a millisecond, gate held.
+    conn.busy_handler(Some(reader_wait))?;
+    conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
+}
+
+/// The checkpointer's busy handler while it starts the log over: waits in steps of
+/// [`RESTART_STEP`], [`RESTART_WAIT`] in all.
+fn reader_wait(retries: i32) -> bool {
+    let steps = RESTART_WAIT.as_micros() / RESTART_STEP.as_micros();
+    if u128::try_from(retries).unwrap_or(u128::MAX) >= steps {
+        return false;
+    }
+    std::thread::sleep(RESTART_STEP);
+    true
 }
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: the log's frames, and how many of them are now

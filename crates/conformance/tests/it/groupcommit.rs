@@ -400,9 +400,11 @@ fn sigkill_during_group_commits_loses_and_invents_nothing() {
 /// The group commits' connection never checkpoints inside the gate: a combiner with
 /// nobody behind it copies the log once out of the gate, and with writers queued the
 /// file's checkpointer copies it while they go on, taking the gate only for the rest,
-/// so a later commit starts the log over. Eight writers dispatching back to back write
-/// many times the checkpoint threshold; the log's file stays near the threshold
-/// (without a copy it holds every page written) and the audit passes.
+/// and letting readers on the log's last frames finish, so a later commit starts the
+/// log over. Eight writers dispatching back to back (each reading too) write many
+/// times the checkpoint threshold; the log's file stays near the restart threshold
+/// (without a copy, or without a start over, it holds every page written) and the
+/// audit passes.
 #[test]
 fn the_log_is_copied_back_and_started_over_while_writers_go_on() {
     let db = Db::fresh();
@@ -419,8 +421,9 @@ fn the_log_is_copied_back_and_started_over_while_writers_go_on() {
             let (path, dispatched) = (db.path().to_path_buf(), Arc::clone(&dispatched));
             thread::spawn(move || {
                 let mut engine = open_sqlite(&path, Roles::default(), Registry::builtin()).unwrap();
-                // Bounded: 8 x 60 dispatches write the threshold's 1,000 pages many times.
-                for n in 0..60 {
+                // Bounded: 8 x 120 dispatches write the threshold's 1,000 pages many
+                // times (a log never started over passes 30 MB).
+                for n in 0..120 {
                     let key = format!("copied-{thread}-{n}");
                     let answer = engine.dispatch_at(&keyed(&key, NOW), &id("dispatcher"), None);
                     assert_eq!(answer.unwrap().code(), "OK", "{key}");
