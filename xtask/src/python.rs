@@ -8,7 +8,7 @@ use std::{
     process::Command,
 };
 
-use crate::cargo;
+use crate::{RELEASE_DIR, RELEASE_RUSTFLAGS, cargo};
 
 /// The most the installed extension may weigh: a user's wheel carries no debug info.
 const EXTENSION_BYTES_MAX: u64 = 15 * 1024 * 1024;
@@ -18,8 +18,8 @@ const EXTENSION_BYTES_MAX: u64 = 15 * 1024 * 1024;
 /// installed extension's size, and runs the suite. The note is pytest's summary line
 /// and the extension's size.
 pub(crate) fn run(root: &Path) -> Result<String, String> {
-    let target_dir = "target/ci/test-release";
-    let wheel = wheel(root, target_dir, true)?;
+    let target_dir = RELEASE_DIR;
+    let wheel = wheel(root, target_dir, RELEASE_RUSTFLAGS)?;
     // The reference service the HTTP-downstream tests start, in its own process, and
     // the command line the doors' test drives: in release, as the wheel is.
     cargo(
@@ -36,7 +36,7 @@ pub(crate) fn run(root: &Path) -> Result<String, String> {
             "--target-dir",
             target_dir,
         ],
-        &[("RUSTFLAGS", "")],
+        &[("RUSTFLAGS", RELEASE_RUSTFLAGS)],
     )?;
     let binaries = root.join(target_dir).join("release");
     let (refundd, cli) = (binaries.join("toolledger-refundd"), binaries.join("toolledger"));
@@ -108,7 +108,7 @@ fn source_install(root: &Path, target_dir: &str) -> Result<(), String> {
             .current_dir(root)
             .args(["install", "-q", "--disable-pip-version-check", "crates/python"])
             .env("CARGO_TARGET_DIR", root.join(target_dir))
-            .env("RUSTFLAGS", ""),
+            .env("RUSTFLAGS", RELEASE_RUSTFLAGS),
         "pip install crates/python",
     )?;
     let smoke = "import os, tempfile, toolledger\n\
@@ -125,15 +125,16 @@ fn source_install(root: &Path, target_dir: &str) -> Result<(), String> {
 /// A venv with the release wheel (built in the default target dir, beside `cargo
 /// bench`'s own build) and the pure-Python peers, for the Python bench: its interpreter.
 pub(crate) fn bench_venv(root: &Path) -> Result<String, String> {
-    let wheel = wheel(root, "target", true)?;
+    let wheel = wheel(root, "target", "")?;
     let bench = venv(root, &root.join("target/python/bench-venv"), true)?;
     pip(root, &bench, &["-r", "crates/python/bench/requirements.txt"])?;
     pip(root, &bench, &[wheel.to_string_lossy().as_ref()])?;
     Ok(bench.join("bin/python").to_string_lossy().into_owned())
 }
 
-/// The wheel, built with maturin in `target_dir` into `target/python/wheels`.
-fn wheel(root: &Path, target_dir: &str, release: bool) -> Result<PathBuf, String> {
+/// The release wheel, built with maturin in `target_dir` (with that dir's `rustflags`)
+/// into `target/python/wheels`.
+fn wheel(root: &Path, target_dir: &str, rustflags: &str) -> Result<PathBuf, String> {
     let work = root.join("target/python");
     std::fs::create_dir_all(&work).map_err(|err| format!("target/python: {err}"))?;
     let build = venv(root, &work.join("build-venv"), false)?;
@@ -147,12 +148,8 @@ fn wheel(root: &Path, target_dir: &str, release: bool) -> Result<PathBuf, String
         .args(["build", "--locked", "-m", "crates/python/Cargo.toml", "--target-dir", target_dir])
         .arg("-o")
         .arg(&wheels)
-        .env("RUSTFLAGS", "");
-    if release {
-        maturin.arg("--release");
-    } else {
-        maturin.args(["--profile", "dev"]);
-    }
+        .arg("--release")
+        .env("RUSTFLAGS", rustflags);
     status(&mut maturin, "maturin")?;
     let wheel = std::fs::read_dir(&wheels)
         .map_err(|err| format!("no wheel was built: {err}"))?
