@@ -173,6 +173,9 @@ const CLI_ON_POSTGRES: [&str; 12] = [
     "library::the_simulation_refuses_an_operation_of_another_downstream",
 ];
 
+/// The debug test mode's target dir, shared by every step that builds in debug.
+const DEBUG_DIR: &str = "target/ci/test-debug";
+
 /// The release test mode's target dir, shared by every step that builds in release.
 pub(crate) const RELEASE_DIR: &str = "target/ci/test-release";
 
@@ -210,7 +213,7 @@ fn ci(root: &Path) -> ExitCode {
     // every later step in its target dir passes the same flags and builds nothing again.
     // Benches are built in release only by `cargo xtask bench`: clippy checks them.
     let modes: [(&str, &[&str], &str, &str); 2] = [
-        ("test debug", &["test"], "", "target/ci/test-debug"),
+        ("test debug", &["test"], "", DEBUG_DIR),
         ("test release -D warnings", &["test", "--release"], RELEASE_RUSTFLAGS, RELEASE_DIR),
     ];
     for (name, command, rustflags, dir) in modes {
@@ -224,15 +227,8 @@ fn ci(root: &Path) -> ExitCode {
     // database on the cluster the tests start (errors, honesty and migrate test SQLite
     // files themselves and ran above).
     outcomes.push(step("test cli end-to-end on postgres", || {
-        let mut args = vec![
-            "test",
-            "--locked",
-            "-p",
-            "toolledger-cli",
-            "--target-dir",
-            "target/ci/test-debug",
-            "--",
-        ];
+        let mut args =
+            vec!["test", "--locked", "-p", "toolledger-cli", "--target-dir", DEBUG_DIR, "--"];
         args.extend_from_slice(&CLI_ON_POSTGRES);
         cargo(root, &args, &[("RUSTFLAGS", ""), ("TOOLLEDGER_TEST_STORE", "postgres")])
     }));
@@ -264,7 +260,7 @@ fn ci(root: &Path) -> ExitCode {
                     "--example",
                     example,
                     "--target-dir",
-                    "target/ci/test-debug",
+                    DEBUG_DIR,
                 ],
                 &[("RUSTFLAGS", "")],
             )
@@ -346,7 +342,7 @@ impl Campaign {
             "--test",
             "it",
             "--target-dir",
-            "target/ci/test-debug",
+            DEBUG_DIR,
             "--",
             "crash::",
             "--nocapture",
@@ -411,8 +407,7 @@ fn package(root: &Path) -> Result<String, String> {
         .filter(|package| package["publish"].as_array().is_some_and(|to| to.is_empty()))
         .filter_map(|package| package["name"].as_str())
         .collect();
-    let mut args =
-        vec!["package", "--workspace", "--locked", "--target-dir", "target/ci/test-debug"];
+    let mut args = vec!["package", "--workspace", "--locked", "--target-dir", DEBUG_DIR];
     for name in &unpublished {
         args.extend(["--exclude", name]);
     }

@@ -80,6 +80,10 @@ const CATCH_UP_PAGES: i64 = 64;
 /// How long each wait for those readers sleeps.
 const RESTART_STEP: Duration = Duration::from_micros(20);
 
+/// How many times the checkpointer sleeps [`RESTART_STEP`] for those readers.
+/// SQLite counts the handler's calls from zero.
+const RESTART_STEPS: i32 = (RESTART_WAIT.as_micros() / RESTART_STEP.as_micros()) as i32;
+
 /// What a job answers: its value (downcast by the caller who queued it) or its error.
 pub(crate) type Answer = Result<Box<dyn Any + Send>, StoreError>;
 
@@ -283,7 +287,7 @@ impl Gate {
     /// Copies the log back on `conn` (a store's own connection), as [`Gate::committed`]
     /// asked of a combiner once out of the gate; a copy that fails is left to the next.
     /// A log past [`RESTART_PAGES`] has not started over since its last copies: readers
-    /// or writers of this process held it. The checkpointer is woken to start it over.
+    /// or writers held it. The checkpointer is woken to start it over.
     pub(crate) fn checkpoint(&self, conn: &Connection) {
         if let Ok((log, _)) = passive_checkpoint(conn) {
             self.0.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -485,8 +489,7 @@ fn start_over(conn: &Connection) -> Result<(), rusqlite::Error> {
 /// The checkpointer's busy handler while it starts the log over: waits in steps of
 /// [`RESTART_STEP`], [`RESTART_WAIT`] in all.
 fn reader_wait(retries: i32) -> bool {
-    let steps = RESTART_WAIT.as_micros() / RESTART_STEP.as_micros();
-    if u128::try_from(retries).unwrap_or(u128::MAX) >= steps {
+    if retries >= RESTART_STEPS {
         return false;
     }
     std::thread::sleep(RESTART_STEP);
