@@ -685,6 +685,8 @@ fn profile(flow: &str) {
                 engine.enqueue(&cases.get(index)).unwrap();
             }
             drop(engine);
+            // What the enqueue wrote, apart from the relay's own (the total follows).
+            print_io();
             println!("relaying");
             let started = Instant::now();
             let workers = count_from_env("RELAY_WORKERS", 1);
@@ -781,6 +783,11 @@ fn profile(flow: &str) {
         }
         other => panic!("no flow {other}"),
     }
+    print_io();
+}
+
+/// This process's I/O so far (`/proc/self/io`), on one line.
+fn print_io() {
     if let Ok(io) = std::fs::read_to_string("/proc/self/io") {
         println!("{}", io.replace('\n', " "));
     }
