@@ -182,6 +182,9 @@ pub(crate) const RELEASE_DIR: &str = "target/ci/test-release";
 /// The flags of every build in [`RELEASE_DIR`]: one set, so no step rebuilds another's.
 pub(crate) const RELEASE_RUSTFLAGS: &str = "-D warnings";
 
+/// The facade's spans for the host's OpenTelemetry provider, off by default.
+const OTEL_FEATURE: &str = "toolledger/otel";
+
 fn ci(root: &Path) -> ExitCode {
     let mut outcomes = vec![
         step("fmt", || cargo(root, &["fmt", "--all", "--check"], &[])),
@@ -189,6 +192,26 @@ fn ci(root: &Path) -> ExitCode {
             cargo(
                 root,
                 &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"],
+                &[],
+            )
+        }),
+        // The facade's spans (feature `otel`) checked too: the line above checked it
+        // without them.
+        step("clippy (otel)", || {
+            cargo(
+                root,
+                &[
+                    "clippy",
+                    "-p",
+                    "toolledger",
+                    "--all-targets",
+                    "--locked",
+                    "--features",
+                    OTEL_FEATURE,
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
                 &[],
             )
         }),
@@ -223,6 +246,25 @@ fn ci(root: &Path) -> ExitCode {
             cargo(root, &args, &[("RUSTFLAGS", rustflags)])
         }));
     }
+    // The facade's tests once more with its spans (feature `otel`), whose own tests read
+    // them back through the SDK's in-memory exporter (`tests/it/traces.rs`). Built apart
+    // in the debug dir: the feature changes the facade's fingerprint, and every later
+    // step builds the crates without it.
+    outcomes.push(step("test facade with otel", || {
+        let args = [
+            "test",
+            "-p",
+            "toolledger",
+            "--locked",
+            "--features",
+            OTEL_FEATURE,
+            "--target-dir",
+            DEBUG_DIR,
+            "--test",
+            "it",
+        ];
+        cargo(root, &args, &[("RUSTFLAGS", "")])
+    }));
     // The command line's end-to-end modules again, each test's ledger a fresh PostgreSQL
     // database on the cluster the tests start (errors, honesty and migrate test SQLite
     // files themselves and ran above).

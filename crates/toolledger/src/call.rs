@@ -153,6 +153,15 @@ pub struct Call {
 }
 
 impl Call {
+    /// What the span of the call says of it before it is worked, made for `purpose`.
+    pub(crate) fn named(&self, purpose: crate::traces::Purpose) -> crate::traces::Named<'_> {
+        crate::traces::Named {
+            tool: &self.tool,
+            call_id: self.model_call.as_ref().map(|model_call| model_call.call_id.as_str()),
+            purpose,
+        }
+    }
+
     /// A call of `tool` with `arguments` (checked against the tool's input schema).
     ///
     /// ```

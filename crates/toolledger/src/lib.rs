@@ -70,6 +70,7 @@ mod relay;
 mod reply;
 mod store;
 mod tasks;
+mod traces;
 pub use tasks::blocking;
 
 use std::{path::PathBuf, sync::Arc};
@@ -355,14 +356,14 @@ impl<D: Downstream, R: PrincipalResolver> Shared<D, R> {
     /// downstream and resolver. No lock is held while it runs.
     fn engine<T>(
         &self,
-        work: impl FnOnce(&mut Engine<Store, &D, &R>) -> Result<T, Error>,
+        work: impl FnOnce(&mut Engine<Store, traces::Traced<&D>, &R>) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let store = match self.idle().pop() {
             Some(store) => store,
             None => Store::open(&self.location, self.waits, self.clock)?,
         };
-        let mut engine =
-            Engine::new(store, &self.downstream, &self.resolver, Arc::clone(&self.registry));
+        let downstream = traces::Traced(&self.downstream);
+        let mut engine = Engine::new(store, downstream, &self.resolver, Arc::clone(&self.registry));
         let answer = work(&mut engine);
         self.idle().push(engine.into_store());
         answer
@@ -664,10 +665,22 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn dispatch(&self, call: &Call) -> Result<Reply, Error> {
-        match self.host_call_of(call)? {
+        self.traced(&call.named(traces::Purpose::Dispatch), || match self.host_call_of(call)? {
             Ok(host_call) => self.dispatch_admitted(&host_call),
             Err(refused) => Ok(refused),
-        }
+        })
+    }
+
+    /// Runs `work`, one call of the ledger, under its span (`docs/observability.md`).
+    fn traced(
+        &self,
+        named: &traces::Named<'_>,
+        work: impl FnOnce() -> Result<Reply, Error>,
+    ) -> Result<Reply, Error> {
+        let span = traces::CallSpan::start(named, self.shared.location.backend());
+        let answer = span.run(work);
+        span.end(&answer);
+        answer
     }
 
     /// [`Ledger::dispatch`] of a call through the door (its arguments admitted).
@@ -724,6 +737,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn enqueue(&self, call: &Call) -> Result<Reply, Error> {
+        self.traced(&call.named(traces::Purpose::Enqueue), || self.enqueue_traced(call))
+    }
+
+    fn enqueue_traced(&self, call: &Call) -> Result<Reply, Error> {
         let host_call = match self.host_call_of(call)? {
             Ok(host_call) => host_call,
             Err(refused) => return Ok(refused),
@@ -748,10 +765,12 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn process(&self, status_ref: &StatusRef, call: &Call) -> Result<Reply, Error> {
-        let clock = self.clock_of(call)?;
-        let worker = &self.shared.worker;
-        self.shared.engine(|engine| {
-            Ok(Reply::from(engine.process(status_ref, &clock, call.context_value(), worker)?))
+        self.traced(&call.named(traces::Purpose::Process), || {
+            let clock = self.clock_of(call)?;
+            let worker = &self.shared.worker;
+            self.shared.engine(|engine| {
+                Ok(Reply::from(engine.process(status_ref, &clock, call.context_value(), worker)?))
+            })
         })
     }
 
@@ -772,11 +791,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn status(&self, call: &Call, status_ref: &StatusRef) -> Result<Reply, Error> {
-        let host_call = match self.host_call_of(call)? {
-            Ok(host_call) => host_call,
-            Err(refused) => return Ok(refused),
-        };
-        self.shared.engine(|engine| Ok(Reply::from(engine.status(&host_call, status_ref)?)))
+        self.traced(&call.named(traces::Purpose::QueryStatus), || {
+            let host_call = match self.host_call_of(call)? {
+                Ok(host_call) => host_call,
+                Err(refused) => return Ok(refused),
+            };
+            self.shared.engine(|engine| Ok(Reply::from(engine.status(&host_call, status_ref)?)))
+        })
     }
 
     /// The status query of a host that holds only `status_ref`: the principal, the
@@ -882,10 +903,15 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn dispatch_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
-        match admitted(call) {
+        let named = traces::Named {
+            tool: &call.proposal.tool_name,
+            call_id: Some(call.host.provider_call_id.as_str()),
+            purpose: traces::Purpose::Dispatch,
+        };
+        self.traced(&named, || match admitted(call) {
             Ok(call) => self.dispatch_admitted(&call),
             Err(rejection) => Ok(refused(&rejection)),
-        }
+        })
     }
 
     /// Accepts a loaded call (commit A) and stops, as [`Ledger::enqueue`] does a

@@ -17,7 +17,10 @@ pub use toolledger_store_postgres::StoreClock;
 use toolledger_store_postgres::{PgPool, PgStore};
 use toolledger_store_sqlite::SqliteStore;
 
-use crate::Error;
+use crate::{
+    Error,
+    traces::{self, Step},
+};
 
 /// Where a ledger lives.
 ///
@@ -229,25 +232,45 @@ macro_rules! delegate {
     };
 }
 
+/// Each of a trait's methods, answered by whichever store this is, as a step of the call
+/// span current while it runs ([`traces::step`]).
+macro_rules! delegate_step {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $step:expr;)*) => {
+        $(fn $name(&mut self, $($arg: $ty),*) -> Result<$ret, StoreError> {
+            traces::step($step, || match self {
+                Store::Sqlite(store) => store.$name($($arg),*),
+                Store::Postgres(store) => store.$name($($arg),*),
+            })
+        })*
+    };
+}
+
 impl LedgerStore for Store {
-    delegate! {
-        operation_by_scope(scope: &Scope) -> Option<Operation>;
-        operation_by_status_ref(status_ref: &StatusRef) -> Option<Operation>;
-        dispatch_lookup(scope: &Scope, call: &CallIdentity) -> DispatchLookup;
-        recorded_call(call: &CallIdentity) -> Option<RecordedCall>;
-        reserve(intent: &NewOperation, call: &CallIdentity, now: Now) -> Reservation;
+    delegate_step! {
+        reserve(intent: &NewOperation, call: &CallIdentity, now: Now) -> Reservation =
+            Step::CommitA;
         reserve_claimed(
             intent: &NewOperation,
             call: &CallIdentity,
             now: Now,
             owner: &Identifier,
             lease: LeaseSeconds
-        ) -> Reservation;
-        claim(status_ref: &StatusRef, owner: &Identifier, now: Now, lease: LeaseSeconds) -> Claim;
+        ) -> Reservation = Step::CommitA;
+        end(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> Finalize =
+            Step::CommitC { synced: ending.durability() == toolledger_store::driver::Durability::Synced };
+        finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now)
+            -> Vec<Finalize> = Step::CommitC { synced: false };
+        claim(status_ref: &StatusRef, owner: &Identifier, now: Now, lease: LeaseSeconds) -> Claim =
+            Step::Claim;
+    }
+
+    delegate! {
+        operation_by_scope(scope: &Scope) -> Option<Operation>;
+        operation_by_status_ref(status_ref: &StatusRef) -> Option<Operation>;
+        dispatch_lookup(scope: &Scope, call: &CallIdentity) -> DispatchLookup;
+        recorded_call(call: &CallIdentity) -> Option<RecordedCall>;
         record_status_query(call: &CallIdentity, status_ref: &StatusRef, now: Now)
             -> Option<RecordedCall>;
-        end(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> Finalize;
-        finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now) -> Vec<Finalize>;
         release(status_ref: &StatusRef, lease: &Lease, release: &Release<'_>, now: Now)
             -> Finalize;
         claim_due(

@@ -11,7 +11,7 @@ use toolledger_engine::{
 };
 use toolledger_store::{DownstreamReceipt, Now};
 
-use crate::{Call, Error, Ledger, LedgerBuilder, Reply, StatusQuery};
+use crate::{Call, Error, Ledger, LedgerBuilder, Reply, StatusQuery, traces::Parent};
 
 /// An [`AsyncDownstream`] as the ledger calls a downstream: each `execute` and
 /// `lookup` is a future run on the host's tokio runtime, from the blocking-pool thread
@@ -350,20 +350,27 @@ where
         &self,
         call: &Call,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
+        // The call's span starts here, under the context current where the host calls.
+        let named = call.named(crate::traces::Purpose::Dispatch);
+        let span = crate::traces::CallSpan::start(&named, self.shared.location.backend());
         let (ledger, call) = (self.clone(), Arc::new(call.clone()));
         async move {
             // A call the ledger already holds is answered by a read alone, on at most one
             // blocking thread per core: 64 tasks' replays in 64 threads spent their time
             // switching and in the allocator's locks.
-            let (reader, read) = (ledger.clone(), Arc::clone(&call));
-            match reading(move || reader.known(&read)).await? {
-                crate::Known::Answered(reply) => Ok(reply),
+            let (reader, read, on_lane) = (ledger.clone(), Arc::clone(&call), span.clone());
+            let answer = match reading(move || on_lane.run(|| reader.known(&read))).await {
+                Ok(crate::Known::Answered(reply)) => Ok(reply),
                 // The door's work is not done twice: the dispatch takes the call it let
                 // through.
-                crate::Known::New(admitted) => {
-                    blocking(move || ledger.dispatch_new(&call, admitted)).await
+                Ok(crate::Known::New(admitted)) => {
+                    let on_pool = span.clone();
+                    blocking(move || on_pool.run(|| ledger.dispatch_new(&call, admitted))).await
                 }
-            }
+                Err(error) => Err(error),
+            };
+            span.end(&answer);
+            answer
         }
     }
 
@@ -385,8 +392,8 @@ where
         &self,
         call: &Call,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
-        let (ledger, call) = (self.clone(), call.clone());
-        blocking(move || ledger.enqueue(&call))
+        let (ledger, call, parent) = (self.clone(), call.clone(), Parent::current());
+        blocking(move || parent.run(|| ledger.enqueue(&call)))
     }
 
     /// [`Ledger::process`], as a future.
@@ -409,7 +416,8 @@ where
         call: &Call,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
         let (ledger, status_ref, call) = (self.clone(), status_ref.clone(), call.clone());
-        blocking(move || ledger.process(&status_ref, &call))
+        let parent = Parent::current();
+        blocking(move || parent.run(|| ledger.process(&status_ref, &call)))
     }
 
     /// [`Ledger::status`], as a future.
@@ -433,7 +441,8 @@ where
         status_ref: &StatusRef,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
         let (ledger, call, status_ref) = (self.clone(), call.clone(), status_ref.clone());
-        blocking(move || ledger.status(&call, &status_ref))
+        let parent = Parent::current();
+        blocking(move || parent.run(|| ledger.status(&call, &status_ref)))
     }
 
     /// [`Ledger::status_of`], as a future.
@@ -461,7 +470,8 @@ where
         status_ref: &StatusRef,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
         let (ledger, query, status_ref) = (self.clone(), query.clone(), status_ref.clone());
-        blocking(move || ledger.status_of(&query, &status_ref))
+        let parent = Parent::current();
+        blocking(move || parent.run(|| ledger.status_of(&query, &status_ref)))
     }
 
     /// [`Ledger::resolve`], as a future.
@@ -488,7 +498,7 @@ where
         now: Option<i64>,
     ) -> impl Future<Output = Result<Resolution, Error>> + Send + 'static {
         let (ledger, status_ref, evidence) = (self.clone(), status_ref.clone(), evidence.clone());
-        let reason = reason.to_owned();
-        blocking(move || ledger.resolve(&status_ref, &evidence, &reason, now))
+        let (reason, parent) = (reason.to_owned(), Parent::current());
+        blocking(move || parent.run(|| ledger.resolve(&status_ref, &evidence, &reason, now)))
     }
 }

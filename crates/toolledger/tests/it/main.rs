@@ -10,6 +10,8 @@ mod host;
 mod many;
 mod migrate;
 mod relay;
+#[cfg(feature = "otel")]
+mod traces;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,361 @@
+//! The ledger's spans (feature `otel`), read back with the OpenTelemetry SDK's own
+//! in-memory exporter: the host's span is the parent of the call's, what the ledger did
+//! are the call's children, a replay has none, and no span carries the key, a digest,
+//! an argument or a result.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Mutex, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use opentelemetry::{
+    Context, KeyValue,
+    trace::{SpanKind, Status, TraceContextExt, TraceId, Tracer, TracerProvider as _},
+};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use serde_json::json;
+use toolledger::{
+    Call, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
+    Ledger, Lookup, ModelCall, NoRoles, Now, Outcome, ToolDefinition,
+};
+
+use crate::TempDir;
+
+/// The argument and result values the tests send: none may be in any span.
+const SECRET_AMOUNT: u64 = 987_654_321;
+const SECRET_RESULT: &str = "pay-result-5f3a9c";
+const SECRET_KEY: &str = "key-7d1e0b42";
+
+/// The process's provider, installed once for every test of this module: each test
+/// reads back only the spans of its own trace.
+fn exporter() -> &'static InMemorySpanExporter {
+    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
+    EXPORTER.get_or_init(|| {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+        opentelemetry::global::set_tracer_provider(provider);
+        exporter
+    })
+}
+
+/// Runs `work` under a span of the host's own (`agent turn`), and returns the finished
+/// spans of that trace, the host's first.
+fn traced(work: impl FnOnce()) -> Vec<SpanData> {
+    let exporter = exporter();
+    let tracer = opentelemetry::global::tracer_provider().tracer("host");
+    let host = tracer.start("agent turn");
+    let context = Context::current_with_span(host);
+    let trace_id = context.span().span_context().trace_id();
+    {
+        let _attached = context.clone().attach();
+        work();
+    }
+    context.span().end();
+    of_trace(exporter, trace_id)
+}
+
+fn of_trace(exporter: &InMemorySpanExporter, trace_id: TraceId) -> Vec<SpanData> {
+    let mut spans: Vec<_> = exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|span| span.span_context.trace_id() == trace_id)
+        .collect();
+    spans.sort_by_key(|span| (span.name != "agent turn", span.start_time));
+    spans
+}
+
+fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a opentelemetry::Value> {
+    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| &kv.value)
+}
+
+fn text(span: &SpanData, key: &str) -> String {
+    attribute(span, key).map(|value| value.as_str().into_owned()).unwrap_or_default()
+}
+
+/// Every attribute value of every span, and every span name, as text.
+fn everything(spans: &[SpanData]) -> String {
+    let mut all = String::new();
+    for span in spans {
+        all.push_str(&span.name);
+        for KeyValue { key, value, .. } in &span.attributes {
+            all.push_str(&format!(" {key}={value}"));
+        }
+        all.push('\n');
+    }
+    all
+}
+
+/// A payment service that keeps what it performed, and, once told to, loses its
+/// answers after performing (as a timeout after sending does).
+struct Pays {
+    identity: DownstreamIdentity,
+    performed: Mutex<HashMap<String, DownstreamReceipt>>,
+    loses_answers: AtomicBool,
+}
+
+impl Downstream for Pays {
+    fn identity(&self) -> &DownstreamIdentity {
+        &self.identity
+    }
+
+    fn execute(
+        &self,
+        request: &DownstreamRequest,
+        _: Now,
+    ) -> Result<DownstreamReceipt, DownstreamError> {
+        let receipt = request.receipt(json!({"payment_id": SECRET_RESULT}));
+        let key = request.downstream_request_ref.as_str().to_owned();
+        self.performed.lock().unwrap().insert(key, receipt.clone());
+        if self.loses_answers.load(Ordering::SeqCst) {
+            return Err(DownstreamError::Unknown { reason: "the answer was lost".to_owned() });
+        }
+        Ok(receipt)
+    }
+
+    fn lookup(&self, request: &DownstreamRequest) -> Result<Lookup, DownstreamError> {
+        let performed = self.performed.lock().unwrap();
+        Ok(match performed.get(request.downstream_request_ref.as_str()) {
+            Some(receipt) => Lookup::Done(receipt.clone()),
+            None => Lookup::NotFound,
+        })
+    }
+}
+
+fn ledger(dir: &TempDir) -> Ledger<Pays, NoRoles> {
+    let tool = ToolDefinition::from_document(
+        "pay.json",
+        &json!({
+            "name": "pay",
+            "description": "Pay, once per idempotency key.",
+            "input_schema": {"type": "object", "required": ["amount_minor"],
+                "properties": {"amount_minor": {"type": "integer", "minimum": 1}}},
+            "output_schema": {"type": "object", "required": ["payment_id"]},
+        }),
+    )
+    .unwrap()
+    .tool();
+    let pays = Pays {
+        identity: DownstreamIdentity::new("payments", "1").unwrap(),
+        performed: Mutex::default(),
+        loses_answers: AtomicBool::new(false),
+    };
+    Ledger::builder(dir.join("ledger.sqlite3")).tool(tool).open(pays, NoRoles).unwrap()
+}
+
+fn paying(amount: u64, call_id: &str) -> Call {
+    Call::new("pay", json!({"amount_minor": amount}))
+        .principal("acme", "user-1")
+        .idempotency_key(SECRET_KEY)
+        .model_call(ModelCall::new(
+            "openai",
+            "responses",
+            "openai-responses-2026-05",
+            "resp-1",
+            call_id,
+        ))
+}
+
+/// The host's span, the call's span under it, and the call's children.
+fn tree(spans: &[SpanData]) -> (&SpanData, &SpanData, Vec<&SpanData>) {
+    let host = &spans[0];
+    assert_eq!(host.name, "agent turn");
+    let calls: Vec<_> = spans.iter().filter(|span| span.name == "execute_tool pay").collect();
+    assert_eq!(calls.len(), 1, "one call span: {spans:#?}");
+    let call = calls[0];
+    assert_eq!(call.parent_span_id, host.span_context.span_id(), "the host's span is the parent");
+    let children =
+        spans.iter().filter(|span| span.parent_span_id == call.span_context.span_id()).collect();
+    (host, call, children)
+}
+
+/// `call`'s steps (its children), in the order they started.
+fn steps(spans: &[SpanData], call: &SpanData) -> Vec<String> {
+    spans
+        .iter()
+        .filter(|span| span.parent_span_id == call.span_context.span_id())
+        .map(|span| span.name.to_string())
+        .collect()
+}
+
+#[test]
+fn a_fresh_call_is_one_span_under_the_hosts_with_what_the_ledger_did_beneath() {
+    let dir = TempDir::new("traces-fresh");
+    let ledger = ledger(&dir);
+    let mut reply = None;
+    let spans = traced(|| reply = Some(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap()));
+    assert!(matches!(reply.unwrap().outcome(), Outcome::Fresh(_)));
+    let (_, call, children) = tree(&spans);
+    assert_eq!(call.span_kind, SpanKind::Internal);
+    assert_eq!(text(call, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(text(call, "gen_ai.tool.name"), "pay");
+    assert_eq!(text(call, "gen_ai.tool.type"), "function");
+    assert_eq!(text(call, "gen_ai.tool.call.id"), "call-1", "the model's call id");
+    assert_eq!(text(call, "toolledger.decision"), "fresh");
+    assert_eq!(text(call, "toolledger.store"), "sqlite");
+    assert!(attribute(call, "error.type").is_none());
+    assert_eq!(call.status, Status::Unset);
+    let steps: Vec<_> =
+        children.iter().map(|span| (span.name.as_ref(), span.span_kind.clone())).collect();
+    assert_eq!(
+        steps,
+        [
+            ("commit A", SpanKind::Internal),
+            ("execute", SpanKind::Client),
+            ("commit C", SpanKind::Internal)
+        ]
+    );
+    assert_eq!(text(children[2], "toolledger.durability"), "lazy", "the downstream can look up");
+    assert_eq!(spans.len(), 5, "the host's, the call's and three steps: {spans:#?}");
+}
+
+#[test]
+fn a_replay_is_the_call_span_alone_and_a_conflict_says_its_code() {
+    let dir = TempDir::new("traces-replay");
+    let ledger = ledger(&dir);
+    ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap();
+    let spans = traced(|| {
+        let again = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap();
+        assert!(matches!(again.outcome(), Outcome::Replayed(_)));
+    });
+    let (_, call, children) = tree(&spans);
+    assert_eq!(text(call, "toolledger.decision"), "replay");
+    assert!(children.is_empty(), "a replay is no new effect: {children:#?}");
+
+    // The same key with another amount: a conflict, an error of its code.
+    let spans = traced(|| {
+        let other = ledger.dispatch(&paying(SECRET_AMOUNT + 1, "call-2")).unwrap();
+        assert!(matches!(other.outcome(), Outcome::Blocked { .. }));
+    });
+    let (_, call, children) = tree(&spans);
+    assert_eq!(text(call, "toolledger.decision"), "conflict");
+    assert_eq!(text(call, "error.type"), "IDEMPOTENCY_CONFLICT");
+    assert!(matches!(call.status, Status::Error { .. }));
+    assert!(children.is_empty());
+}
+
+#[test]
+fn an_awaited_call_is_traced_under_the_context_it_was_called_in() {
+    let dir = TempDir::new("traces-async");
+    let ledger = ledger(&dir);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let spans = traced(|| {
+        // The future is made where the host's span is current, and awaited elsewhere.
+        let fresh = ledger.dispatch_async(&paying(SECRET_AMOUNT, "call-1"));
+        let reply = std::thread::scope(|scope| {
+            scope.spawn(|| runtime.block_on(fresh)).join().unwrap().unwrap()
+        });
+        assert!(matches!(reply.outcome(), Outcome::Fresh(_)));
+    });
+    let (_, call, children) = tree(&spans);
+    assert_eq!(text(call, "toolledger.decision"), "fresh");
+    let names: Vec<_> = children.iter().map(|span| span.name.as_ref()).collect();
+    assert_eq!(names, ["commit A", "execute", "commit C"]);
+
+    let spans = traced(|| {
+        let again = runtime.block_on(ledger.dispatch_async(&paying(SECRET_AMOUNT, "call-1")));
+        assert!(matches!(again.unwrap().outcome(), Outcome::Replayed(_)));
+    });
+    let (_, call, children) = tree(&spans);
+    assert_eq!(text(call, "toolledger.decision"), "replay");
+    assert!(children.is_empty());
+}
+
+#[test]
+fn no_span_holds_the_key_a_digest_an_argument_or_a_result() {
+    let dir = TempDir::new("traces-never");
+    let ledger = ledger(&dir);
+    let mut replies = Vec::new();
+    let spans = traced(|| {
+        replies.push(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap());
+        replies.push(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap());
+        replies.push(ledger.dispatch(&paying(SECRET_AMOUNT + 1, "call-2")).unwrap());
+    });
+    assert_eq!(spans.len(), 1 + 5 + 1, "{spans:#?}");
+    let all = everything(&spans);
+    let package = replies[0].package();
+    let mut never = vec![
+        SECRET_KEY.to_owned(),
+        SECRET_AMOUNT.to_string(),
+        SECRET_RESULT.to_owned(),
+        "acme".to_owned(),
+        "user-1".to_owned(),
+    ];
+    // Every digest and ref the ledger answered: each is derived from the key or the
+    // request.
+    let result = &package["result"];
+    for value in [
+        &result["digests"]["call_binding_sha256"],
+        &result["digests"]["request_sha256"],
+        &result["digests"]["result_sha256"],
+        &result["host_view"]["downstream_receipt_ref"],
+        &result["host_view"]["downstream_request_ref"],
+        &result["host_view"]["status_ref"],
+    ] {
+        never.push(value.as_str().unwrap_or_else(|| panic!("{package}")).to_owned());
+    }
+    for secret in never {
+        assert!(!all.contains(&secret), "{secret} is in a span:\n{all}");
+    }
+}
+
+#[test]
+fn a_queued_call_and_its_worker_are_each_a_span_of_their_purpose() {
+    let dir = TempDir::new("traces-queued");
+    let ledger = ledger(&dir);
+    let call = paying(SECRET_AMOUNT, "call-1");
+    let mut accepted = None;
+    let spans = traced(|| accepted = Some(ledger.enqueue(&call).unwrap()));
+    let accepted = accepted.unwrap();
+    let (_, span, _) = tree(&spans);
+    assert_eq!(text(span, "toolledger.purpose"), "enqueue");
+    assert_eq!(text(span, "toolledger.decision"), "accepted");
+    assert_eq!(steps(&spans, span), ["commit A"]);
+
+    let status_ref = accepted.status_ref().unwrap().clone();
+    let spans = traced(|| {
+        let worked = ledger.process(&status_ref, &call).unwrap();
+        assert!(matches!(worked.outcome(), Outcome::Fresh(_)));
+    });
+    let (_, span, _) = tree(&spans);
+    assert_eq!(text(span, "toolledger.purpose"), "process");
+    assert_eq!(text(span, "toolledger.decision"), "fresh");
+    assert_eq!(steps(&spans, span), ["claim", "execute", "commit C"]);
+}
+
+#[test]
+fn a_lost_answer_is_unknown_and_the_status_query_that_settles_it_looks_it_up() {
+    let dir = TempDir::new("traces-unknown");
+    let ledger = ledger(&dir);
+    ledger.downstream().loses_answers.store(true, Ordering::SeqCst);
+    let call = paying(SECRET_AMOUNT, "call-1");
+    let mut unknown = None;
+    let spans = traced(|| unknown = Some(ledger.dispatch(&call).unwrap()));
+    let unknown = unknown.unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome() else { panic!("{unknown:?}") };
+    let (_, span, _) = tree(&spans);
+    assert_eq!(text(span, "toolledger.decision"), "outcome_unknown");
+    assert_eq!(text(span, "error.type"), "OUTCOME_UNKNOWN");
+    assert!(matches!(span.status, Status::Error { .. }));
+    // Nothing is written after the lost answer: the operation stays under its lease.
+    assert_eq!(steps(&spans, span), ["commit A", "execute"]);
+    let execute = spans.iter().find(|span| span.name == "execute").unwrap();
+    assert_eq!(execute.span_kind, SpanKind::Client);
+
+    let asking = paying(SECRET_AMOUNT, "call-2");
+    let spans = traced(|| {
+        let settled = ledger.status(&asking, status_ref).unwrap();
+        assert!(matches!(settled.outcome(), Outcome::Reconciled(_)), "{settled:?}");
+    });
+    let (_, span, _) = tree(&spans);
+    assert_eq!(text(span, "toolledger.purpose"), "query_status");
+    assert_eq!(text(span, "toolledger.decision"), "reconciled");
+    assert_eq!(text(span, "gen_ai.tool.call.id"), "call-2");
+    // Asked, not performed again: no `execute`.
+    assert_eq!(steps(&spans, span), ["lookup", "commit C"]);
+    let lookup = spans.iter().find(|span| span.name == "lookup").unwrap();
+    assert_eq!(lookup.span_kind, SpanKind::Client);
+}
