@@ -85,7 +85,10 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-store" | "toolledger-engine" => BASE,
         // libc for opening a file a user names without blocking (a FIFO).
         // tokio: the async call paths (`spawn_blocking`) and `OnRuntime`'s runtime handle.
-        "toolledger" => &["serde", "serde_json", "sha2", "thiserror", "jiff", "libc", "tokio"],
+        // opentelemetry: the API alone, for the spans of the `otel` feature.
+        "toolledger" => {
+            &["serde", "serde_json", "sha2", "thiserror", "jiff", "libc", "tokio", "opentelemetry"]
+        }
         "toolledger-downstream" => &["serde_json", "thiserror"],
         "toolledger-store-sqlite" => {
             &["serde", "serde_json", "sha2", "thiserror", "jiff", "rusqlite"]
@@ -152,12 +155,13 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
 
 /// External crates a crate may add for tests only: proptest and tempfile anywhere;
 /// rusqlite in the crates above the store, whose tests tamper with rows through a raw
-/// connection; tokio in the facade, whose async-host example and test run on it;
-/// snapbox in the command line, whose tests check the documentation's examples.
+/// connection; tokio in the facade, whose async-host example and test run on it, and
+/// the OpenTelemetry SDK, whose in-memory exporter its span tests read; snapbox in the
+/// command line, whose tests check the documentation's examples.
 fn dev_only(krate: &str) -> &'static [&'static str] {
     match krate {
         "toolledger-cli" => &["proptest", "tempfile", "rusqlite", "ureq", "snapbox"],
-        "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio"],
+        "toolledger" => &["proptest", "tempfile", "rusqlite", "tokio", "opentelemetry_sdk"],
         "toolledger-refundd" => &["tempfile", "ureq"],
         _ => &["proptest", "tempfile"],
     }
