@@ -903,14 +903,11 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn dispatch_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
-        let named = traces::Named {
-            tool: &call.proposal.tool_name,
-            call_id: Some(call.host.provider_call_id.as_str()),
-            purpose: traces::Purpose::Dispatch,
-        };
-        self.traced(&named, || match admitted(call) {
-            Ok(call) => self.dispatch_admitted(&call),
-            Err(rejection) => Ok(refused(&rejection)),
+        self.traced(&traces::Named::loaded(call, traces::Purpose::Dispatch), || {
+            match admitted(call) {
+                Ok(call) => self.dispatch_admitted(&call),
+                Err(rejection) => Ok(refused(&rejection)),
+            }
         })
     }
 
@@ -931,11 +928,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn enqueue_loaded(&self, call: &HostCall) -> Result<Reply, Error> {
-        let call = match admitted(call) {
-            Ok(call) => call,
-            Err(rejection) => return Ok(refused(&rejection)),
-        };
-        self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&call)?)))
+        self.traced(&traces::Named::loaded(call, traces::Purpose::Enqueue), || {
+            let call = match admitted(call) {
+                Ok(call) => call,
+                Err(rejection) => return Ok(refused(&rejection)),
+            };
+            self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&call)?)))
+        })
     }
 
     /// The status query of a loaded call, as [`Ledger::status`] is of a [`Call`].
@@ -955,11 +954,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn status_loaded(&self, call: &HostCall, status_ref: &StatusRef) -> Result<Reply, Error> {
-        let call = match admitted(call) {
-            Ok(call) => call,
-            Err(rejection) => return Ok(refused(&rejection)),
-        };
-        self.shared.engine(|engine| Ok(Reply::from(engine.status(&call, status_ref)?)))
+        self.traced(&traces::Named::loaded(call, traces::Purpose::QueryStatus), || {
+            let call = match admitted(call) {
+                Ok(call) => call,
+                Err(rejection) => return Ok(refused(&rejection)),
+            };
+            self.shared.engine(|engine| Ok(Reply::from(engine.status(&call, status_ref)?)))
+        })
     }
 
     /// Works the accepted operation `status_ref` as [`Ledger::process`] does, judged at
@@ -981,13 +982,15 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// ```
     pub fn process_loaded(&self, status_ref: &StatusRef, call: &HostCall) -> Result<Reply, Error> {
         let worker = &self.shared.worker;
-        self.shared.engine(|engine| {
-            Ok(Reply::from(engine.process(
-                status_ref,
-                &call.clock,
-                &call.business_state,
-                worker,
-            )?))
+        self.traced(&traces::Named::loaded(call, traces::Purpose::Process), || {
+            self.shared.engine(|engine| {
+                Ok(Reply::from(engine.process(
+                    status_ref,
+                    &call.clock,
+                    &call.business_state,
+                    worker,
+                )?))
+            })
         })
     }
 

@@ -4,8 +4,9 @@
 //! when it installed none. Without the feature every function here is the work alone.
 //!
 //! A call is one `execute_tool {tool}` span (kind `INTERNAL`), a child of the caller's
-//! context. What the ledger did for it are the call span's children: `commit A`, the
-//! downstream's `execute` or `lookup` (kind `CLIENT`), `commit C`. A replay reads and
+//! context. What the ledger did for it are the call span's children: `commit A`, a
+//! worker's `claim`, the downstream's `execute` or `lookup` (kind `CLIENT`), `commit C`.
+//! A replay reads and
 //! writes nothing new, so its call span has no children. No span ever carries the
 //! idempotency key, a digest of it or of the request, the arguments or the result.
 
@@ -46,6 +47,17 @@ pub(crate) struct Named<'a> {
     pub(crate) call_id: Option<&'a str>,
     /// What the call asks of the ledger.
     pub(crate) purpose: Purpose,
+}
+
+impl Named<'_> {
+    /// What the span of a loaded call (a case file's) says of it, made for `purpose`.
+    pub(crate) fn loaded(call: &toolledger_contract::HostCall, purpose: Purpose) -> Named<'_> {
+        Named {
+            tool: &call.proposal.tool_name,
+            call_id: Some(call.host.provider_call_id.as_str()),
+            purpose,
+        }
+    }
 }
 
 /// What a call asks of the ledger: its span's `toolledger.purpose`.

@@ -163,7 +163,8 @@ fn paying(amount: u64, call_id: &str) -> Call {
 fn tree(spans: &[SpanData]) -> (&SpanData, &SpanData, Vec<&SpanData>) {
     let host = &spans[0];
     assert_eq!(host.name, "agent turn");
-    let calls: Vec<_> = spans.iter().filter(|span| span.name == "execute_tool pay").collect();
+    let calls: Vec<_> =
+        spans.iter().filter(|span| span.name.starts_with("execute_tool ")).collect();
     assert_eq!(calls.len(), 1, "one call span: {spans:#?}");
     let call = calls[0];
     assert_eq!(call.parent_span_id, host.span_context.span_id(), "the host's span is the parent");
@@ -358,4 +359,28 @@ fn a_lost_answer_is_unknown_and_the_status_query_that_settles_it_looks_it_up() {
     assert_eq!(steps(&spans, span), ["lookup", "commit C"]);
     let lookup = spans.iter().find(|span| span.name == "lookup").unwrap();
     assert_eq!(lookup.span_kind, SpanKind::Client);
+}
+
+#[test]
+fn a_loaded_call_is_traced_as_the_call_it_describes() {
+    let dir = TempDir::new("traces-loaded");
+    let ledger = toolledger::Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(toolledger::RefundOrder::default().tool())
+        .open_simulated(NoRoles)
+        .unwrap();
+    let bytes = std::fs::read(crate::workspace("fixtures/persistence-case.json")).unwrap();
+    let registry = toolledger::Registry::new(
+        vec![toolledger::RefundOrder::default().tool()],
+        toolledger::builtin_profiles(),
+    );
+    let case = toolledger::load_case(&bytes, &registry, None).unwrap();
+    let spans = traced(|| {
+        let reply = ledger.dispatch_loaded(&case).unwrap();
+        assert!(matches!(reply.outcome(), Outcome::Fresh(_)));
+    });
+    let (_, call, _) = tree(&spans);
+    assert_eq!(call.name, "execute_tool refund_order");
+    assert_eq!(text(call, "gen_ai.tool.call.id"), case.host.provider_call_id.as_str());
+    assert_eq!(text(call, "toolledger.decision"), "fresh");
+    assert_eq!(steps(&spans, call), ["commit A", "execute", "commit C"]);
 }
