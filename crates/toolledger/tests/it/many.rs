@@ -128,7 +128,8 @@ impl AsyncDownstream for AsyncPayments {
     }
 }
 
-fn pay() -> toolledger::ToolSpec {
+/// A payment tool, as a definition: one amount in, one payment id out.
+pub(crate) fn pay() -> toolledger::ToolSpec {
     ToolDefinition::from_document(
         "pay.json",
         &json!({

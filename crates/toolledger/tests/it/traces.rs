@@ -19,7 +19,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use serde_json::json;
 use toolledger::{
     Call, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
-    Ledger, Lookup, ModelCall, NoRoles, Now, Outcome, ToolDefinition,
+    Ledger, Lookup, ModelCall, NoRoles, Now, Outcome,
 };
 
 use crate::TempDir;
@@ -126,24 +126,15 @@ impl Downstream for Pays {
 }
 
 fn ledger(dir: &TempDir) -> Ledger<Pays, NoRoles> {
-    let tool = ToolDefinition::from_document(
-        "pay.json",
-        &json!({
-            "name": "pay",
-            "description": "Pay, once per idempotency key.",
-            "input_schema": {"type": "object", "required": ["amount_minor"],
-                "properties": {"amount_minor": {"type": "integer", "minimum": 1}}},
-            "output_schema": {"type": "object", "required": ["payment_id"]},
-        }),
-    )
-    .unwrap()
-    .tool();
     let pays = Pays {
         identity: DownstreamIdentity::new("payments", "1").unwrap(),
         performed: Mutex::default(),
         loses_answers: AtomicBool::new(false),
     };
-    Ledger::builder(dir.join("ledger.sqlite3")).tool(tool).open(pays, NoRoles).unwrap()
+    Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(crate::many::pay())
+        .open(pays, NoRoles)
+        .unwrap()
 }
 
 fn paying(amount: u64, call_id: &str) -> Call {
