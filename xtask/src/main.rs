@@ -195,8 +195,8 @@ fn ci(root: &Path) -> ExitCode {
                 &[],
             )
         }),
-        // The facade's spans (feature `otel`) checked too: the line above checked it
-        // without them.
+        // The facade's spans and the HTTP downstream's trace headers (feature `otel`)
+        // checked too: the line above checked both without them.
         step("clippy (otel)", || {
             cargo(
                 root,
@@ -204,6 +204,8 @@ fn ci(root: &Path) -> ExitCode {
                     "clippy",
                     "-p",
                     "toolledger",
+                    "-p",
+                    "toolledger-downstream-http",
                     "--all-targets",
                     "--locked",
                     "--features",

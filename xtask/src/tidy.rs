@@ -103,8 +103,9 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "bytes",
         ],
         "toolledger-conformance" => &["serde_json", "rusqlite", "postgres"],
+        // opentelemetry: the API alone, for `traceparent` on each request (feature `otel`).
         "toolledger-downstream-http" => {
-            &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq"]
+            &["serde", "serde_json", "sha2", "thiserror", "jiff", "ureq", "opentelemetry"]
         }
         "toolledger-refundd" => &["serde_json", "sha2", "rusqlite", "tiny_http"],
         // rmcp, the official MCP SDK, on tokio; hyper serves its HTTP service and carries

@@ -235,12 +235,41 @@ fn fingerprint(request: &DownstreamRequest) -> Sha256Hex {
     sha256_canonical(&body_value(request))
 }
 
-/// `call` with `Connection: close` and the endpoint's own headers.
+/// `call` with `Connection: close`, the trace context ([`traced`]) and the endpoint's own
+/// headers.
 fn headers<B>(call: ureq::RequestBuilder<B>, endpoint: &Endpoint) -> ureq::RequestBuilder<B> {
     endpoint
         .headers
         .iter()
-        .fold(call.header("Connection", "close"), |call, (name, value)| call.header(name, value))
+        .fold(traced(call.header("Connection", "close")), |call, (name, value)| {
+            call.header(name, value)
+        })
+}
+
+/// `call` with the W3C trace context of the span current on this thread (`traceparent`,
+/// and `tracestate` when it holds any): with the `otel` feature, the service's span of
+/// the request is then a child of the ledger's (`docs/observability.md`). Nothing
+/// without the feature, or outside a trace.
+fn traced<B>(call: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        let context = opentelemetry::Context::current();
+        let span = context.span();
+        let span = span.span_context();
+        if !span.is_valid() {
+            return call;
+        }
+        let parent =
+            format!("00-{}-{}-{:02x}", span.trace_id(), span.span_id(), span.trace_flags().to_u8());
+        let state = span.trace_state().header();
+        let call = call.header("traceparent", parent);
+        if state.is_empty() { call } else { call.header("tracestate", state) }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        call
+    }
 }
 
 /// A transport failure: not sent only when no connection was made.
@@ -586,12 +615,10 @@ impl toolledger_contract::Precondition for HttpPrecondition {
                 reason: "only http:// URLs are supported (no TLS is compiled in)".to_owned(),
             };
         }
-        let call = self
-            .headers
-            .iter()
-            .fold(self.agent.get(&url).header("Connection", "close"), |call, (name, value)| {
-                call.header(name, value)
-            });
+        let call = self.headers.iter().fold(
+            traced(self.agent.get(&url).header("Connection", "close")),
+            |call, (name, value)| call.header(name, value),
+        );
         match call.call().and_then(read) {
             Ok((status, text)) => precondition_answer(status, &text),
             Err(err) => Verdict::Unavailable {

@@ -5,21 +5,27 @@
 
 use std::{
     collections::HashMap,
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpListener,
     sync::{
-        Mutex, OnceLock,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
 };
 
+use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::{
     Context, KeyValue,
     trace::{SpanKind, Status, TraceContextExt, TraceId, Tracer, TracerProvider as _},
 };
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::{
+    propagation::TraceContextPropagator,
+    trace::{InMemorySpanExporter, SdkTracerProvider, SpanData},
+};
 use serde_json::json;
 use toolledger::{
     Call, Downstream, DownstreamError, DownstreamIdentity, DownstreamReceipt, DownstreamRequest,
-    Ledger, Lookup, ModelCall, NoRoles, Now, Outcome,
+    Ledger, Lookup, ModelCall, NoRoles, Now, Outcome, ToolDefinition,
 };
 
 use crate::TempDir;
@@ -374,4 +380,169 @@ fn a_loaded_call_is_traced_as_the_call_it_describes() {
     assert_eq!(text(call, "gen_ai.tool.call.id"), case.host.provider_call_id.as_str());
     assert_eq!(text(call, "toolledger.decision"), "fresh");
     assert_eq!(steps(&spans, call), ["commit A", "execute", "commit C"]);
+}
+
+/// An HTTP service that answers each request with the next of `answers` (a status and a
+/// body) and keeps each request's head, lowercased header names and all: what the
+/// ledger sent. One request per connection (the HTTP downstream closes each).
+struct Service {
+    base: String,
+    heads: Arc<Mutex<Vec<HashMap<String, String>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Service {
+    fn start(answers: Vec<(u16, &'static str)>) -> Service {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&heads);
+        let thread = std::thread::spawn(move || {
+            for (status, body) in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = HashMap::new();
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                head.insert(":request".to_owned(), line.trim_end().to_owned());
+                loop {
+                    line.clear();
+                    reader.read_line(&mut line).unwrap();
+                    let Some((name, value)) = line.trim_end().split_once(':') else { break };
+                    head.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+                }
+                let length = head.get("content-length").map_or(0, |value| value.parse().unwrap());
+                std::io::copy(&mut reader.by_ref().take(length), &mut std::io::sink()).unwrap();
+                kept.lock().unwrap().push(head);
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        Service { base, heads, thread: Some(thread) }
+    }
+
+    /// The heads of the requests, once all were answered.
+    fn heads(mut self) -> Vec<HashMap<String, String>> {
+        self.thread.take().unwrap().join().unwrap();
+        std::mem::take(&mut *self.heads.lock().unwrap())
+    }
+}
+
+/// The span context a request's head carries, as the OpenTelemetry SDK's own W3C
+/// propagator reads it on the service's side.
+fn carried(head: &HashMap<String, String>) -> opentelemetry::trace::SpanContext {
+    let context = TraceContextPropagator::new().extract(head);
+    context.span().span_context().clone()
+}
+
+#[test]
+fn the_services_requests_carry_the_context_of_the_ledgers_client_span() {
+    let dir = TempDir::new("traces-http");
+    // The payment is made but its answer is a gateway's timeout; the lookup finds none.
+    let service = Service::start(vec![(504, "{}"), (404, "{}")]);
+    let endpoint = toolledger::http::Endpoint {
+        execute_url: format!("{}/payments", service.base),
+        lookup_url: format!("{}/payments/by-key/", service.base),
+        headers: Vec::new(),
+        identity: None,
+        timeouts: None,
+    };
+    let identity = DownstreamIdentity::new("payments", "1").unwrap();
+    let downstream =
+        toolledger::http::HttpDownstream::new(identity, toolledger::http::Timeouts::default())
+            .endpoint("pay", endpoint);
+    let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(crate::many::pay())
+        .open(downstream, NoRoles)
+        .unwrap();
+    let mut unknown = None;
+    let dispatched =
+        traced(|| unknown = Some(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap()));
+    let unknown = unknown.unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome() else { panic!("{unknown:?}") };
+    let asked = traced(|| {
+        ledger.status(&paying(SECRET_AMOUNT, "call-2"), status_ref).unwrap();
+    });
+    let heads = service.heads();
+    assert_eq!(heads.len(), 2);
+    for (head, spans, step) in [(&heads[0], &dispatched, "execute"), (&heads[1], &asked, "lookup")]
+    {
+        let client = spans.iter().find(|span| span.name == step).unwrap();
+        let remote = carried(head);
+        assert!(remote.is_valid() && remote.is_remote(), "{head:?}");
+        assert_eq!(remote.trace_id(), client.span_context.trace_id(), "{head:?}");
+        assert_eq!(
+            remote.span_id(),
+            client.span_context.span_id(),
+            "the {step} span is the parent"
+        );
+        assert!(remote.is_sampled());
+        assert!(!head.contains_key("tracestate"), "the host's context has no state: {head:?}");
+    }
+    assert!(heads[0][":request"].starts_with("POST /payments "), "{heads:?}");
+    assert!(heads[1][":request"].starts_with("GET /payments/by-key/dr_"), "{heads:?}");
+}
+
+#[test]
+fn a_precondition_asked_over_http_carries_the_context_of_the_call() {
+    let dir = TempDir::new("traces-precondition");
+    // Asked at acceptance and again right before the effect, then the payment.
+    let allow = r#"{"allow": true}"#;
+    let paid = r#"{"output": {"payment_id": "pay-1"}}"#;
+    let service = Service::start(vec![(200, allow), (200, allow), (200, paid)]);
+    let definition = ToolDefinition::from_document(
+        "pay.json",
+        &json!({
+            "name": "pay",
+            "description": "Pay, once per idempotency key, when the service allows it.",
+            "input_schema": {"type": "object", "required": ["amount_minor"],
+                "properties": {"amount_minor": {"type": "integer", "minimum": 1}}},
+            "output_schema": {"type": "object", "required": ["payment_id"]},
+            "precondition": "/allowed/{amount_minor}",
+        }),
+    )
+    .unwrap();
+    let timeouts = toolledger::http::Timeouts::default();
+    let asks = toolledger::http::HttpPrecondition::new(
+        &format!("{}/allowed/{{amount_minor}}", service.base),
+        Vec::new(),
+        timeouts,
+    );
+    let tool = definition.tool_with(None, Some(Arc::new(asks)));
+    let endpoint = toolledger::http::Endpoint {
+        execute_url: format!("{}/payments", service.base),
+        lookup_url: format!("{}/payments/by-key/", service.base),
+        headers: Vec::new(),
+        identity: None,
+        timeouts: None,
+    };
+    let identity = DownstreamIdentity::new("payments", "1").unwrap();
+    let downstream =
+        toolledger::http::HttpDownstream::new(identity, timeouts).endpoint("pay", endpoint);
+    let ledger =
+        Ledger::builder(dir.join("ledger.sqlite3")).tool(tool).open(downstream, NoRoles).unwrap();
+    let spans = traced(|| {
+        let reply = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap();
+        assert!(matches!(reply.outcome(), Outcome::Fresh(_)), "{reply:?}");
+    });
+    let (_, call, _) = tree(&spans);
+    let execute = spans.iter().find(|span| span.name == "execute").unwrap();
+    let heads = service.heads();
+    let parents: Vec<_> = heads
+        .iter()
+        .map(|head| (head[":request"].split(' ').next().unwrap().to_owned(), carried(head)))
+        .collect();
+    for (method, remote) in &parents {
+        assert!(remote.is_valid(), "{method}: {heads:?}");
+        assert_eq!(remote.trace_id(), call.span_context.trace_id());
+    }
+    // The precondition is the call's own question; the payment is the `execute` step's.
+    let call_id = call.span_context.span_id();
+    let execute_id = execute.span_context.span_id();
+    let ids: Vec<_> =
+        parents.iter().map(|(method, remote)| (method.as_str(), remote.span_id())).collect();
+    assert_eq!(ids, [("GET", call_id), ("GET", call_id), ("POST", execute_id)]);
 }
