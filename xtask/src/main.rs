@@ -195,8 +195,8 @@ fn ci(root: &Path) -> ExitCode {
                 &[],
             )
         }),
-        // The facade's spans and the HTTP downstream's trace headers (feature `otel`)
-        // checked too: the line above checked both without them.
+        // The facade's spans, the HTTP downstream's trace headers and the report's traces
+        // rows (feature `otel`) checked too: the line above checked them without it.
         step("clippy (otel)", || {
             cargo(
                 root,
@@ -206,10 +206,12 @@ fn ci(root: &Path) -> ExitCode {
                     "toolledger",
                     "-p",
                     "toolledger-downstream-http",
+                    "-p",
+                    "toolledger-bench",
                     "--all-targets",
                     "--locked",
                     "--features",
-                    OTEL_FEATURE,
+                    "toolledger/otel,toolledger-bench/otel",
                     "--",
                     "-D",
                     "warnings",
@@ -625,8 +627,22 @@ fn bench(root: &Path, args: &[String]) -> ExitCode {
         outcomes.push(step(&format!("bench {name}"), || {
             let out = root.join(format!("target/bench/{name}.json"));
             let out = out.to_string_lossy();
-            let mut args =
-                vec!["bench", "--locked", "-p", package, "--bench", target, "--", "--out", &out];
+            // Every bench with the bench's `otel` feature (the facade's spans compiled in,
+            // off unless a provider is installed): the report's traces rows need it, and one
+            // feature set keeps each bench from rebuilding the others' crates.
+            let mut args = vec![
+                "bench",
+                "--locked",
+                "-p",
+                package,
+                "--features",
+                "otel",
+                "--bench",
+                target,
+                "--",
+                "--out",
+                &out,
+            ];
             if quick {
                 args.push("--quick");
             }

@@ -129,9 +129,19 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
         "toolledger-python" => &["serde_json", "pyo3"],
         "toolledger-testkit" => &["postgres", "tempfile"],
         // `nix`: getrusage for CPU per operation, without unsafe code.
-        "toolledger-bench" => {
-            &["serde_json", "rusqlite", "postgres", "ureq", "tempfile", "rmcp", "tokio", "nix"]
-        }
+        // opentelemetry and its SDK: the report's traces rows (the bench's `otel` feature).
+        "toolledger-bench" => &[
+            "serde_json",
+            "rusqlite",
+            "postgres",
+            "ureq",
+            "tempfile",
+            "rmcp",
+            "tokio",
+            "nix",
+            "opentelemetry",
+            "opentelemetry_sdk",
+        ],
         // hyper on tokio for the dashboard's and the relay's metrics listener (the crates
         // the gateway already brings), never a listener of its own.
         "toolledger-cli" => &[

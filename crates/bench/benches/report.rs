@@ -39,7 +39,7 @@ use toolledger_store::LedgerStore;
 use toolledger_store_sqlite::SqliteStore;
 
 /// The ratios with a target, first in the report, in this order.
-const TARGETS: [&str; 11] = [
+const TARGETS: [&str; 13] = [
     "cpu_fresh_vs_raw_pipeline",
     "cpu_replay_vs_raw_select",
     "group_commit_vs_raw_pipeline",
@@ -51,6 +51,8 @@ const TARGETS: [&str; 11] = [
     "processes_vs_raw",
     "definition_fresh_vs_code_defined",
     "definition_replay_vs_code_defined",
+    "traces_fresh_on_vs_off",
+    "traces_replay_on_vs_off",
 ];
 
 /// Untimed operations run on a new file before a pipeline measurement: enough to pass
@@ -90,7 +92,7 @@ fn main() {
     }
     if let Some(flow) = flow {
         // A loop of one flow alone, for a profiler:
-        // `--profile replay|fresh|raw|pipeline|http|list|audit|lookup|record|select|storage`.
+        // `--profile replay|fresh|raw|pipeline|http|list|audit|lookup|record|select|storage|traces`.
         return profile(&flow);
     }
     let settings = Settings::of(quick);
@@ -146,6 +148,8 @@ fn main() {
     // the same tool written in code (the table form), alternating; then what one
     // validation costs, per tool.
     tools_as_data(&work, &cases, &settings, &mut put);
+    #[cfg(feature = "otel")]
+    traces_on_off(&work, &cases, &settings, &mut put);
 
     // Replay, status reconciliation, claims, on a small ledger.
     let small = work.file("small");
@@ -713,6 +717,13 @@ fn profile(flow: &str) {
                 println!("{key}: {value}");
             });
         }
+        #[cfg(feature = "otel")]
+        "traces" => {
+            // The report's traces section alone, at the full run's sizes.
+            traces_on_off(&work, &cases, &Settings::of(false), &mut |key, value| {
+                println!("{key}: {value}");
+            });
+        }
         "http" => {
             // Fresh dispatches over loopback to the reference service (its own process):
             // this process's CPU is the ledger's and the HTTP client's.
@@ -797,7 +808,7 @@ fn print_table(report: &Value) {
     let f = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
     println!();
     println!("{:<40} {:>14} {:>14} {:>9}  target", "figure", "toolledger", "baseline", "ratio");
-    let rows: [(&str, &str, &str, &str, &str); 17] = [
+    let rows: [(&str, &str, &str, &str, &str); 19] = [
         (
             "8-thread ops/s vs raw 1-thread pipeline",
             "contention_ops_per_s",
@@ -860,6 +871,20 @@ fn print_table(report: &Value) {
             "code_defined_replay_per_s",
             "definition_replay_vs_code_defined",
             ">= 0.98",
+        ),
+        (
+            "facade fresh: spans on vs off",
+            "traces_on_fresh_per_s",
+            "traces_off_fresh_per_s",
+            "traces_fresh_on_vs_off",
+            ">= 0.9",
+        ),
+        (
+            "facade replay: spans on vs off",
+            "traces_on_replay_per_s",
+            "traces_off_replay_per_s",
+            "traces_replay_on_vs_off",
+            ">= 0.9",
         ),
         (
             "8-process p99 ms (ours, raw)",
@@ -1666,6 +1691,122 @@ fn tools_as_data(
     put("door_admit_us", json!(door));
     put("arguments_clone_us", json!(clone));
     put("door_admit_vs_clone", json!(door / clone));
+}
+
+/// Calls through the facade's `Ledger` (`dispatch_loaded` of the report's cases, on the
+/// simulation) with its spans on against off: on, a provider of the OpenTelemetry SDK
+/// whose batch processor exports every span (to its in-memory exporter), flushed at the
+/// end of each of its batches so the export is timed with the calls that made it; off,
+/// no provider (the API's no-op). Fresh: `2 × rounds` rounds, each side on its own new,
+/// warmed file, alternating in batches of 25; replay: one ledger a side of `ops`
+/// operations, `20 × ops` replays a round alternating in batches of 100. Medians.
+#[cfg(feature = "otel")]
+fn traces_on_off(
+    work: &Work,
+    cases: &Cases,
+    settings: &Settings,
+    put: &mut impl FnMut(&str, Value),
+) {
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    println!(
+        "traces: spans on vs off through the facade, fresh ({} rounds x {} ops) and replay \
+         ({} rounds x {} replays)",
+        settings.rounds * 2,
+        settings.ops,
+        settings.rounds,
+        settings.ops * 20
+    );
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter.clone()).build();
+    let switch = |on: bool| {
+        if on {
+            opentelemetry::global::set_tracer_provider(provider.clone());
+        } else {
+            opentelemetry::global::set_tracer_provider(
+                opentelemetry::trace::noop::NoopTracerProvider::new(),
+            );
+        }
+    };
+    let ledger = |name: &str| {
+        toolledger::Ledger::builder(work.file(name))
+            .tool(RefundOrder::default().tool())
+            .open_simulated(NoRoles)
+            .unwrap()
+    };
+    let call = |ledger: &toolledger::Ledger<toolledger::Simulated, NoRoles>, case: &HostCall| {
+        ledger.dispatch_loaded(case).unwrap().outcome().clone()
+    };
+    // Both sides' batches, turn about: `on` first in even turns. Each batch's provider is
+    // set before it is timed; `on`'s batch ends with its spans exported.
+    let turns = |count: usize, batch: usize, each: &mut dyn FnMut(bool, usize)| {
+        let (mut on_meter, mut off_meter) = (Meter::default(), Meter::default());
+        for (turn, start) in (0..count).step_by(batch).enumerate() {
+            let range = start..(start + batch).min(count);
+            for on in [turn % 2 == 0, turn % 2 != 0] {
+                switch(on);
+                let meter = if on { &mut on_meter } else { &mut off_meter };
+                meter.time(|| {
+                    range.clone().for_each(|index| each(on, index));
+                    if on {
+                        provider.force_flush().unwrap();
+                    }
+                });
+            }
+        }
+        let exported = exporter.get_finished_spans().unwrap().len();
+        assert!(exported >= count, "the spans on were exported: {exported} for {count} calls");
+        exporter.reset();
+        (on_meter.rate(count), off_meter.rate(count))
+    };
+    let (mut on_fresh, mut off_fresh) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds * 2 {
+        let first = 4_000_000 + round * settings.ops;
+        let (on_ledger, off_ledger) =
+            (ledger(&format!("traces-on-{round}")), ledger(&format!("traces-off-{round}")));
+        switch(false);
+        for index in 0..WARMUP {
+            let case = cases.get(WARMUP_KEYS + first + index);
+            call(&on_ledger, &case);
+            call(&off_ledger, &case);
+        }
+        let prepared: Vec<HostCall> =
+            (first..first + settings.ops).map(|index| cases.get(index)).collect();
+        let (on, off) = turns(settings.ops, 25, &mut |on, index| {
+            let ledger = if on { &on_ledger } else { &off_ledger };
+            assert!(matches!(call(ledger, &prepared[index]), toolledger::Outcome::Fresh(_)));
+        });
+        on_fresh.push(on);
+        off_fresh.push(off);
+    }
+    let keys = settings.ops;
+    let (on_ledger, off_ledger) = (ledger("traces-replay-on"), ledger("traces-replay-off"));
+    let prepared: Vec<HostCall> = (0..keys).map(|index| cases.get(index)).collect();
+    switch(false);
+    for case in &prepared {
+        call(&on_ledger, case);
+        call(&off_ledger, case);
+    }
+    let (mut on_replay, mut off_replay) = (Vec::new(), Vec::new());
+    for _ in 0..settings.rounds {
+        let (on, off) = turns(settings.ops * 20, 100, &mut |on, index| {
+            let ledger = if on { &on_ledger } else { &off_ledger };
+            let replayed = call(ledger, &prepared[index % keys]);
+            assert!(matches!(replayed, toolledger::Outcome::Replayed(_)));
+        });
+        on_replay.push(on);
+        off_replay.push(off);
+    }
+    switch(false);
+    put("traces_fresh_round_ratios", json!(ratios(&on_fresh, &off_fresh)));
+    put("traces_replay_round_ratios", json!(ratios(&on_replay, &off_replay)));
+    for (name, on, off) in [("fresh", on_fresh, off_fresh), ("replay", on_replay, off_replay)] {
+        let (on, off) = (Rate::median(&on), Rate::median(&off));
+        put(&format!("traces_on_{name}_per_s"), json!(on.per_s));
+        put(&format!("traces_off_{name}_per_s"), json!(off.per_s));
+        put(&format!("traces_on_{name}_cpu_us_per_op"), json!(on.cpu_us));
+        put(&format!("traces_off_{name}_cpu_us_per_op"), json!(off.cpu_us));
+        put(&format!("traces_{name}_on_vs_off"), json!(on.per_s / off.per_s));
+    }
 }
 
 /// Each round's `subject / baseline`, to three decimals.
