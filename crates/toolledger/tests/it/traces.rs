@@ -424,6 +424,21 @@ impl Service {
         Service { base, heads, thread: Some(thread) }
     }
 
+    /// The HTTP downstream of `pay` on this service (`POST /payments`, `GET
+    /// /payments/by-key/<key>`).
+    fn downstream(&self) -> toolledger::http::HttpDownstream {
+        let endpoint = toolledger::http::Endpoint {
+            execute_url: format!("{}/payments", self.base),
+            lookup_url: format!("{}/payments/by-key/", self.base),
+            headers: Vec::new(),
+            identity: None,
+            timeouts: None,
+        };
+        let identity = DownstreamIdentity::new("payments", "1").unwrap();
+        toolledger::http::HttpDownstream::new(identity, toolledger::http::Timeouts::default())
+            .endpoint("pay", endpoint)
+    }
+
     /// The heads of the requests, once all were answered.
     fn heads(mut self) -> Vec<HashMap<String, String>> {
         self.thread.take().unwrap().join().unwrap();
@@ -443,20 +458,9 @@ fn the_services_requests_carry_the_context_of_the_ledgers_client_span() {
     let dir = TempDir::new("traces-http");
     // The payment is made but its answer is a gateway's timeout; the lookup finds none.
     let service = Service::start(vec![(504, "{}"), (404, "{}")]);
-    let endpoint = toolledger::http::Endpoint {
-        execute_url: format!("{}/payments", service.base),
-        lookup_url: format!("{}/payments/by-key/", service.base),
-        headers: Vec::new(),
-        identity: None,
-        timeouts: None,
-    };
-    let identity = DownstreamIdentity::new("payments", "1").unwrap();
-    let downstream =
-        toolledger::http::HttpDownstream::new(identity, toolledger::http::Timeouts::default())
-            .endpoint("pay", endpoint);
     let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
         .tool(crate::many::pay())
-        .open(downstream, NoRoles)
+        .open(service.downstream(), NoRoles)
         .unwrap();
     let mut unknown = None;
     let dispatched =
@@ -512,18 +516,10 @@ fn a_precondition_asked_over_http_carries_the_context_of_the_call() {
         timeouts,
     );
     let tool = definition.tool_with(None, Some(Arc::new(asks)));
-    let endpoint = toolledger::http::Endpoint {
-        execute_url: format!("{}/payments", service.base),
-        lookup_url: format!("{}/payments/by-key/", service.base),
-        headers: Vec::new(),
-        identity: None,
-        timeouts: None,
-    };
-    let identity = DownstreamIdentity::new("payments", "1").unwrap();
-    let downstream =
-        toolledger::http::HttpDownstream::new(identity, timeouts).endpoint("pay", endpoint);
-    let ledger =
-        Ledger::builder(dir.join("ledger.sqlite3")).tool(tool).open(downstream, NoRoles).unwrap();
+    let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(tool)
+        .open(service.downstream(), NoRoles)
+        .unwrap();
     let spans = traced(|| {
         let reply = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap();
         assert!(matches!(reply.outcome(), Outcome::Fresh(_)), "{reply:?}");
