@@ -235,15 +235,15 @@ fn fingerprint(request: &DownstreamRequest) -> Sha256Hex {
     sha256_canonical(&body_value(request))
 }
 
-/// `call` with `Connection: close`, the trace context ([`traced`]) and the endpoint's own
-/// headers.
-fn headers<B>(call: ureq::RequestBuilder<B>, endpoint: &Endpoint) -> ureq::RequestBuilder<B> {
-    endpoint
-        .headers
-        .iter()
-        .fold(traced(call.header("Connection", "close")), |call, (name, value)| {
-            call.header(name, value)
-        })
+/// `call` with `Connection: close`, the trace context ([`traced`]) and the service's own
+/// `headers` (an endpoint's, a precondition's).
+fn headers<B>(
+    call: ureq::RequestBuilder<B>,
+    headers: &[(String, String)],
+) -> ureq::RequestBuilder<B> {
+    headers.iter().fold(traced(call.header("Connection", "close")), |call, (name, value)| {
+        call.header(name, value)
+    })
 }
 
 /// `call` with the W3C trace context of the span current on this thread (`traceparent`,
@@ -485,7 +485,7 @@ impl Downstream for HttpDownstream {
             .header("Idempotency-Key", format!("\"{}\"", request.downstream_request_ref))
             .header("Content-Type", "application/json");
         let response =
-            headers(call, endpoint).send(body(request)).map_err(|err| transport(&err))?;
+            headers(call, &endpoint.headers).send(body(request)).map_err(|err| transport(&err))?;
         let (status, text) = read(response).map_err(|err| match transport(&err) {
             // An answer whose body breaks off was sent and maybe committed.
             DownstreamError::NotSent { reason } => DownstreamError::Unknown { reason },
@@ -500,7 +500,7 @@ impl Downstream for HttpDownstream {
         let unknown = |err: &ureq::Error| DownstreamError::Unknown {
             reason: format!("the status lookup failed: {}", short(err)),
         };
-        let response = headers(call, endpoint).call().map_err(|err| unknown(&err))?;
+        let response = headers(call, &endpoint.headers).call().map_err(|err| unknown(&err))?;
         let (status, text) = read(response).map_err(|err| unknown(&err))?;
         lookup_answer(request, status, &text)
     }
@@ -615,11 +615,7 @@ impl toolledger_contract::Precondition for HttpPrecondition {
                 reason: "only http:// URLs are supported (no TLS is compiled in)".to_owned(),
             };
         }
-        let call = self.headers.iter().fold(
-            traced(self.agent.get(&url).header("Connection", "close")),
-            |call, (name, value)| call.header(name, value),
-        );
-        match call.call().and_then(read) {
+        match headers(self.agent.get(&url), &self.headers).call().and_then(read) {
             Ok((status, text)) => precondition_answer(status, &text),
             Err(err) => Verdict::Unavailable {
                 reason: format!("the precondition could not be asked: {}", short(&err)),

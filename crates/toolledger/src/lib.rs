@@ -737,15 +737,13 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn enqueue(&self, call: &Call) -> Result<Reply, Error> {
-        self.traced(&call.named(traces::Purpose::Enqueue), || self.enqueue_traced(call))
-    }
-
-    fn enqueue_traced(&self, call: &Call) -> Result<Reply, Error> {
-        let host_call = match self.host_call_of(call)? {
-            Ok(host_call) => host_call,
-            Err(refused) => return Ok(refused),
-        };
-        self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&host_call)?)))
+        self.traced(&call.named(traces::Purpose::Enqueue), || {
+            let host_call = match self.host_call_of(call)? {
+                Ok(host_call) => host_call,
+                Err(refused) => return Ok(refused),
+            };
+            self.shared.engine(|engine| Ok(Reply::from(engine.enqueue(&host_call)?)))
+        })
     }
 
     /// Works the accepted operation `status_ref` as a worker: claims its lease, rechecks

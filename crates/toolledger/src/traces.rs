@@ -30,13 +30,10 @@ pub(crate) enum Step {
     Lookup,
 }
 
-/// One call's span, from its start to its answer. Cloned into each thread that works
-/// the call; ended once, by [`CallSpan::end`].
+/// One call's span, from its start to its answer: the context that holds it, made
+/// current on each thread that works the call; ended once, by [`CallSpan::end`].
 #[derive(Clone, Debug)]
-pub(crate) struct CallSpan {
-    #[cfg(feature = "otel")]
-    context: opentelemetry::Context,
-}
+pub(crate) struct CallSpan(Parent);
 
 /// What the call span says of the call before it is worked.
 #[cfg_attr(not(feature = "otel"), allow(dead_code, reason = "read by the spans alone"))]
@@ -92,7 +89,7 @@ mod on {
         trace::{SpanKind, Status, TraceContextExt, Tracer},
     };
 
-    use super::{CallSpan, Named, Step};
+    use super::{CallSpan, Named, Parent, Step};
     use crate::{Error, Reply};
 
     /// The instrumentation scope of every span of the ledger.
@@ -115,11 +112,11 @@ mod on {
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes)
             .start_with_context(&tracer, parent);
-        CallSpan { context: parent.with_span(span) }
+        CallSpan(Parent { context: parent.with_span(span) })
     }
 
     pub(super) fn end(call: &CallSpan, answer: &Result<Reply, Error>) {
-        let span = call.context.span();
+        let span = call.0.context.span();
         let (decision, error) = super::decision(answer);
         span.set_attribute(KeyValue::new("toolledger.decision", decision));
         if let Some(error) = error {
@@ -159,11 +156,6 @@ mod on {
         answer
     }
 
-    pub(super) fn run<T>(call: &CallSpan, work: impl FnOnce() -> T) -> T {
-        let _attached = call.context.clone().attach();
-        work()
-    }
-
     pub(super) fn current() -> Context {
         Context::current()
     }
@@ -180,20 +172,13 @@ impl CallSpan {
         #[cfg(not(feature = "otel"))]
         {
             let _ = (named, store);
-            CallSpan {}
+            CallSpan(Parent {})
         }
     }
 
     /// Runs `work` with the call's span current, so the steps it takes are its children.
     pub(crate) fn run<T>(&self, work: impl FnOnce() -> T) -> T {
-        #[cfg(feature = "otel")]
-        {
-            on::run(self, work)
-        }
-        #[cfg(not(feature = "otel"))]
-        {
-            work()
-        }
+        self.0.run(work)
     }
 
     /// Ends the span with what the call answered.
@@ -205,8 +190,9 @@ impl CallSpan {
     }
 }
 
-/// The context current where a host makes a future, for the thread that works it: the
-/// call's span is then a child of the host's wherever the future is awaited.
+/// A trace context carried to the thread that works a call: the one current where a
+/// host made a future (the call's span is then a child of the host's wherever the
+/// future is awaited), or a call's own span ([`CallSpan`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Parent {
     #[cfg(feature = "otel")]
