@@ -136,7 +136,7 @@ impl Downstream for McpDownstream {
         if let Some(argument) = &route.key_argument {
             arguments.insert(argument.clone(), json!(request.downstream_request_ref.as_str()));
         }
-        let mut meta = Map::new();
+        let mut meta = traced(Map::new());
         meta.insert(REQUEST_REF_META.to_owned(), json!(request.downstream_request_ref.as_str()));
         let answer =
             self.runtime.block_on(route.upstream.call(&route.tool, arguments, meta, host.as_ref()));
@@ -169,8 +169,12 @@ impl Downstream for McpDownstream {
         let mut arguments = Map::new();
         arguments
             .insert(lookup.key_argument.clone(), json!(request.downstream_request_ref.as_str()));
-        let answer =
-            self.runtime.block_on(route.upstream.call(&lookup.tool, arguments, Map::new(), None));
+        let answer = self.runtime.block_on(route.upstream.call(
+            &lookup.tool,
+            arguments,
+            traced(Map::new()),
+            None,
+        ));
         let result = match answer {
             Ok(result) if result.get("isError") != Some(&Value::Bool(true)) => result,
             Ok(result) => return Err(DownstreamError::Unknown { reason: error_text(&result) }),
@@ -201,6 +205,20 @@ impl Downstream for McpDownstream {
             }),
         }
     }
+}
+
+/// `meta` with the W3C trace context of the span current on this thread, under the
+/// names MCP reserves for it (`traceparent`, and `tracestate` when it holds any): the
+/// ledger's `execute` or `lookup` span, so the upstream's own span of the call is its
+/// child (`docs/observability.md`). Nothing outside a trace.
+fn traced(mut meta: Map<String, Value>) -> Map<String, Value> {
+    if let Some(context) = toolledger::TraceContext::current() {
+        meta.insert("traceparent".to_owned(), json!(context.traceparent()));
+        if !context.tracestate().is_empty() {
+            meta.insert("tracestate".to_owned(), json!(context.tracestate()));
+        }
+    }
+    meta
 }
 
 /// The text of an error result, bounded (the ledger keeps at most 512 bytes).

@@ -22,7 +22,7 @@ use rmcp::{
 use serde_json::{Map, Value, json};
 use toolledger::{
     BlockCode, Call, Grant, Identifier, Ledger, ModelCall, NoRoles, Outcome, ProviderProfile,
-    Reply, StatusQuery, StatusRef,
+    Reply, StatusQuery, StatusRef, TraceContext,
 };
 
 use crate::{
@@ -248,10 +248,13 @@ impl Gateway {
         }
         let (tenant, subject) = self.principal(context);
         let shown = Value::Object(arguments.clone());
-        let call = Call::new(&ledgered.ledger_name, Value::Object(arguments))
+        let mut call = Call::new(&ledgered.ledger_name, Value::Object(arguments))
             .principal(&tenant, &subject)
             .idempotency_key(&key)
             .model_call(call_identity(&tenant, &subject, &ledgered.ledger_name, &key));
+        if let Some(parent) = trace_parent(params, context) {
+            call = call.trace_parent(parent);
+        }
         let host = HostCall::of(self.session, params, context);
         let first = self.work(&call, context, &host).await;
         let Some(approval) = &ledgered.approval else { return answered(first).into() };
@@ -335,13 +338,16 @@ impl Gateway {
             );
         };
         let (tenant, subject) = self.principal(context);
-        let query = StatusQuery::new(&tenant, &subject).model_call(ModelCall::new(
+        let mut query = StatusQuery::new(&tenant, &subject).model_call(ModelCall::new(
             PROFILE.0,
             PROFILE.1,
             PROFILE.2,
             &format!("mcp-status-{}", status_ref.as_str()),
             &format!("mcp-status-{}", status_ref.as_str()),
         ));
+        if let Some(parent) = trace_parent(params, context) {
+            query = query.trace_parent(parent);
+        }
         match self.inner.ledger.status_of_async(&query, &status_ref).await {
             Ok(reply) => answer(&reply, None),
             Err(error) => tool_error(error.code().as_str(), &error.to_string(), None),
@@ -772,6 +778,36 @@ fn meta_key(
     let from =
         |meta: &Map<String, Value>| meta.get(KEY_META).and_then(Value::as_str).map(str::to_owned);
     params.meta.as_ref().and_then(|meta| from(&meta.0.0)).or_else(|| from(&context.meta.0.0))
+}
+
+/// The trace the host's request continues: `traceparent` and `tracestate` in its
+/// `_meta` (MCP reserves both names for W3C Trace Context), else the HTTP request's own
+/// headers of the same names (Streamable HTTP). `None` when neither holds a valid one:
+/// the call's span then starts a trace (`docs/observability.md`).
+fn trace_parent(
+    params: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Option<TraceContext> {
+    let in_meta = |meta: &Map<String, Value>| {
+        let parent = meta.get("traceparent")?.as_str()?;
+        let state = meta.get("tracestate").and_then(Value::as_str).unwrap_or_default();
+        Some((parent.to_owned(), state.to_owned()))
+    };
+    let in_headers = || {
+        let parts = context.extensions.get::<hyper::http::request::Parts>()?;
+        let header = |name: &str| parts.headers.get(name).and_then(|value| value.to_str().ok());
+        Some((
+            header("traceparent")?.to_owned(),
+            header("tracestate").unwrap_or_default().to_owned(),
+        ))
+    };
+    let (parent, state) = params
+        .meta
+        .as_ref()
+        .and_then(|meta| in_meta(&meta.0.0))
+        .or_else(|| in_meta(&context.meta.0.0))
+        .or_else(in_headers)?;
+    TraceContext::parse(&parent, &state)
 }
 
 /// The model call of a `tools/call` (`docs/mcp.md`, "One model call"): MCP gives a

@@ -21,6 +21,9 @@ pub struct ModelCall {
     profile: ProviderProfile,
     response_id: String,
     call_id: String,
+    /// Made from the key ([`ModelCall::keyed`]): its ids are a digest of the key, which
+    /// no span may carry, so the call span has no `gen_ai.tool.call.id`.
+    keyed: bool,
 }
 
 impl ModelCall {
@@ -42,6 +45,7 @@ impl ModelCall {
             profile: ProviderProfile::new(provider, api_family, adapter_revision),
             response_id: response_id.to_owned(),
             call_id: call_id.to_owned(),
+            keyed: false,
         }
     }
 }
@@ -75,6 +79,7 @@ impl ModelCall {
             profile,
             response_id: format!("{prefix}-r-{}", digest.get(..32).unwrap_or_default()),
             call_id: format!("{prefix}-c-{}", digest.get(32..).unwrap_or_default()),
+            keyed: true,
         }
     }
 
@@ -150,6 +155,8 @@ pub struct Call {
     context: Value,
     grant: Option<(Grant, Vec<String>)>,
     now: Option<i64>,
+    trace: Option<crate::TraceContext>,
+    host_span: bool,
 }
 
 impl Call {
@@ -157,8 +164,15 @@ impl Call {
     pub(crate) fn named(&self, purpose: crate::traces::Purpose) -> crate::traces::Named<'_> {
         crate::traces::Named {
             tool: &self.tool,
-            call_id: self.model_call.as_ref().map(|model_call| model_call.call_id.as_str()),
+            // A keyed model call's id is a digest of the key: never in a span.
+            call_id: self
+                .model_call
+                .as_ref()
+                .filter(|model_call| !model_call.keyed)
+                .map(|model_call| model_call.call_id.as_str()),
             purpose,
+            parent: self.trace.as_ref(),
+            host_span: self.host_span,
         }
     }
 
@@ -179,6 +193,8 @@ impl Call {
             context: Value::Null,
             grant: None,
             now: None,
+            trace: None,
+            host_span: false,
         }
     }
 
@@ -272,6 +288,43 @@ impl Call {
         self
     }
 
+    /// The trace the call continues, as the host received it (an HTTP request's
+    /// `traceparent` and `tracestate`, an MCP request's `_meta`, a Python host's current
+    /// span): the call's span is a child of it instead of the context current on the
+    /// thread. Spans are made only with the `otel` feature (`docs/observability.md`).
+    ///
+    /// ```
+    /// let parent = toolledger::TraceContext::parse(
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ///     "",
+    /// );
+    /// let mut call = toolledger::Call::new("t", serde_json::json!({}));
+    /// if let Some(parent) = parent {
+    ///     call = call.trace_parent(parent);
+    /// }
+    /// # let _ = call;
+    /// ```
+    pub fn trace_parent(mut self, parent: crate::TraceContext) -> Call {
+        self.trace = Some(parent);
+        self
+    }
+
+    /// The host's own span (the one current where it calls, or the one
+    /// [`Call::trace_parent`] names) is the call's `execute_tool` span: the ledger makes
+    /// none of its own, adds its attributes to the host's (when it is a span of this
+    /// process) and makes its steps the host's span's children. The host ends its span.
+    /// OpenTelemetry's GenAI conventions ask for this when the host already traces its
+    /// tool calls.
+    ///
+    /// ```
+    /// let call = toolledger::Call::new("t", serde_json::json!({})).in_host_span();
+    /// # let _ = call;
+    /// ```
+    pub fn in_host_span(mut self) -> Call {
+        self.host_span = true;
+        self
+    }
+
     pub(crate) fn now(&self) -> Option<i64> {
         self.now
     }
@@ -362,6 +415,7 @@ pub struct StatusQuery {
     model_call: Option<ModelCall>,
     context: Value,
     now: Option<i64>,
+    trace: Option<crate::TraceContext>,
 }
 
 impl StatusQuery {
@@ -377,6 +431,35 @@ impl StatusQuery {
             model_call: None,
             context: Value::Null,
             now: None,
+            trace: None,
+        }
+    }
+
+    /// The trace the query continues, as [`Call::trace_parent`].
+    ///
+    /// ```
+    /// let parent = toolledger::TraceContext::parse(
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ///     "",
+    /// )
+    /// .unwrap();
+    /// let query = toolledger::StatusQuery::new("acme", "user-7").trace_parent(parent);
+    /// # let _ = query;
+    /// ```
+    pub fn trace_parent(mut self, parent: crate::TraceContext) -> StatusQuery {
+        self.trace = Some(parent);
+        self
+    }
+
+    /// What the span of the query says of it: no tool before the ledger reads the
+    /// operation, and no model call id (the query's is not the tool call's).
+    pub(crate) fn named(&self) -> crate::traces::Named<'_> {
+        crate::traces::Named {
+            tool: "",
+            call_id: None,
+            purpose: crate::traces::Purpose::QueryStatus,
+            parent: self.trace.as_ref(),
+            host_span: false,
         }
     }
 

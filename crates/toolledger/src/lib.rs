@@ -128,6 +128,7 @@ pub use crate::{
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},
     tasks::{AsyncDownstream, OnRuntime},
+    traces::TraceContext,
 };
 
 /// The simulated downstream of the command line: the stand-in refund API on its own
@@ -821,17 +822,19 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
     /// # Ok::<(), toolledger::Error>(())
     /// ```
     pub fn status_of(&self, query: &StatusQuery, status_ref: &StatusRef) -> Result<Reply, Error> {
-        let now = UnixSeconds::new(query.now().unwrap_or_else(wall_clock))
-            .map_err(|_| Error::invalid("the query's instant is out of range".to_owned()))?;
-        let (tenant_id, subject_id, call) = query.parts(&self.shared.registry)?;
-        let asking = toolledger_engine::Asking {
-            tenant_id: &tenant_id,
-            subject_id: &subject_id,
-            call: &call,
-            now,
-            context: query.context_value(),
-        };
-        self.shared.engine(|engine| Ok(Reply::from(engine.status_by_ref(&asking, status_ref)?)))
+        self.traced(&query.named(), || {
+            let now = UnixSeconds::new(query.now().unwrap_or_else(wall_clock))
+                .map_err(|_| Error::invalid("the query's instant is out of range".to_owned()))?;
+            let (tenant_id, subject_id, call) = query.parts(&self.shared.registry)?;
+            let asking = toolledger_engine::Asking {
+                tenant_id: &tenant_id,
+                subject_id: &subject_id,
+                call: &call,
+                now,
+                context: query.context_value(),
+            };
+            self.shared.engine(|engine| Ok(Reply::from(engine.status_by_ref(&asking, status_ref)?)))
+        })
     }
 
     /// Settles by hand an operation whose outcome no status query could tell: with the

@@ -216,6 +216,52 @@ impl Reply {
         }
     }
 
+    /// What the ledger decided, in the words of the call span's `toolledger.decision`
+    /// (`docs/observability.md`): `fresh`, `replay`, `reconciled`, `accepted`,
+    /// `outcome_unknown`, `conflict`, `approval_required`, or `blocked` for any other
+    /// refusal. A host that traces the call in its own span sets it there.
+    ///
+    /// ```
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-decision");
+    /// assert_eq!(ledger.dispatch(&call)?.decision(), "fresh");
+    /// assert_eq!(ledger.dispatch(&call)?.decision(), "replay");
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn decision(&self) -> &'static str {
+        match &self.outcome {
+            Outcome::Fresh(_) => "fresh",
+            Outcome::Replayed(_) => "replay",
+            Outcome::Reconciled(_) => "reconciled",
+            Outcome::Accepted { .. } => "accepted",
+            Outcome::Unknown { .. } => "outcome_unknown",
+            Outcome::Blocked { code, .. } => match code {
+                BlockCode::IdempotencyConflict => "conflict",
+                BlockCode::ApprovalRequired => "approval_required",
+                BlockCode::OutcomeUnknown => "outcome_unknown",
+                _ => "blocked",
+            },
+        }
+    }
+
+    /// The call span's `error.type`: the code when the call did not end as asked (a
+    /// refusal's code, `OUTCOME_UNKNOWN`); `None` when it did (done, or accepted).
+    ///
+    /// ```
+    /// # let (ledger, call, dir) = toolledger::doc_fixture("reply-error-type");
+    /// assert_eq!(ledger.dispatch(&call)?.error_type(), None);
+    /// # std::fs::remove_dir_all(dir).unwrap();
+    /// # Ok::<(), toolledger::Error>(())
+    /// ```
+    pub fn error_type(&self) -> Option<&'static str> {
+        match &self.outcome {
+            Outcome::Fresh(_) | Outcome::Replayed(_) | Outcome::Reconciled(_) => None,
+            Outcome::Accepted { .. } => None,
+            Outcome::Unknown { .. } => Some(BlockCode::OutcomeUnknown.as_str()),
+            Outcome::Blocked { code, .. } => Some(code.as_str()),
+        }
+    }
+
     /// The typed outcome.
     ///
     /// ```

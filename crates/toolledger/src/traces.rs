@@ -10,7 +10,7 @@
 //! writes nothing new, so its call span has no children. No span ever carries the
 //! idempotency key, a digest of it or of the request, the arguments or the result.
 
-use crate::{Error, Outcome, Reply};
+use crate::{Error, Reply};
 
 /// A step of a call, made a child span of the call's while it runs ([`step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +31,133 @@ pub(crate) enum Step {
 }
 
 /// One call's span, from its start to its answer: the context that holds it, made
-/// current on each thread that works the call; ended once, by [`CallSpan::end`].
+/// current on each thread that works the call; ended once, by [`CallSpan::end`] (when
+/// the ledger made it: a host's own span, [`Call::in_host_span`](crate::Call::in_host_span),
+/// is the host's to end).
 #[derive(Clone, Debug)]
-pub(crate) struct CallSpan(Parent);
+pub(crate) struct CallSpan {
+    parent: Parent,
+    #[cfg(feature = "otel")]
+    owned: bool,
+}
+
+/// A W3C trace context (`traceparent`, and `tracestate`): the one a call continues
+/// when the host hands it over ([`Call::trace_parent`](crate::Call::trace_parent)), or
+/// the one current on this thread, for a downstream to send onward
+/// ([`TraceContext::current`]). `docs/observability.md`.
+///
+/// ```
+/// let context = toolledger::TraceContext::parse(
+///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+///     "vendor=opaque",
+/// )
+/// .unwrap();
+/// assert_eq!(context.tracestate(), "vendor=opaque");
+/// // Not W3C's format: a receiver starts a new trace instead (W3C Trace Context, 4.3).
+/// assert_eq!(toolledger::TraceContext::parse("00-not-a-context", ""), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    traceparent: String,
+    tracestate: String,
+}
+
+/// The longest `tracestate` kept: W3C's 32 members of at most 256 characters each would
+/// be 8 KiB; a longer value is dropped, and with it only the vendors' state.
+const TRACESTATE_MAX: usize = 512;
+
+impl TraceContext {
+    /// The context of a `traceparent` header value and its `tracestate` (empty when
+    /// there is none). `None` when `traceparent` is not W3C's format (version `ff`, a
+    /// wrong length, upper-case or non-hex digits, an all-zero trace or span id): W3C
+    /// Trace Context has the receiver start a new trace then, and so does the ledger. A
+    /// `tracestate` longer than 512 bytes or with a byte outside printable ASCII is
+    /// dropped (the trace goes on without the vendors' state).
+    ///
+    /// ```
+    /// let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    /// assert!(toolledger::TraceContext::parse(parent, "").is_some());
+    /// assert!(toolledger::TraceContext::parse(&parent.to_uppercase(), "").is_none());
+    /// ```
+    pub fn parse(traceparent: &str, tracestate: &str) -> Option<TraceContext> {
+        let fields: Vec<&str> = traceparent.splitn(5, '-').collect();
+        let hex = |field: &str, len: usize| {
+            field.len() == len
+                && field.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let [version, trace_id, span_id, flags, rest @ ..] = fields.as_slice() else {
+            return None;
+        };
+        let well_formed = hex(version, 2)
+            && *version != "ff"
+            && hex(trace_id, 32)
+            && hex(span_id, 16)
+            && hex(flags, 2)
+            && trace_id.bytes().any(|b| b != b'0')
+            && span_id.bytes().any(|b| b != b'0')
+            // Version 00 is exactly four fields; a later version may append its own.
+            && (rest.is_empty() || *version != "00");
+        if !well_formed {
+            return None;
+        }
+        let tracestate = if tracestate.len() <= TRACESTATE_MAX
+            && tracestate.bytes().all(|b| (b' '..=b'~').contains(&b))
+        {
+            tracestate.trim().to_owned()
+        } else {
+            String::new()
+        };
+        Some(TraceContext { traceparent: format!("00-{trace_id}-{span_id}-{flags}"), tracestate })
+    }
+
+    /// The `traceparent` value, in version 00's format.
+    ///
+    /// ```
+    /// let context = toolledger::TraceContext::parse(
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ///     "vendor=opaque",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(context.traceparent(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    /// ```
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
+    }
+
+    /// The `tracestate` value; empty when there is none.
+    ///
+    /// ```
+    /// let context = toolledger::TraceContext::parse(
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ///     "vendor=opaque",
+    /// )
+    /// .unwrap();
+    /// assert_eq!(context.tracestate(), "vendor=opaque");
+    /// ```
+    pub fn tracestate(&self) -> &str {
+        &self.tracestate
+    }
+
+    /// The context of the span current on this thread, for a downstream to send onward
+    /// (the HTTP downstream's headers, an MCP upstream's `_meta`): while the ledger
+    /// performs a call, its `execute` or `lookup` span. `None` outside a trace, and
+    /// always without the `otel` feature.
+    ///
+    /// ```
+    /// // No trace here: nothing to send.
+    /// assert_eq!(toolledger::TraceContext::current(), None);
+    /// ```
+    pub fn current() -> Option<TraceContext> {
+        #[cfg(feature = "otel")]
+        {
+            on::current_context()
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            None
+        }
+    }
+}
 
 /// What the call span says of the call before it is worked.
 #[cfg_attr(not(feature = "otel"), allow(dead_code, reason = "read by the spans alone"))]
@@ -44,6 +168,11 @@ pub(crate) struct Named<'a> {
     pub(crate) call_id: Option<&'a str>,
     /// What the call asks of the ledger.
     pub(crate) purpose: Purpose,
+    /// The context the host handed over, continued instead of the thread's own.
+    pub(crate) parent: Option<&'a TraceContext>,
+    /// Whether the host's span (the parent) is the call's own: no span is made, the
+    /// host's gets the attributes.
+    pub(crate) host_span: bool,
 }
 
 impl Named<'_> {
@@ -53,6 +182,8 @@ impl Named<'_> {
             tool: &call.proposal.tool_name,
             call_id: Some(call.host.provider_call_id.as_str()),
             purpose,
+            parent: None,
+            host_span: false,
         }
     }
 }
@@ -86,44 +217,99 @@ impl Purpose {
 mod on {
     use opentelemetry::{
         Context, KeyValue,
-        trace::{SpanKind, Status, TraceContextExt, Tracer},
+        trace::{
+            SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+            TraceState, Tracer,
+        },
     };
 
-    use super::{CallSpan, Named, Parent, Step};
+    use super::{CallSpan, Named, Parent, Step, TraceContext};
     use crate::{Error, Reply};
 
     /// The instrumentation scope of every span of the ledger.
     const SCOPE: &str = "toolledger";
 
-    pub(super) fn start(named: &Named<'_>, store: &'static str, parent: &Context) -> CallSpan {
+    /// The remote span `context` names, as a parent.
+    fn remote(context: &TraceContext) -> Option<SpanContext> {
+        let mut fields = context.traceparent.split('-').skip(1);
+        let trace_id = TraceId::from_hex(fields.next()?).ok()?;
+        let span_id = SpanId::from_hex(fields.next()?).ok()?;
+        let flags = u8::from_str_radix(fields.next()?, 16).ok()?;
+        let state = context.tracestate.parse::<TraceState>().unwrap_or_default();
+        Some(SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state))
+    }
+
+    pub(super) fn current_context() -> Option<TraceContext> {
+        let context = Context::current();
+        let span = context.span();
+        let span = span.span_context();
+        if !span.is_valid() {
+            return None;
+        }
+        Some(TraceContext {
+            traceparent: format!(
+                "00-{}-{}-{:02x}",
+                span.trace_id(),
+                span.span_id(),
+                span.trace_flags().to_u8()
+            ),
+            tracestate: span.trace_state().header(),
+        })
+    }
+
+    pub(super) fn start(named: &Named<'_>, store: &'static str, current: &Context) -> CallSpan {
+        let handed = named.parent.and_then(remote);
+        let parent = match handed {
+            Some(remote) => current.with_remote_span_context(remote),
+            None => current.clone(),
+        };
+        let parent = &parent;
         let tracer = opentelemetry::global::tracer(SCOPE);
         let mut attributes = vec![
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new("gen_ai.tool.name", named.tool.to_owned()),
             KeyValue::new("gen_ai.tool.type", "function"),
             KeyValue::new("toolledger.purpose", named.purpose.as_str()),
             KeyValue::new("toolledger.store", store),
         ];
+        // A worker's call names no tool before the ledger reads its operation.
+        if !named.tool.is_empty() {
+            attributes.push(KeyValue::new("gen_ai.tool.name", named.tool.to_owned()));
+        }
         if let Some(call_id) = named.call_id {
             attributes.push(KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()));
         }
+        if named.host_span {
+            // The host's span is the call's: it gets the attributes (a remote one, which
+            // this process cannot write to, is the host's to describe), and stays open.
+            let span = parent.span();
+            for attribute in attributes {
+                span.set_attribute(attribute);
+            }
+            return CallSpan { parent: Parent { context: parent.clone() }, owned: false };
+        }
         let span = tracer
-            .span_builder(format!("execute_tool {}", named.tool))
+            .span_builder(if named.tool.is_empty() {
+                "execute_tool".to_owned()
+            } else {
+                format!("execute_tool {}", named.tool)
+            })
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes)
             .start_with_context(&tracer, parent);
-        CallSpan(Parent { context: parent.with_span(span) })
+        CallSpan { parent: Parent { context: parent.with_span(span) }, owned: true }
     }
 
     pub(super) fn end(call: &CallSpan, answer: &Result<Reply, Error>) {
-        let span = call.0.context.span();
+        let span = call.parent.context.span();
         let (decision, error) = super::decision(answer);
         span.set_attribute(KeyValue::new("toolledger.decision", decision));
         if let Some(error) = error {
             span.set_attribute(KeyValue::new("error.type", error));
             span.set_status(Status::error(error));
         }
-        span.end();
+        if call.owned {
+            span.end();
+        }
     }
 
     pub(super) fn step<T>(step: Step, work: impl FnOnce() -> T) -> T {
@@ -172,13 +358,13 @@ impl CallSpan {
         #[cfg(not(feature = "otel"))]
         {
             let _ = (named, store);
-            CallSpan(Parent {})
+            CallSpan { parent: Parent {} }
         }
     }
 
     /// Runs `work` with the call's span current, so the steps it takes are its children.
     pub(crate) fn run<T>(&self, work: impl FnOnce() -> T) -> T {
-        self.0.run(work)
+        self.parent.run(work)
     }
 
     /// Ends the span with what the call answered.
@@ -230,29 +416,13 @@ pub(crate) fn step<T>(step: Step, work: impl FnOnce() -> T) -> T {
 }
 
 /// The call span's `toolledger.decision`, and its `error.type` when the call did not
-/// end as asked: a refusal's code, `OUTCOME_UNKNOWN`, or the facade error's code.
+/// end as asked ([`Reply::decision`], [`Reply::error_type`]), or `error` and the facade
+/// error's code.
 #[cfg_attr(not(feature = "otel"), allow(dead_code, reason = "read by the spans alone"))]
 fn decision(answer: &Result<Reply, Error>) -> (&'static str, Option<&'static str>) {
-    use toolledger_contract::BlockCode;
-    let reply = match answer {
-        Ok(reply) => reply,
-        Err(error) => return ("error", Some(error.code().as_str())),
-    };
-    match reply.outcome() {
-        Outcome::Fresh(_) => ("fresh", None),
-        Outcome::Replayed(_) => ("replay", None),
-        Outcome::Reconciled(_) => ("reconciled", None),
-        Outcome::Accepted { .. } => ("accepted", None),
-        Outcome::Unknown { .. } => ("outcome_unknown", Some(BlockCode::OutcomeUnknown.as_str())),
-        Outcome::Blocked { code, .. } => {
-            let decision = match code {
-                BlockCode::IdempotencyConflict => "conflict",
-                BlockCode::ApprovalRequired => "approval_required",
-                BlockCode::OutcomeUnknown => "outcome_unknown",
-                _ => "blocked",
-            };
-            (decision, Some(code.as_str()))
-        }
+    match answer {
+        Ok(reply) => (reply.decision(), reply.error_type()),
+        Err(error) => ("error", Some(error.code().as_str())),
     }
 }
 

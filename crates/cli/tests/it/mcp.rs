@@ -511,6 +511,104 @@ fn an_upstream_that_commits_and_drops_the_stream_is_unknown_until_its_lookup_rec
     audit_passes(&dir);
 }
 
+/// The W3C trace contexts the upstream received, one per `create_payment` or
+/// `get_payment_by_key` call, in order: (tool, trace id, tracestate), the trace id empty
+/// when the request carried no `traceparent`.
+fn upstream_traces(dir: &Dir) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(dir.join("payments.sqlite3.traces")).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).unwrap();
+            let parent = line["traceparent"].as_str().unwrap_or_default();
+            let fields: Vec<&str> = parent.split('-').collect();
+            if !parent.is_empty() {
+                assert_eq!(fields.len(), 4, "a W3C traceparent: {parent}");
+                assert_eq!((fields[0], fields[3]), ("00", "01"), "{parent}");
+                assert_eq!(fields[2].len(), 16, "{parent}");
+            }
+            let trace_id = fields.get(1).copied().unwrap_or_default();
+            let state = line["tracestate"].as_str().unwrap_or_default();
+            (line["tool"].as_str().unwrap().to_owned(), trace_id.to_owned(), state.to_owned())
+        })
+        .collect()
+}
+
+/// A step with the host's trace context in its request's `_meta`.
+fn traced(mut step: Value, traceparent: &str) -> Value {
+    step["meta"] = json!({"traceparent": traceparent, "tracestate": "vendor=v1"});
+    step
+}
+
+/// The host's trace goes on to the upstream (`docs/observability.md`): a ledgered call's
+/// `_meta.traceparent` reaches the upstream's request in its `_meta`, in the same trace
+/// with the vendors' `tracestate`; a replay sends nothing; a malformed `traceparent` is
+/// dropped (the upstream gets none, as W3C asks); a status query's lookup carries the
+/// trace of the query; over Streamable HTTP the request's `traceparent` header is taken.
+#[test]
+fn the_hosts_trace_context_reaches_the_upstream_and_a_replay_sends_nothing() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    faults(&dir, json!({"drop_after_commit": ["ord-83"]}));
+    let (first, second, third, fourth) = (
+        "0af7651916cd43dd8448eb211c80319c",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "5c0d4b3a29187f6e5d4c3b2a19080706",
+        "6d1e5c4b3a29180f7e6d5c4b3a291807",
+    );
+    let parent = |trace: &str| format!("00-{trace}-b7ad6b7169203331-01");
+    let answers = host(
+        &gateway(&dir, &config),
+        &json!([
+            traced(pay("ord-81", 100, "pay-ord-81"), &parent(first)),
+            traced(pay("ord-81", 100, "pay-ord-81"), &parent(second)),
+            traced(pay("ord-82", 200, "pay-ord-82"), "00-not-a-trace-01"),
+            traced(pay("ord-83", 300, "pay-ord-83"), &parent(second)),
+        ]),
+        LIMIT,
+    );
+    let codes: Vec<String> = answers.iter().map(code).collect();
+    assert_eq!(codes, ["OK", "OK", "OK", "OUTCOME_UNKNOWN"], "{answers:?}");
+    assert_eq!(answers[1]["meta"]["io.toolledger/replayed"], true);
+    let status_ref = answers[3]["structuredContent"]["detail"]["status_ref"].clone();
+    faults(&dir, json!({}));
+    let query = call("toolledger_status", json!({"status_ref": status_ref}));
+    let later = host(&gateway(&dir, &config), &json!([traced(query, &parent(third))]), LIMIT);
+    assert_eq!(code(&later[0]), "OK", "{}", later[0]);
+    let (gateway, url) = listening(&dir, &config, &[]);
+    let mut child = Command::new(python())
+        .arg(peer("host.py"))
+        .args(["--url", &url, "--traceparent", &parent(fourth)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let steps = json!([pay("ord-84", 400, "pay-ord-84")]).to_string();
+    child.stdin.take().unwrap().write_all(steps.as_bytes()).unwrap();
+    let over_http = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(over_http.stdout).unwrap();
+    assert!(over_http.status.success(), "{stdout}");
+    let answer: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(code(&answer), "OK", "{answer}");
+    stop_cleanly(&dir, gateway);
+    let seen = |tool: &str, trace: &str, state: &str| {
+        (tool.to_owned(), trace.to_owned(), state.to_owned())
+    };
+    assert_eq!(
+        upstream_traces(&dir),
+        [
+            seen("create_payment", first, "vendor=v1"),
+            seen("create_payment", "", ""),
+            seen("create_payment", second, "vendor=v1"),
+            seen("get_payment_by_key", third, "vendor=v1"),
+            seen("create_payment", fourth, ""),
+        ],
+        "one upstream request a call sent, each in its caller's trace; none for the replay"
+    );
+    assert_eq!(payments(&dir).len(), 4);
+    audit_passes(&dir);
+}
+
 /// An upstream without a lookup tool: the status query answers unknown, honestly, and an
 /// operator settles it with the upstream's result they found (`toolledger resolve`,
 /// checked against the tool's output schema); the key then replays that result.

@@ -6,7 +6,8 @@ Usage::
     python host.py [--protocol ...] --url URL [--bearer-env NAME]
 
 The second form speaks Streamable HTTP to ``URL`` instead, with
-``Authorization: Bearer <the value of $NAME>`` when ``--bearer-env`` is given.
+``Authorization: Bearer <the value of $NAME>`` when ``--bearer-env`` is given, and a
+W3C ``traceparent`` header on every request when ``--traceparent VALUE`` is given.
 
 ``--observe`` asks every call for progress (a progress token) and for log messages
 (``log_level`` ``debug``), and adds to each call's output the ``progress`` and
@@ -148,6 +149,7 @@ class Host:
         protocol: str,
         url: str | None = None,
         token: str | None = None,
+        traceparent: str | None = None,
         elicit: str | None = None,
         observe: bool = False,
         sample: str | None = None,
@@ -166,6 +168,7 @@ class Host:
         self._protocol = protocol
         self._url = url
         self._token = token
+        self._traceparent = traceparent
         self._elicit = elicit
         self.elicited: list[str] = []
         self._stack: AsyncExitStack | None = None
@@ -176,6 +179,8 @@ class Host:
         async with AsyncExitStack() as stack:
             if self._url is not None:
                 headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+                if self._traceparent:
+                    headers["traceparent"] = self._traceparent
                 client = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
                 streams = await stack.enter_async_context(
                     streamable_http_client(self._url, http_client=client)
@@ -468,13 +473,14 @@ async def drive(host: Host) -> None:
 
 
 def parse_args(argv: list[str]) -> Host:
-    """Read ``[--protocol P] (--url URL [--bearer-env NAME] | -- CMD ARG...)``."""
+    """Read ``[--protocol P] (--url URL [--bearer-env NAME] [--traceparent V] | -- CMD ARG...)``."""
     parser = argparse.ArgumentParser(
         prog="host.py", description="Drive an MCP server with the SDK's client."
     )
     parser.add_argument("--protocol", choices=PROTOCOLS, default="auto")
     parser.add_argument("--url")
     parser.add_argument("--bearer-env")
+    parser.add_argument("--traceparent")
     parser.add_argument("--elicit", choices=("approve", "decline"))
     parser.add_argument("--observe", action="store_true")
     parser.add_argument("--sample")
@@ -488,6 +494,7 @@ def parse_args(argv: list[str]) -> Host:
             options.protocol,
             url=options.url,
             token=token,
+            traceparent=options.traceparent,
             elicit=options.elicit,
             observe=options.observe,
             sample=options.sample,

@@ -346,6 +346,21 @@ async def meet() -> None:
     MEETING["inside"] -= 1
 
 
+def record_trace(tool: str, args: dict[str, Any], meta: Any) -> None:
+    """Append the W3C trace context the request's ``_meta`` carried (``traceparent``,
+    ``tracestate``; null when absent) to ``$PAYMENTS_STATE.traces``, one JSON line per
+    call, for the tests to read what trace the gateway sent on."""
+    line = {
+        "tool": tool,
+        "order_id": args.get("order_id"),
+        "key": args.get("key"),
+        "traceparent": meta.get("traceparent"),
+        "tracestate": meta.get("tracestate"),
+    }
+    with open(os.environ["PAYMENTS_STATE"] + ".traces", "a", encoding="utf-8") as traces:
+        traces.write(json.dumps(line) + "\n")
+
+
 def payment_view(row: sqlite3.Row) -> dict[str, Any]:
     """The payment object every tool returns."""
     return {
@@ -521,6 +536,8 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
             jsonschema.validate(args, INPUT_SCHEMAS[params.name])
         except jsonschema.ValidationError as exc:
             return tool_error(f"invalid arguments: {exc.message}")
+        if params.name in ("create_payment", "get_payment_by_key"):
+            record_trace(params.name, args, params.meta or {})
         if params.name == "create_payment":
             return await create_payment(conn, args, ctx)
         if params.name == "get_payment_by_key":

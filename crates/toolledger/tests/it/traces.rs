@@ -542,3 +542,120 @@ fn a_precondition_asked_over_http_carries_the_context_of_the_call() {
         parents.iter().map(|(method, remote)| (method.as_str(), remote.span_id())).collect();
     assert_eq!(ids, [("GET", call_id), ("GET", call_id), ("POST", execute_id)]);
 }
+
+/// The spans of `trace_id`, in the order they started.
+fn of_remote(trace_id: TraceId) -> Vec<SpanData> {
+    of_trace(exporter(), trace_id)
+}
+
+#[test]
+fn a_context_handed_over_on_the_call_is_its_spans_parent_and_a_malformed_one_is_ignored() {
+    let dir = TempDir::new("traces-handed");
+    let ledger = ledger(&dir);
+    // A host that received the trace from elsewhere (an HTTP header, MCP `_meta`), with
+    // no span of its own current on this thread.
+    let handed = toolledger::TraceContext::parse(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "vendor=v1",
+    )
+    .unwrap();
+    exporter();
+    let reply = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1").trace_parent(handed)).unwrap();
+    assert!(matches!(reply.outcome(), Outcome::Fresh(_)));
+    let spans = of_remote(TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap());
+    let call = spans.iter().find(|span| span.name == "execute_tool pay").unwrap();
+    assert_eq!(
+        call.parent_span_id.to_string(),
+        "b7ad6b7169203331",
+        "the remote span is the parent"
+    );
+    assert_eq!(call.span_context.trace_state().get("vendor"), Some("v1"));
+    assert_eq!(steps(&spans, call), ["commit A", "execute", "commit C"]);
+
+    // Not W3C's format: the call's span is under the thread's current context instead.
+    assert_eq!(toolledger::TraceContext::parse("00-0af7-b7ad-01", ""), None);
+    for malformed in [
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+    ] {
+        assert_eq!(toolledger::TraceContext::parse(malformed, ""), None, "{malformed}");
+    }
+    // A later version may add fields; its first four are read as version 00's.
+    let later = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra";
+    let later = toolledger::TraceContext::parse(later, "").unwrap();
+    assert_eq!(later.traceparent(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+}
+
+#[test]
+fn a_hosts_own_tool_span_is_enriched_instead_of_a_second_one_made() {
+    let dir = TempDir::new("traces-host-span");
+    let ledger = ledger(&dir);
+    let spans = traced(|| {
+        let reply = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1").in_host_span()).unwrap();
+        assert!(matches!(reply.outcome(), Outcome::Fresh(_)));
+    });
+    let host = &spans[0];
+    assert!(
+        !spans.iter().any(|span| span.name.starts_with("execute_tool")),
+        "no span of the ledger's own for the call: {spans:#?}"
+    );
+    assert_eq!(text(host, "gen_ai.tool.name"), "pay");
+    assert_eq!(text(host, "gen_ai.tool.call.id"), "call-1");
+    assert_eq!(text(host, "toolledger.decision"), "fresh");
+    assert_eq!(steps(&spans, host), ["commit A", "execute", "commit C"]);
+}
+
+#[test]
+fn a_model_call_made_from_the_key_is_never_the_spans_call_id() {
+    let dir = TempDir::new("traces-keyed");
+    let ledger = ledger(&dir);
+    let profile =
+        toolledger::ProviderProfile::new("openai", "responses", "openai-responses-2026-05");
+    let keyed = ModelCall::keyed(profile, "py", "acme", "user-1", "pay", SECRET_KEY);
+    let call = paying(SECRET_AMOUNT, "call-1").model_call(keyed);
+    let spans = traced(|| assert!(ledger.dispatch(&call).unwrap().outcome().is_done()));
+    let (_, span, _) = tree(&spans);
+    assert!(attribute(span, "gen_ai.tool.call.id").is_none(), "{span:#?}");
+}
+
+#[test]
+fn a_status_query_by_ref_alone_is_a_span_that_looks_the_operation_up() {
+    let dir = TempDir::new("traces-status-of");
+    let ledger = ledger(&dir);
+    ledger.downstream().loses_answers.store(true, Ordering::SeqCst);
+    let unknown = ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap();
+    let Outcome::Unknown { status_ref } = unknown.outcome() else { panic!("{unknown:?}") };
+    let query = toolledger::StatusQuery::new("acme", "user-1").model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-9",
+        "status-9",
+    ));
+    let spans = traced(|| {
+        let settled = ledger.status_of(&query, status_ref).unwrap();
+        assert!(matches!(settled.outcome(), Outcome::Reconciled(_)), "{settled:?}");
+    });
+    let (_, span, _) = tree_named(&spans, "execute_tool");
+    assert_eq!(text(span, "toolledger.purpose"), "query_status");
+    assert_eq!(text(span, "toolledger.decision"), "reconciled");
+    assert!(attribute(span, "gen_ai.tool.name").is_none(), "unknown before the ledger reads it");
+    assert!(attribute(span, "gen_ai.tool.call.id").is_none(), "the query's is not the tool call's");
+    assert_eq!(steps(&spans, span), ["lookup", "commit C"]);
+}
+
+/// [`tree`], for a call span named exactly `name`.
+fn tree_named<'a>(
+    spans: &'a [SpanData],
+    name: &str,
+) -> (&'a SpanData, &'a SpanData, Vec<&'a SpanData>) {
+    let host = &spans[0];
+    let call = spans.iter().find(|span| span.name == name).unwrap();
+    assert_eq!(call.parent_span_id, host.span_context.span_id());
+    let children =
+        spans.iter().filter(|span| span.parent_span_id == call.span_context.span_id()).collect();
+    (host, call, children)
+}
