@@ -309,6 +309,12 @@ impl Call {
         &self.key
     }
 
+    /// The model call it came from, when the host named one.
+    #[getter]
+    fn model_call(&self) -> Option<ModelCall> {
+        self.model_call.clone()
+    }
+
     /// The arguments (a new `dict` at each read).
     #[getter]
     fn arguments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -317,6 +323,21 @@ impl Call {
 
     fn __repr__(&self) -> String {
         format!("Call({:?}, key={:?})", self.tool, self.key)
+    }
+}
+
+/// The Python host's span of a call, as the package's Python side hands it over (its
+/// `traceparent` and `tracestate`, empty when it has none): the call's own span, which
+/// the ledger's steps are children of (`docs/python.md`, "Traces").
+type Trace = (String, String);
+
+/// `call` in the Python host's span `trace`, when the package traces it.
+fn traced(call: toolledger::Call, trace: Option<Trace>) -> toolledger::Call {
+    let Some((traceparent, tracestate)) = trace else { return call };
+    let call = call.in_host_span();
+    match toolledger::TraceContext::parse(&traceparent, &tracestate) {
+        Some(parent) => call.trace_parent(parent),
+        None => call,
     }
 }
 
@@ -561,23 +582,35 @@ impl Ledger {
     /// Dispatches a call: a new intent is accepted (commit A) and performed now; a
     /// retry replays the first result; another intent under the same key is
     /// `IDEMPOTENCY_CONFLICT`. Raises `toolledger.Error` only when nothing was accepted.
-    #[pyo3(signature = (call, *, _soon = None))]
-    fn dispatch(&self, py: Python<'_>, call: &Call, _soon: Option<Soon>) -> PyResult<Py<PyAny>> {
-        let call = call.facade(&self.principal)?;
+    #[pyo3(signature = (call, *, _soon = None, _trace = None))]
+    fn dispatch(
+        &self,
+        py: Python<'_>,
+        call: &Call,
+        _soon: Option<Soon>,
+        _trace: Option<Trace>,
+    ) -> PyResult<Py<PyAny>> {
+        let call = traced(call.facade(&self.principal)?, _trace);
         self.work(py, _soon, move |ledger| Finished::of(ledger.dispatch(&call), Finished::Reply))
     }
 
     /// Accepts a call (commit A) and stops: `Accepted`, certainly not sent; a worker
     /// (`process`) or the relay performs it.
-    #[pyo3(signature = (call, *, _soon = None))]
-    fn enqueue(&self, py: Python<'_>, call: &Call, _soon: Option<Soon>) -> PyResult<Py<PyAny>> {
-        let call = call.facade(&self.principal)?;
+    #[pyo3(signature = (call, *, _soon = None, _trace = None))]
+    fn enqueue(
+        &self,
+        py: Python<'_>,
+        call: &Call,
+        _soon: Option<Soon>,
+        _trace: Option<Trace>,
+    ) -> PyResult<Py<PyAny>> {
+        let call = traced(call.facade(&self.principal)?, _trace);
         self.work(py, _soon, move |ledger| Finished::of(ledger.enqueue(&call), Finished::Reply))
     }
 
     /// Works the accepted operation `status_ref` as a worker: the tenant, subject and
     /// arguments come from the ledger; `context` is the business context its rules read.
-    #[pyo3(signature = (status_ref, *, context = None, at = None, _soon = None))]
+    #[pyo3(signature = (status_ref, *, context = None, at = None, _soon = None, _trace = None))]
     fn process(
         &self,
         py: Python<'_>,
@@ -585,9 +618,10 @@ impl Ledger {
         context: Option<&Bound<'_, PyAny>>,
         at: Option<i64>,
         _soon: Option<Soon>,
+        _trace: Option<Trace>,
     ) -> PyResult<Py<PyAny>> {
         let status_ref = parse_ref(status_ref)?;
-        let mut call = toolledger::Call::new("", Value::Null);
+        let mut call = traced(toolledger::Call::new("", Value::Null), _trace);
         if let Some(context) = context {
             call = call.context(to_value(context, "the context")?);
         }
@@ -604,7 +638,7 @@ impl Ledger {
     /// same intent), or by a host that holds only the ref: then `tenant`/`subject`
     /// (default: the ledger's), `model_call` (default: one derived from the ref) and
     /// `context`.
-    #[pyo3(signature = (status_ref, call = None, *, tenant = None, subject = None, model_call = None, context = None, at = None, _soon = None))]
+    #[pyo3(signature = (status_ref, call = None, *, tenant = None, subject = None, model_call = None, context = None, at = None, _soon = None, _trace = None))]
     #[allow(clippy::too_many_arguments)]
     fn status(
         &self,
@@ -617,10 +651,11 @@ impl Ledger {
         context: Option<&Bound<'_, PyAny>>,
         at: Option<i64>,
         _soon: Option<Soon>,
+        _trace: Option<Trace>,
     ) -> PyResult<Py<PyAny>> {
         let parsed = parse_ref(status_ref)?;
         if let Some(call) = call {
-            let call = call.facade(&self.principal)?;
+            let call = traced(call.facade(&self.principal)?, _trace);
             self.work(py, _soon, move |ledger| {
                 Finished::of(ledger.status(&call, &parsed), Finished::Reply)
             })
@@ -638,6 +673,12 @@ impl Ledger {
                 ),
             };
             let mut query = StatusQuery::new(tenant, subject).model_call(model_call);
+            if let Some((traceparent, tracestate)) = _trace {
+                query = query.in_host_span();
+                if let Some(parent) = toolledger::TraceContext::parse(&traceparent, &tracestate) {
+                    query = query.trace_parent(parent);
+                }
+            }
             if let Some(context) = context {
                 query = query.context(to_value(context, "the context")?);
             }
@@ -872,6 +913,12 @@ impl Ledger {
             Requeued::Missing => "missing".to_owned(),
             Requeued::Refused(status) => status.as_str().to_owned(),
         })
+    }
+
+    /// `sqlite` or `postgres`: a trace's `toolledger.store`.
+    #[getter]
+    fn _store(&self) -> &'static str {
+        locked(&self.state).recipe.location.backend()
     }
 
     /// The names of the tools this ledger serves.

@@ -270,6 +270,20 @@ impl Reply {
         self.reply.outcome().is_done()
     }
 
+    /// What the ledger decided, as a trace says it (`toolledger.decision`): `fresh`,
+    /// `replay`, `reconciled`, `accepted`, `outcome_unknown`, `conflict`,
+    /// `approval_required` or `blocked`.
+    #[getter]
+    fn decision(&self) -> &'static str {
+        self.reply.decision()
+    }
+
+    /// A trace's `error.type`: the code when the call did not end as asked, else `None`.
+    #[getter]
+    fn error_type(&self) -> Option<&'static str> {
+        self.reply.error_type()
+    }
+
     /// The package (Tool Result v2 PASS, or BLOCK) as a new `dict`.
     #[getter]
     fn package<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

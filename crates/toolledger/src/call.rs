@@ -416,6 +416,7 @@ pub struct StatusQuery {
     context: Value,
     now: Option<i64>,
     trace: Option<crate::TraceContext>,
+    host_span: bool,
 }
 
 impl StatusQuery {
@@ -432,6 +433,7 @@ impl StatusQuery {
             context: Value::Null,
             now: None,
             trace: None,
+            host_span: false,
         }
     }
 
@@ -451,6 +453,17 @@ impl StatusQuery {
         self
     }
 
+    /// The host's own span is the query's, as [`Call::in_host_span`].
+    ///
+    /// ```
+    /// let query = toolledger::StatusQuery::new("acme", "user-7").in_host_span();
+    /// # let _ = query;
+    /// ```
+    pub fn in_host_span(mut self) -> StatusQuery {
+        self.host_span = true;
+        self
+    }
+
     /// What the span of the query says of it: no tool before the ledger reads the
     /// operation, and no model call id (the query's is not the tool call's).
     pub(crate) fn named(&self) -> crate::traces::Named<'_> {
@@ -459,7 +472,7 @@ impl StatusQuery {
             call_id: None,
             purpose: crate::traces::Purpose::QueryStatus,
             parent: self.trace.as_ref(),
-            host_span: false,
+            host_span: self.host_span,
         }
     }
 

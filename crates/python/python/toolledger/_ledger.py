@@ -16,6 +16,12 @@ from . import _toolledger
 from ._toolledger import Approval, Call, ModelCall, Reply, Tool
 from .downstream import NotSent, Receipt, Refused, Request, Unknown, _current
 
+try:
+    from opentelemetry import trace as _otel
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # OpenTelemetry is the host's choice: without it, no spans.
+    _otel = None  # type: ignore[assignment]
+
 _ANSWERS = (Receipt, NotSent, Refused, Unknown)
 
 _T = TypeVar("_T")
@@ -110,6 +116,106 @@ def _run_coroutine(make: Callable[[], Awaitable[_T]]) -> _T:
         return alone.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
 
 
+def _span_of(
+    ledger: _toolledger.Ledger, purpose: str, call: Call | None
+) -> tuple[str, dict[str, Any]]:
+    """The name and first attributes of a call's span (``docs/python.md``, "Traces"):
+    OpenTelemetry's GenAI tool span, never the key, the arguments or the result."""
+    tool = call.tool if call is not None else ""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.type": "function",
+        "toolledger.purpose": purpose,
+        "toolledger.store": ledger._store,
+    }
+    if tool:
+        attributes["gen_ai.tool.name"] = tool
+    # A call without the model's ids is named by a digest of its key: never recorded.
+    if call is not None and call.model_call is not None:
+        attributes["gen_ai.tool.call.id"] = call.model_call.call_id
+    return (f"execute_tool {tool}" if tool else "execute_tool"), attributes
+
+
+def _handed() -> tuple[str, str]:
+    """The current span's W3C context, for the ledger's steps to be its children."""
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent", ""), carrier.get("tracestate", "")
+
+
+def _ended(span: Any, reply: Any = None, error: BaseException | None = None) -> None:
+    """What the call answered, on its span."""
+    if isinstance(error, _toolledger.Error):
+        decision, error_type = "error", error.code
+    elif error is not None:
+        decision, error_type = "error", type(error).__qualname__
+    else:
+        decision, error_type = reply.decision, reply.error_type
+    span.set_attribute("toolledger.decision", decision)
+    if error_type is not None:
+        span.set_attribute("error.type", error_type)
+        span.set_status(_otel.Status(_otel.StatusCode.ERROR, error_type))
+
+
+def _traced(
+    ledger: _toolledger.Ledger,
+    purpose: str,
+    call: Call | None,
+    work: Callable[[tuple[str, str] | None], Any],
+) -> Any:
+    """``work`` under the call's span, a child of the host's current one, when
+    OpenTelemetry is installed; ``work(None)`` when it is not."""
+    if _otel is None:
+        return work(None)
+    name, attributes = _span_of(ledger, purpose, call)
+    tracer = _otel.get_tracer("toolledger")
+    with tracer.start_as_current_span(
+        name,
+        kind=_otel.SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            reply = work(_handed())
+        except BaseException as error:
+            _ended(span, error=error)
+            raise
+        _ended(span, reply)
+        return reply
+
+
+async def _atraced(
+    ledger: _toolledger.Ledger,
+    purpose: str,
+    call: Call | None,
+    work: Callable[[tuple[str, str] | None], Awaitable[Any]],
+) -> Any:
+    """:func:`_traced`, for an awaited call: the span is current in this coroutine's
+    context, which the call's threads run in."""
+    if _otel is None:
+        return await work(None)
+    name, attributes = _span_of(ledger, purpose, call)
+    tracer = _otel.get_tracer("toolledger")
+    with tracer.start_as_current_span(
+        name,
+        kind=_otel.SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            reply = await work(_handed())
+        except BaseException as error:
+            _ended(span, error=error)
+            raise
+        _ended(span, reply)
+        return reply
+
+
+_Base = _toolledger.Ledger
+
+
 class Ledger(_toolledger.Ledger):
     """A ledger over a SQLite file or a PostgreSQL database (``postgres://…``).
 
@@ -138,23 +244,78 @@ class Ledger(_toolledger.Ledger):
         """
         return cls(location, **options)
 
+    def dispatch(self, call: Call, **private: Any) -> Reply:
+        """Dispatches a call: a new intent is accepted (commit A) and performed now; a
+        retry replays the first result; another intent under the same key is
+        ``IDEMPOTENCY_CONFLICT``. Raises :class:`toolledger.Error` only when nothing was
+        accepted. With OpenTelemetry installed, the call is a span under the host's
+        current one (``docs/python.md``, "Traces")."""
+        return _traced(  # type: ignore[no-any-return]
+            self, "dispatch", call, lambda trace: _Base.dispatch(self, call, _trace=trace, **private)
+        )
+
+    def enqueue(self, call: Call, **private: Any) -> Reply:
+        """Accepts a call (commit A) and stops: ``Accepted``, certainly not sent; a
+        worker (:meth:`process`) or the relay performs it."""
+        return _traced(  # type: ignore[no-any-return]
+            self, "enqueue", call, lambda trace: _Base.enqueue(self, call, _trace=trace, **private)
+        )
+
+    def process(self, status_ref: str, **options: Any) -> Reply:
+        """Works the accepted operation ``status_ref`` as a worker: the tenant, subject
+        and arguments come from the ledger; ``context`` is the business context its
+        rules read, ``at`` the instant."""
+        return _traced(  # type: ignore[no-any-return]
+            self,
+            "process",
+            None,
+            lambda trace: _Base.process(self, status_ref, _trace=trace, **options),
+        )
+
+    def status(self, status_ref: str, call: Call | None = None, **options: Any) -> Reply:
+        """The explicit status query for ``status_ref``: settles an unknown outcome on
+        the downstream's evidence, or answers what the ledger knows. Asked as ``call``
+        (the same intent), or by a host that holds only the ref: then ``tenant``,
+        ``subject``, ``model_call`` and ``context``."""
+        return _traced(  # type: ignore[no-any-return]
+            self,
+            "query_status",
+            call,
+            lambda trace: _Base.status(self, status_ref, call, _trace=trace, **options),
+        )
+
     async def adispatch(self, call: Call) -> Reply:
         """:meth:`dispatch`, awaitable: the call runs on the ledger's threads, never
         blocking the event loop, and many run at once. An ``async def`` tool runs on
         this coroutine's loop."""
-        return await _soon(self.dispatch, call)  # type: ignore[no-any-return]
+        base = functools.partial(_Base.dispatch, self)
+        return await _atraced(  # type: ignore[no-any-return]
+            self, "dispatch", call, lambda trace: _soon(base, call, _trace=trace)
+        )
 
     async def aenqueue(self, call: Call) -> Reply:
         """:meth:`enqueue`, awaitable."""
-        return await _soon(self.enqueue, call)  # type: ignore[no-any-return]
+        base = functools.partial(_Base.enqueue, self)
+        return await _atraced(  # type: ignore[no-any-return]
+            self, "enqueue", call, lambda trace: _soon(base, call, _trace=trace)
+        )
 
     async def aprocess(self, status_ref: str, **options: Any) -> Reply:
         """:meth:`process`, awaitable (the same keyword options)."""
-        return await _soon(self.process, status_ref, **options)  # type: ignore[no-any-return]
+        base = functools.partial(_Base.process, self)
+        return await _atraced(  # type: ignore[no-any-return]
+            self, "process", None, lambda trace: _soon(base, status_ref, _trace=trace, **options)
+        )
 
     async def astatus(self, status_ref: str, call: Call | None = None, **options: Any) -> Reply:
         """:meth:`status`, awaitable (the same keyword options)."""
-        return await _soon(self.status, status_ref, call, **options)  # type: ignore[no-any-return]
+        base = functools.partial(_Base.status, self)
+        return await _atraced(  # type: ignore[no-any-return]
+            self,
+            "query_status",
+            call,
+            lambda trace: _soon(base, status_ref, call, _trace=trace, **options),
+        )
 
     async def aresolve(self, status_ref: str, **options: Any) -> str:
         """:meth:`resolve`, awaitable (the same keyword options)."""
