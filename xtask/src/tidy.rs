@@ -159,6 +159,15 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "hyper-util",
             "http-body-util",
             "bytes",
+            // The span exporter of `src/otel.rs`: the OpenTelemetry SDK and its OTLP/HTTP
+            // exporter, whose HTTP client is ureq behind the exporter's client trait.
+            "opentelemetry",
+            "opentelemetry_sdk",
+            "opentelemetry-otlp",
+            "opentelemetry-http",
+            "async-trait",
+            "http",
+            "ureq",
         ],
         _ => &[],
     }

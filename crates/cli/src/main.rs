@@ -11,6 +11,7 @@ mod claims;
 mod clock;
 mod demo;
 mod html;
+mod otel;
 mod relay;
 mod run;
 mod serve;
@@ -52,7 +53,15 @@ fn main() -> ExitCode {
             return failed("USAGE_ERROR", "standard output is unusable: no answer could be given");
         }
     };
+    // Spans are exported only when the standard OTEL_* variables ask; a request this
+    // command cannot honour is refused before anything is done.
+    let exporting = match otel::start(&std::env::vars().collect()) {
+        Ok(exporting) => exporting,
+        Err(message) => return failed("USAGE_ERROR", &message),
+    };
     let outcome = run::run(std::env::args_os().collect());
+    // The last call's spans leave before the process does.
+    drop(exporting);
     let written = stdout.write_all(outcome.stdout.as_bytes()).and_then(|()| stdout.flush());
     let _ = std::io::stderr().write_all(outcome.stderr.as_bytes());
     if written.is_err() && !outcome.stdout.is_empty() {

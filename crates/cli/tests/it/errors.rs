@@ -167,3 +167,30 @@ fn a_malformed_status_ref_is_not_found() {
         assert!(!run.stdout.contains("not-a-ref"));
     }
 }
+
+/// An exporter the OTEL_* variables ask for that the command cannot honour is refused
+/// before anything is done (`docs/observability.md`, "Exporting from the command
+/// line"); `none` and `OTEL_SDK_DISABLED` turn exporting off, whatever else is set.
+#[test]
+fn an_unsupported_otel_exporter_is_a_usage_error_before_anything_is_done() {
+    let dir = Dir::new();
+    for env in [
+        &[("OTEL_TRACES_EXPORTER", "zipkin")][..],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://collector.example:4318")],
+    ] {
+        let run = dir.run_with(&["dispatch"], env);
+        run.assert_error("USAGE_ERROR");
+        assert!(!dir.join("toolledger.sqlite3").exists(), "nothing is done: {env:?}");
+    }
+    for env in [
+        &[("OTEL_TRACES_EXPORTER", "none"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")][..],
+        &[("OTEL_SDK_DISABLED", "true"), ("OTEL_TRACES_EXPORTER", "zipkin")],
+    ] {
+        let run = dir.run_with(&["--version"], env);
+        assert_eq!(run.code, 0, "{env:?}: {run:?}");
+    }
+}

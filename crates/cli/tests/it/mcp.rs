@@ -20,6 +20,9 @@ use crate::{Dir, workspace};
 
 /// The SDK version the tests drive the gateway with (the peers' one pin, shared with the bench).
 const MCP_SDK: &str = include_str!("../../../mcp/tests/peers/requirements.txt").trim_ascii();
+/// The official OpenTelemetry protobuf messages, which the OTLP receiver of the trace
+/// tests decodes with (`crates/cli/tests/peers/otlp.py`).
+const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
 /// The published upstream.
 const SERVER_MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 /// The official conformance suite: 0.1.13 is its last release that runs on Node 20
@@ -32,15 +35,16 @@ fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let venv = workspace("target/mcp/venv");
         let python = venv.join("bin/python");
-        let ready = venv.join(format!(".ready-{MCP_SDK}"));
+        let ready = venv.join(format!(".ready-{MCP_SDK}-{OTLP_PROTO}"));
         if !ready.exists() {
             let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
             assert!(status.success(), "python3 -m venv failed");
             let status = Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_SDK])
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([MCP_SDK, OTLP_PROTO])
                 .status()
                 .unwrap();
-            assert!(status.success(), "pip install {MCP_SDK} failed");
+            assert!(status.success(), "pip install {MCP_SDK} {OTLP_PROTO} failed");
             std::fs::write(&ready, b"").unwrap();
         }
         python
@@ -607,6 +611,195 @@ fn the_hosts_trace_context_reaches_the_upstream_and_a_replay_sends_nothing() {
     );
     assert_eq!(payments(&dir).len(), 4);
     audit_passes(&dir);
+}
+
+/// An OTLP/HTTP receiver in its own process (`crates/cli/tests/peers/otlp.py`, the
+/// official `opentelemetry-proto` messages), killed when dropped.
+struct Receiver {
+    child: std::process::Child,
+    dir: PathBuf,
+    endpoint: String,
+}
+
+impl Receiver {
+    fn start(dir: &Dir) -> Receiver {
+        let out = dir.join("otlp");
+        std::fs::create_dir_all(&out).unwrap();
+        let child = Command::new(python())
+            .arg(workspace("crates/cli/tests/peers/otlp.py"))
+            .arg(&out)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let port = loop {
+            if let Ok(port) = std::fs::read_to_string(out.join("port")) {
+                break port;
+            }
+            assert!(started.elapsed() < LIMIT, "the OTLP receiver did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Receiver { child, dir: out, endpoint: format!("http://127.0.0.1:{}", port.trim()) }
+    }
+
+    /// The spans received so far, one JSON object each.
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.join("spans.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Every byte every export request carried.
+    fn raw(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|ext| ext == "bin") {
+                all.extend(std::fs::read(path).unwrap());
+            }
+        }
+        all
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The exported spans of trace `trace_id`.
+fn of_trace<'a>(spans: &'a [Value], trace_id: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|span| span["trace_id"] == trace_id).collect()
+}
+
+/// The SDK host over stdio of `command`, with `env` (which the gateway it starts
+/// inherits), through `steps`.
+fn host_env(command: &[String], env: &[(&str, &str)], steps: &Value) -> Vec<Value> {
+    let mut child = Command::new(python());
+    child.arg(peer("host.py")).arg("--").args(command);
+    for (name, value) in env {
+        child.env(name, value);
+    }
+    let mut child =
+        child.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(steps.to_string().as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+/// The gateway exports its spans where the standard variables say (OTLP over HTTP with
+/// protobuf bodies, to a receiver decoding with the official `opentelemetry-proto`
+/// messages): a fresh call is one trace from the host's span through the ledger's to
+/// the upstream, whose request names the ledger's `execute` span as its parent; a
+/// replay is the call span alone; and no exported byte holds the key, a digest or ref
+/// derived from it, the principal, an argument or the result.
+#[test]
+fn the_gateways_spans_reach_an_otlp_receiver_in_the_hosts_trace_and_hold_no_secret() {
+    let dir = Dir::new();
+    let config = payments_config(&dir, "");
+    let receiver = Receiver::start(&dir);
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "gateway-under-test"),
+    ];
+    let (fresh, replay) = ("0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736");
+    let host_span = "b7ad6b7169203331";
+    let parent = |trace: &str| format!("00-{trace}-{host_span}-01");
+    let key = "pay-5e1f7a-key";
+    let order = "ord-5e1f7a";
+    let answers = host_env(
+        &gateway(&dir, &config),
+        &env,
+        &json!([
+            traced(pay(order, 42_424_242, key), &parent(fresh)),
+            traced(pay(order, 42_424_242, key), &parent(replay)),
+        ]),
+    );
+    assert_eq!((code(&answers[0]), code(&answers[1])), ("OK".to_owned(), "OK".to_owned()));
+    let payment_id = answers[0]["structuredContent"]["payment_id"].as_str().unwrap().to_owned();
+    // The gateway exited when the host closed its input: its last spans left first.
+    let started = Instant::now();
+    let spans = loop {
+        let spans = receiver.spans();
+        if of_trace(&spans, replay).len() == 1 && of_trace(&spans, fresh).len() == 4 {
+            break spans;
+        }
+        assert!(started.elapsed() < LIMIT, "spans received: {spans:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let call = of_trace(&spans, fresh)
+        .into_iter()
+        .find(|span| span["name"] == "execute_tool payments-create_payment")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(call["parent_span_id"], host_span, "the host's span is the parent");
+    assert_eq!(
+        (call["kind"].as_str(), call["scope"].as_str()),
+        (Some("SPAN_KIND_INTERNAL"), Some("toolledger"))
+    );
+    assert_eq!(call["service"], "gateway-under-test", "OTEL_SERVICE_NAME");
+    assert_eq!(call["attributes"]["toolledger.decision"], "fresh");
+    assert_eq!(
+        call["attributes"]["gen_ai.tool.name"], "payments-create_payment",
+        "the ledger's name"
+    );
+    assert!(call["attributes"].get("gen_ai.tool.call.id").is_none(), "a key-derived id");
+    let children: Vec<(&str, &str)> = of_trace(&spans, fresh)
+        .into_iter()
+        .filter(|span| span["parent_span_id"] == call["span_id"])
+        .map(|span| (span["name"].as_str().unwrap(), span["kind"].as_str().unwrap()))
+        .collect();
+    let mut children = children;
+    children.sort_unstable();
+    assert_eq!(
+        children,
+        [
+            ("commit A", "SPAN_KIND_INTERNAL"),
+            ("commit C", "SPAN_KIND_INTERNAL"),
+            ("execute", "SPAN_KIND_CLIENT")
+        ]
+    );
+    let execute =
+        of_trace(&spans, fresh).into_iter().find(|span| span["name"] == "execute").unwrap();
+    // The upstream's request named the ledger's `execute` span: its own span of the
+    // request is that span's child, in the host's trace.
+    let received = std::fs::read_to_string(dir.join("payments.sqlite3.traces")).unwrap();
+    let received: Vec<Value> =
+        received.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(received.len(), 1, "the replay sent the upstream nothing: {received:?}");
+    let expected = format!("00-{fresh}-{}-01", execute["span_id"].as_str().unwrap());
+    assert_eq!(received[0]["traceparent"], expected);
+
+    let replayed = of_trace(&spans, replay);
+    assert_eq!(replayed[0]["attributes"]["toolledger.decision"], "replay");
+    assert_eq!(replayed[0]["parent_span_id"], host_span);
+
+    let raw = receiver.raw();
+    let text = String::from_utf8_lossy(&raw);
+    let ledger = |column: &str| {
+        dir.db_rows(&format!("SELECT {column} FROM operations"))[0][0].clone().unwrap()
+    };
+    let keyed = ledger("provider_call_id");
+    for secret in [
+        key.to_owned(),
+        order.to_owned(),
+        "42424242".to_owned(),
+        payment_id,
+        ledger("request_sha256"),
+        ledger("status_ref"),
+        ledger("downstream_request_ref"),
+        keyed,
+        "acme".to_owned(),
+        "agent-1".to_owned(),
+    ] {
+        assert!(!secret.is_empty());
+        assert!(!text.contains(&secret), "{secret} is in an exported byte");
+    }
 }
 
 /// An upstream without a lookup tool: the status query answers unknown, honestly, and an
