@@ -59,7 +59,14 @@ fn main() -> ExitCode {
         Ok(exporting) => exporting,
         Err(message) => return failed("USAGE_ERROR", &message),
     };
+    // A caller's trace, handed over in the environment as OpenTelemetry's carriers
+    // name it (TRACEPARENT, TRACESTATE): every call of this command continues it.
+    let handed = std::env::var("TRACEPARENT").ok().and_then(|parent| {
+        toolledger::TraceContext::parse(&parent, &std::env::var("TRACESTATE").unwrap_or_default())
+    });
+    let entered = handed.as_ref().map(toolledger::TraceContext::enter);
     let outcome = run::run(std::env::args_os().collect());
+    drop(entered);
     // The last call's spans leave before the process does.
     drop(exporting);
     let written = stdout.write_all(outcome.stdout.as_bytes()).and_then(|()| stdout.flush());

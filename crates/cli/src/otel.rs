@@ -1,14 +1,22 @@
-//! Exporting the ledger's spans (`docs/observability.md`, "Exporting from the command
-//! line"): off unless the standard OpenTelemetry variables ask for it, then OTLP over
-//! HTTP with protobuf bodies to the collector they name, through the SDK's batch
-//! processor. An export that fails (the collector down) drops its spans and never
-//! changes an answer; a configuration this command cannot honour is refused before
-//! anything is done.
+//! Exporting the ledger's spans and metrics (`docs/observability.md`, "Exporting from
+//! the command line"): each off unless the standard OpenTelemetry variables ask for it,
+//! then OTLP over HTTP with protobuf bodies to the collector they name, through the
+//! SDK's batch processor and periodic reader. An export that fails (the collector down)
+//! drops what it carried and never changes an answer; a configuration this command
+//! cannot honour is refused before anything is done.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
 
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::{Resource, trace::SdkTracerProvider};
+use opentelemetry_sdk::{
+    Resource,
+    metrics::{PeriodicReader, SdkMeterProvider},
+    trace::SdkTracerProvider,
+};
 
 /// The service name when `OTEL_SERVICE_NAME` (or `service.name` in
 /// `OTEL_RESOURCE_ATTRIBUTES`) gives none.
@@ -18,25 +26,37 @@ const SERVICE: &str = "toolledger";
 /// does not say (the specification's default).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The provider this process installed, flushed and shut down when dropped: the spans
-/// of a command's last call are exported before it exits.
+/// The providers this process installed, flushed and shut down when dropped: the spans
+/// and figures of a command's last call are exported before it exits.
 #[derive(Debug)]
-pub(crate) struct Exporting(Option<SdkTracerProvider>);
+pub(crate) struct Exporting {
+    traces: Option<SdkTracerProvider>,
+    metrics: Option<SdkMeterProvider>,
+}
 
 impl Drop for Exporting {
     fn drop(&mut self) {
-        if let Some(provider) = self.0.take() {
+        if let Some(provider) = self.traces.take() {
+            let _ = provider.shutdown();
+        }
+        if let Some(provider) = self.metrics.take() {
             let _ = provider.shutdown();
         }
     }
 }
 
-/// Installs the exporter the environment asks for: spans are exported when
+/// Whether this process exports metrics: the long-running commands then register the
+/// ledger's figures ([`observe`]).
+static METRICS: AtomicBool = AtomicBool::new(false);
+
+/// Installs the exporters the environment asks for, each signal on its own: spans when
 /// `OTEL_TRACES_EXPORTER` is `otlp` or an endpoint is set (`OTEL_EXPORTER_OTLP_ENDPOINT`,
-/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), unless `OTEL_SDK_DISABLED` is `true` or
-/// `OTEL_TRACES_EXPORTER` is `none`. The exporter itself reads the endpoint, headers and
-/// timeout variables; the SDK reads `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and
-/// the batch processor's `OTEL_BSP_*`.
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), metrics likewise (`OTEL_METRICS_EXPORTER`,
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`); neither when `OTEL_SDK_DISABLED` is `true`,
+/// and a signal's exporter `none` turns it off. The exporter itself reads the endpoint,
+/// headers and timeout variables; the SDK reads `OTEL_SERVICE_NAME`,
+/// `OTEL_RESOURCE_ATTRIBUTES`, the batch processor's `OTEL_BSP_*` and the metric
+/// reader's `OTEL_METRIC_EXPORT_INTERVAL`.
 ///
 /// # Errors
 ///
@@ -45,22 +65,78 @@ impl Drop for Exporting {
 /// is not an `http://` URL.
 pub(crate) fn start(env: &HashMap<String, String>) -> Result<Exporting, String> {
     let var = |name: &str| env.get(name).map(|value| value.trim()).filter(|v| !v.is_empty());
-    let exporter = var("OTEL_TRACES_EXPORTER");
-    let endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or(var("OTEL_EXPORTER_OTLP_ENDPOINT"));
-    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|value| value.eq_ignore_ascii_case("true"));
+    if var("OTEL_SDK_DISABLED").is_some_and(|value| value.eq_ignore_ascii_case("true")) {
+        return Ok(Exporting { traces: None, metrics: None });
+    }
+    let traces = wanted(&var, "TRACES")?;
+    let metrics = wanted(&var, "METRICS")?;
+    let resource = || {
+        let mut resource = Resource::builder();
+        if var("OTEL_SERVICE_NAME").is_none()
+            && !var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|given| given.contains("service.name="))
+        {
+            resource = resource.with_service_name(SERVICE);
+        }
+        resource.build()
+    };
+    let unusable = |signal: &str| {
+        format!("the OTLP {signal} exporter could not be configured from OTEL_EXPORTER_OTLP_*")
+    };
+    let traces = if traces {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_http_client(client())
+            .build()
+            .map_err(|_| unusable("span"))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource())
+            .build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        Some(provider)
+    } else {
+        None
+    };
+    let metrics = if metrics {
+        let exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_http_client(client())
+            .build()
+            .map_err(|_| unusable("metric"))?;
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter).build())
+            .with_resource(resource())
+            .build();
+        opentelemetry::global::set_meter_provider(provider.clone());
+        METRICS.store(true, Ordering::SeqCst);
+        Some(provider)
+    } else {
+        None
+    };
+    Ok(Exporting { traces, metrics })
+}
+
+/// Whether `signal` (`TRACES`, `METRICS`) is to be exported, or why its configuration
+/// cannot be honoured.
+fn wanted<'a>(var: &impl Fn(&str) -> Option<&'a str>, signal: &str) -> Result<bool, String> {
+    let exporter = var(&format!("OTEL_{signal}_EXPORTER"));
+    let endpoint = var(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+        .or(var("OTEL_EXPORTER_OTLP_ENDPOINT"));
     match exporter {
-        _ if disabled => return Ok(Exporting(None)),
-        Some("none") => return Ok(Exporting(None)),
+        Some("none") => return Ok(false),
         Some("otlp") => {}
         Some(other) => {
             return Err(format!(
-                "OTEL_TRACES_EXPORTER={other} is not supported: toolledger exports otlp, or none"
+                "OTEL_{signal}_EXPORTER={other} is not supported: toolledger exports otlp, or none"
             ));
         }
-        None if endpoint.is_none() => return Ok(Exporting(None)),
+        None if endpoint.is_none() => return Ok(false),
         None => {}
     }
-    let protocol = var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or(var("OTEL_EXPORTER_OTLP_PROTOCOL"));
+    let protocol = var(&format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL"))
+        .or(var("OTEL_EXPORTER_OTLP_PROTOCOL"));
     if let Some(protocol) = protocol.filter(|protocol| *protocol != "http/protobuf") {
         return Err(format!(
             "OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported: toolledger exports http/protobuf"
@@ -73,34 +149,27 @@ pub(crate) fn start(env: &HashMap<String, String>) -> Result<Exporting, String> 
              export to a local collector)"
         ));
     }
-    let client = Ureq(
+    Ok(true)
+}
+
+/// Registers the figures of the ledger at `db` as metrics, when this process exports
+/// them: what a long-running command (the relay, the gateway, the dashboard) does.
+pub(crate) fn observe(db: &toolledger::Location) {
+    if METRICS.load(Ordering::SeqCst) {
+        toolledger::observe_figures(db);
+    }
+}
+
+/// A client for one exporter.
+fn client() -> Ureq {
+    Ureq(
         ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(EXPORT_TIMEOUT))
             .max_redirects(0)
             .build()
             .into(),
-    );
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_http_client(client)
-        .build()
-        .map_err(|_| {
-            "the OTLP exporter could not be configured from OTEL_EXPORTER_OTLP_*".to_owned()
-        })?;
-    let mut resource = Resource::builder();
-    if var("OTEL_SERVICE_NAME").is_none()
-        && !var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|given| given.contains("service.name="))
-    {
-        resource = resource.with_service_name(SERVICE);
-    }
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource.build())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider.clone());
-    Ok(Exporting(Some(provider)))
+    )
 }
 
 /// The exporter's HTTP client: the workspace's blocking ureq, called from the batch

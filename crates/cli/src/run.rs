@@ -498,6 +498,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                         None => Chosen::from_args(downstream, faults, config)?,
                     },
                 };
+                crate::otel::observe(&db);
                 crate::relay::run(&relay, &db, claims, &context, &options)
             }
         }
@@ -511,19 +512,22 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
             now,
             config,
             ..
-        } => crate::serve::run(
-            &db,
-            crate::serve::Options {
-                tools: crate::tools::rows(Config::discover(config.as_deref())?.as_ref()),
-                listen: *listen,
-                allow_remote: *allow_remote,
-                allow_actions: *allow_actions,
-                token_file: token_file.clone(),
-                show_arguments: *show_arguments,
-                sample_seconds: *sample_seconds,
-                now: *now,
-            },
-        ),
+        } => {
+            crate::otel::observe(&db);
+            crate::serve::run(
+                &db,
+                crate::serve::Options {
+                    tools: crate::tools::rows(Config::discover(config.as_deref())?.as_ref()),
+                    listen: *listen,
+                    allow_remote: *allow_remote,
+                    allow_actions: *allow_actions,
+                    token_file: token_file.clone(),
+                    show_arguments: *show_arguments,
+                    sample_seconds: *sample_seconds,
+                    now: *now,
+                },
+            )
+        }
         Command::Tools { action } => crate::tools::run(action),
         Command::Mcp { config, listen, .. } => {
             let options = toolledger_mcp::Options {
@@ -532,6 +536,7 @@ fn execute(command: &Command, settings: &Settings) -> Result<Printed, Failure> {
                 busy_timeout_ms: settings.busy_timeout_ms,
                 listen: *listen,
             };
+            crate::otel::observe(&Location::parse(&options.ledger));
             toolledger_mcp::serve(&options)
                 .map_err(|err| Failure { code: cli_code(err.code()), message: err.to_string() })?;
             Ok(Printed::Text(String::new()))

@@ -1,8 +1,8 @@
-//! The `toolledger-store-v5` schema in PostgreSQL, and how a database is judged,
-//! initialised and upgraded from v3 or v4.
+//! The `toolledger-store-v6` schema in PostgreSQL, and how a database is judged,
+//! initialised and upgraded from v3, v4 or v5.
 //!
 //! The tables, columns, CHECKs, unique constraints and indexes are SQLite's
-//! `toolledger-store-v5`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
+//! `toolledger-store-v6`, translated: `INTEGER PRIMARY KEY` row ids are `BIGINT
 //! GENERATED ALWAYS AS IDENTITY`, `GLOB 'sr_*'` is `LIKE 'sr\_%'`, `json_valid(x)` is
 //! `x::json IS NOT NULL` (a cast that refuses text that is not JSON), instants are
 //! `BIGINT` Unix seconds, and the operator log's append-only triggers call one plpgsql
@@ -19,9 +19,9 @@ use crate::{
 };
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v5";
+pub const SCHEMA_ID: &str = "toolledger-store-v6";
 /// The schema's version, recorded in `migrations` when a store is created.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Serializes creators of a store in one database: `pg_advisory_xact_lock` on this key
 /// (the first eight bytes of "toolledg", big-endian).
@@ -41,6 +41,10 @@ pub(crate) const EXPECTED: &[&str] = &include!("expected.in");
 /// Every object of `toolledger-store-v4`, as [`CATALOG`] lists it, sorted: what a
 /// migration from version 4 starts from. Frozen.
 const EXPECTED_V4: &[&str] = &include!("expected_v4.in");
+
+/// Every object of `toolledger-store-v5`, as [`CATALOG`] lists it, sorted: what a
+/// migration from version 5 starts from. Frozen.
+const EXPECTED_V5: &[&str] = &include!("expected_v5.in");
 
 /// Toolledger's own objects in the current schema, one line each: its tables, their
 /// columns (type and nullability), indexes, constraints (name, kind and a digest of the
@@ -121,6 +125,9 @@ pub(crate) fn classify<C: GenericClient>(db: &mut Db<'_, C>) -> Result<Contents,
     if schema_id.as_deref() == Some(V4_SCHEMA_ID) {
         return Err(StoreError::SchemaOutdated { version: 4 });
     }
+    if schema_id.as_deref() == Some(V5_SCHEMA_ID) {
+        return Err(StoreError::SchemaOutdated { version: 5 });
+    }
     if schema_id.as_deref() != Some(SCHEMA_ID) {
         return Err(StoreError::SchemaUnsupported);
     }
@@ -146,7 +153,7 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
     let mut db = Db::new(&mut tx, cache);
     match classify(&mut db)? {
         Contents::Empty => {
-            // Every table, index, constraint and trigger of `toolledger-store-v5`.
+            // Every table, index, constraint and trigger of `toolledger-store-v6`.
             db.c.batch_execute(ddl::all(Dialect::Postgres))?;
             db.exec(SEED_META, &[&SCHEMA_ID])?;
             db.exec(SEED_MIGRATION, &[&SCHEMA_VERSION, &SCHEMA_ID])?;
@@ -160,6 +167,7 @@ pub(crate) fn prepare(conn: &mut Conn, create: bool, damaged_ok: bool) -> Result
 /// The schema ids of the older versions a store is migrated from.
 const V3_SCHEMA_ID: &str = "toolledger-store-v3";
 const V4_SCHEMA_ID: &str = "toolledger-store-v4";
+const V5_SCHEMA_ID: &str = "toolledger-store-v5";
 
 /// v3 → v4: only CHECKs widen (`operator` as a finalizer; `resolve` in the operator log,
 /// from `pending` or `processing`). Each is replaced under its own name, so the result
@@ -187,7 +195,15 @@ INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at
     floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
 ";
 
-/// Upgrades a `toolledger-store-v3` or `-v4` store on `conn` to the current schema, in
+/// v5 → v6 after the DDL of [`ddl::added_in_v6`]: the store says so, and records the step.
+const V5_TO_V6: &str = "\
+UPDATE meta SET value = 'toolledger-store-v6' WHERE key = 'schema_id';
+INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at) \
+    VALUES (6, 'toolledger-store-v5', 'toolledger-store-v6', \
+    floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
+";
+
+/// Upgrades a `toolledger-store-v3`, `-v4` or `-v5` store on `conn` to the current schema, in
 /// one transaction (PostgreSQL's DDL is transactional: on any error the store is as it
 /// was), under the creators' advisory lock. The version it had and the operations it
 /// carried over, or `None` when it was current already.
@@ -195,7 +211,7 @@ INSERT INTO migrations (version, from_schema, to_schema, started_at, finished_at
 /// # Errors
 ///
 /// [`StoreError::Missing`] when there is no store; [`StoreError::SchemaUnsupported`]
-/// when it is not a v3, v4 or v5 store with exactly the objects that version made.
+/// when it is not a v3, v4, v5 or v6 store with exactly the objects that version made.
 pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError> {
     let Conn { client, cache } = conn;
     let mut tx = client.begin(IsolationLevel::ReadCommitted, false)?;
@@ -205,7 +221,7 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
         Ok(Contents::Store) => return Ok(None),
         Ok(Contents::Empty) => return Err(StoreError::Missing),
         Ok(Contents::Damaged) => return Err(StoreError::SchemaUnsupported),
-        Err(StoreError::SchemaOutdated { version: version @ (3 | 4) }) => version,
+        Err(StoreError::SchemaOutdated { version: version @ (3..=5) }) => version,
         Err(err) => return Err(err),
     };
     let expected_v4: Vec<String> = EXPECTED_V4.iter().map(|line| (*line).to_owned()).collect();
@@ -232,15 +248,26 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
         }
         db.c.batch_execute(V3_TO_V4)?;
     }
-    if catalog(&mut db)? != expected_v4 {
-        return Err(if from == 3 {
+    if from <= 4 {
+        if catalog(&mut db)? != expected_v4 {
+            return Err(if from == 3 {
+                crate::error::failed("the migrated store does not hold together")
+            } else {
+                StoreError::SchemaUnsupported
+            });
+        }
+        db.c.batch_execute(ddl::added_in_v5(Dialect::Postgres))?;
+        db.c.batch_execute(V4_TO_V5)?;
+    }
+    if catalog(&mut db)? != EXPECTED_V5 {
+        return Err(if from <= 4 {
             crate::error::failed("the migrated store does not hold together")
         } else {
             StoreError::SchemaUnsupported
         });
     }
-    db.c.batch_execute(ddl::added_in_v5(Dialect::Postgres))?;
-    db.c.batch_execute(V4_TO_V5)?;
+    db.c.batch_execute(ddl::added_in_v6(Dialect::Postgres))?;
+    db.c.batch_execute(V5_TO_V6)?;
     if catalog(&mut db)? != EXPECTED {
         return Err(crate::error::failed("the migrated store does not hold together"));
     }
@@ -253,7 +280,7 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Option<(i64, i64)>, StoreError>
 
 #[cfg(test)]
 mod tests {
-    use super::{EXPECTED, EXPECTED_V4, catalog};
+    use super::{EXPECTED, EXPECTED_V4, EXPECTED_V5, catalog};
     use crate::session::GenericClient;
     use toolledger_store::{ddl, driver::Dialect};
     use toolledger_testkit::cluster::Cluster;
@@ -300,5 +327,20 @@ mod tests {
             println!("]");
         }
         assert_eq!(listed, EXPECTED_V4);
+    }
+
+    /// Version 5's objects, created from its frozen DDL, are exactly [`EXPECTED_V5`]: what
+    /// a migration from version 5 checks a store against.
+    #[test]
+    fn version_5s_ddl_lists_exactly_its_expected_objects() {
+        let url = Cluster::shared().unwrap().fresh_database("catalog_v5").unwrap();
+        let config = session::config(&url).unwrap();
+        let mut conn = session::open(&config, &Waits::default()).unwrap();
+        let mut db = conn.db();
+        db.c.batch_execute(
+            &[ddl::meta(Dialect::Postgres), ddl::tables_v5(Dialect::Postgres)].concat(),
+        )
+        .unwrap();
+        assert_eq!(catalog(&mut db).unwrap(), EXPECTED_V5);
     }
 }

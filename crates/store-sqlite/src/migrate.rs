@@ -12,7 +12,8 @@
 //! (the relay's due time, last reason and `dead` state; the operator log, tombstones
 //! and counters); v3 → v4 (an operator may settle an unknown outcome by hand: `operator`
 //! as a finalizer, `resolve` in the operator log); v4 → v5 (a finished operation's
-//! replay record, and the triggers that invalidate it). A later schema appends one step.
+//! replay record, and the triggers that invalidate it); v5 → v6 (the trace context of
+//! the call that asked for an operation). A later schema appends one step.
 
 use std::path::{Path, PathBuf};
 
@@ -26,11 +27,12 @@ use crate::{
 };
 
 /// The schema ids of the older versions, by `user_version`.
-const OLDER: [(i64, &str); 4] = [
+const OLDER: [(i64, &str); 5] = [
     (1, "toolledger-store-v1"),
     (2, "toolledger-store-v2"),
     (3, "toolledger-store-v3"),
     (4, "toolledger-store-v4"),
+    (5, "toolledger-store-v5"),
 ];
 
 /// The schema of `toolledger-store-v1`, as version 1 of this crate created it: a file is
@@ -119,7 +121,9 @@ pub fn migrate(
     let tx =
         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite)?;
     // Every step of the chain, in order, each recorded as it is applied.
-    for (to, step) in [(2, v1_to_v2(legacy)), (3, v2_to_v3()), (4, v3_to_v4()), (5, v4_to_v5())] {
+    let steps =
+        [(2, v1_to_v2(legacy)), (3, v2_to_v3()), (4, v3_to_v4()), (5, v4_to_v5()), (6, v5_to_v6())];
+    for (to, step) in steps {
         if to <= from {
             continue;
         }
@@ -214,6 +218,7 @@ fn schema_of(version: i64) -> Result<Vec<schema::SchemaRow>, StoreError> {
         2 => format!("{}{V2_TABLES}", schema::meta_ddl()),
         3 => format!("{}{V3_TABLES}", schema::meta_ddl()),
         4 => format!("{}{}", schema::meta_ddl(), schema::v4_tables_ddl()),
+        5 => format!("{}{}", schema::meta_ddl(), schema::v5_tables_ddl()),
         _ => return Err(StoreError::SchemaUnsupported),
     };
     let conn = Connection::open_in_memory().map_err(sqlite)?;
@@ -341,8 +346,20 @@ fn v3_to_v4() -> String {
 fn v4_to_v5() -> String {
     format!(
         "{}
+         UPDATE meta SET value = 'toolledger-store-v5' WHERE key = 'schema_id';
+         PRAGMA user_version = 5;",
+        toolledger_store::ddl::added_in_v5(toolledger_store::driver::Dialect::Sqlite)
+    )
+}
+
+/// v5 → v6 in SQL: the trace contexts' table, created after version 5's (so the schema
+/// text is a new store's, byte for byte). An operation accepted before has none: a later
+/// attempt of it starts a trace with no link, which a missing row always means.
+fn v5_to_v6() -> String {
+    format!(
+        "{}
          UPDATE meta SET value = '{SCHEMA_ID}' WHERE key = 'schema_id';
          PRAGMA user_version = {USER_VERSION};",
-        toolledger_store::ddl::added_in_v5(toolledger_store::driver::Dialect::Sqlite)
+        toolledger_store::ddl::added_in_v6(toolledger_store::driver::Dialect::Sqlite)
     )
 }

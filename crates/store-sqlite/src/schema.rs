@@ -1,4 +1,4 @@
-//! The `toolledger-store-v5` schema (and the migrations from earlier versions) and the
+//! The `toolledger-store-v6` schema (and the migrations from earlier versions) and the
 //! connection opener.
 //!
 //! Every connection gets the four pragmas of `docs/schema.md` and each is read back: a store
@@ -18,9 +18,9 @@ use toolledger_store::{ddl, driver::Dialect};
 use crate::{StoreError, Waits, error::sqlite};
 
 /// The schema id kept in `meta`.
-pub const SCHEMA_ID: &str = "toolledger-store-v5";
+pub const SCHEMA_ID: &str = "toolledger-store-v6";
 /// The `PRAGMA user_version` of this schema.
-pub const USER_VERSION: i64 = 5;
+pub const USER_VERSION: i64 = 6;
 
 /// The `meta` table: the same in every version (the store crate's DDL, written once
 /// for every backend, in SQLite's spelling).
@@ -28,7 +28,7 @@ pub(crate) fn meta_ddl() -> &'static str {
     ddl::meta(Dialect::Sqlite)
 }
 
-/// Every other table and index of `toolledger-store-v5`. Migrations create exactly
+/// Every other table and index of `toolledger-store-v6`. Migrations create exactly
 /// these, so a migrated store and a new one have byte-identical schemas.
 pub(crate) fn tables_ddl() -> &'static str {
     ddl::tables(Dialect::Sqlite)
@@ -37,6 +37,11 @@ pub(crate) fn tables_ddl() -> &'static str {
 /// The tables of `toolledger-store-v4`, frozen: what a migration from it starts from.
 pub(crate) fn v4_tables_ddl() -> &'static str {
     ddl::tables_v4(Dialect::Sqlite)
+}
+
+/// The tables of `toolledger-store-v5`, frozen: what a migration from it starts from.
+pub(crate) fn v5_tables_ddl() -> &'static str {
+    ddl::tables_v5(Dialect::Sqlite)
 }
 
 /// What a new store is made of, in one transaction.

@@ -493,7 +493,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let store = SqliteStore::open(&dir.join("plans.sqlite3")).unwrap();
         let plans = store.query_plans().unwrap();
-        assert_eq!(plans.len(), 44);
+        assert_eq!(plans.len(), 46);
         for (name, plan) in &plans {
             println!("{name}: {}", plan.join(" | "));
         }

@@ -104,8 +104,9 @@ static TOMBSTONE: Sql = Sql::new(
     "INSERT INTO tombstones (status_ref, request_sha256, final_status, retired_at) \
      VALUES ($1, $2, $3, $4)",
 );
-static RETIRE_ROWS: [Sql; 6] = [
+static RETIRE_ROWS: [Sql; 7] = [
     Sql::new("DELETE FROM replays WHERE op_id = $1"),
+    Sql::new("DELETE FROM trace_contexts WHERE op_id = $1"),
     Sql::new("DELETE FROM local_receipts WHERE op_id = $1"),
     Sql::new("DELETE FROM terminal_outcomes WHERE op_id = $1"),
     Sql::new("DELETE FROM call_identities WHERE op_id = $1"),

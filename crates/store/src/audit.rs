@@ -54,7 +54,7 @@ pub const fn checks<const H: usize, const N: usize>(
 }
 
 /// The tables counted, in the order they are reported.
-pub const TABLES: [&str; 12] = [
+pub const TABLES: [&str; 13] = [
     "meta",
     "operations",
     "outbox",
@@ -67,6 +67,7 @@ pub const TABLES: [&str; 12] = [
     "counters",
     "migrations",
     "replays",
+    "trace_contexts",
 ];
 
 /// Operations without their outbox event.

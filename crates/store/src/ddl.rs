@@ -1,4 +1,4 @@
-//! The current schema's DDL (version 5), written once for every backend.
+//! The current schema's DDL (version 6), written once for every backend.
 //!
 //! It is written in PostgreSQL's spelling, and SQLite's text is derived from it by five
 //! rules: an identity key is `INTEGER PRIMARY KEY`, `BIGINT` is `INTEGER`, a ref's
@@ -339,6 +339,18 @@ CREATE TRIGGER replays_outcome_added AFTER INSERT ON terminal_outcomes
 BEGIN DELETE FROM replays WHERE op_id = NEW.op_id; END;
 "#;
 
+/// Version 6's one table: the W3C trace context of the call that asked for an operation,
+/// written by commit A beside the intent when the caller had one, read when a later
+/// attempt or status query links back to it (`docs/observability.md`). No digest covers
+/// it; retention removes it with its operation.
+const TRACE_CONTEXTS: &str = r#"
+CREATE TABLE trace_contexts (
+    op_id       BIGINT PRIMARY KEY REFERENCES operations (id),
+    traceparent TEXT NOT NULL CHECK (length(traceparent) = 55),
+    tracestate  TEXT NOT NULL CHECK (length(tracestate) <= 512)
+);
+"#;
+
 /// The `meta` table's DDL in `dialect`'s spelling.
 pub fn meta(dialect: Dialect) -> &'static str {
     static SQLITE: OnceLock<String> = OnceLock::new();
@@ -348,9 +360,9 @@ pub fn meta(dialect: Dialect) -> &'static str {
     }
 }
 
-/// Every table, index and trigger but `meta`, in `dialect`'s spelling: version 4's and
-/// the replay records of version 5, after them (so a store migrated from version 4 gets
-/// the same schema text as a new one).
+/// Every table, index and trigger but `meta`, in `dialect`'s spelling: version 4's, the
+/// replay records of version 5 and the trace contexts of version 6, each after the one
+/// before (so a migrated store gets the same schema text as a new one).
 pub fn tables(dialect: Dialect) -> &'static str {
     static POSTGRES: OnceLock<String> = OnceLock::new();
     static SQLITE: OnceLock<String> = OnceLock::new();
@@ -358,7 +370,28 @@ pub fn tables(dialect: Dialect) -> &'static str {
         Dialect::Postgres => &POSTGRES,
         Dialect::Sqlite => &SQLITE,
     };
+    cell.get_or_init(|| [tables_v5(dialect), added_in_v6(dialect)].concat())
+}
+
+/// Version 5's tables, indexes and triggers but `meta`, frozen: what a migration from
+/// version 5 starts from.
+pub fn tables_v5(dialect: Dialect) -> &'static str {
+    static POSTGRES: OnceLock<String> = OnceLock::new();
+    static SQLITE: OnceLock<String> = OnceLock::new();
+    let cell = match dialect {
+        Dialect::Postgres => &POSTGRES,
+        Dialect::Sqlite => &SQLITE,
+    };
     cell.get_or_init(|| [tables_v4(dialect), added_in_v5(dialect)].concat())
+}
+
+/// What version 6 adds to version 5, in `dialect`'s spelling: a migration's step.
+pub fn added_in_v6(dialect: Dialect) -> &'static str {
+    static SQLITE: OnceLock<String> = OnceLock::new();
+    match dialect {
+        Dialect::Postgres => TRACE_CONTEXTS,
+        Dialect::Sqlite => SQLITE.get_or_init(|| sqlite(TRACE_CONTEXTS)),
+    }
 }
 
 /// What version 5 adds to version 4, in `dialect`'s spelling: a migration's step.
@@ -445,7 +478,9 @@ mod tests {
     use serde_json::Value;
     use toolledger_contract::digest::sha256_canonical;
 
-    use super::{Dialect, REPLAYS, added_in_v5, all, json_valid, meta, tables_v4};
+    use super::{
+        Dialect, REPLAYS, added_in_v5, added_in_v6, all, json_valid, meta, tables_v4, tables_v5,
+    };
 
     /// The SHA-256 of `text` as a canonical JSON string.
     fn sha256(text: &str) -> String {
@@ -469,9 +504,9 @@ mod tests {
         assert_eq!(columns, expected);
     }
 
-    /// Version 4's DDL as both backends created it while it was current, and version 5's
-    /// as they create it now: a SQLite store compares its own schema's text with these,
-    /// so not a byte may move.
+    /// Version 4's and version 5's DDL as both backends created them while each was
+    /// current, and version 6's as they create it now: a SQLite store compares its own
+    /// schema's text with these, so not a byte may move.
     #[test]
     fn the_texts_are_frozen() {
         let v4 = |dialect| [meta(dialect), tables_v4(dialect)].concat();
@@ -483,16 +518,26 @@ mod tests {
             sha256(&v4(Dialect::Sqlite)),
             "47522162315b2f0d58b0cc0f425d5a6e7b664612a52e1ded96bc308f2cff7ea1"
         );
+        let v5 = |dialect| [meta(dialect), tables_v5(dialect)].concat();
         assert_eq!(
-            sha256(all(Dialect::Postgres)),
+            sha256(&v5(Dialect::Postgres)),
             "9d24021c1d67f17c8dc494de18921f481571523ecd9bd8aab31a42a7118e8a3e"
         );
         assert_eq!(
-            sha256(all(Dialect::Sqlite)),
+            sha256(&v5(Dialect::Sqlite)),
             "135808fcda5b419f3b50206ee987fdfdb5ccd218e5a5f30dce407c8ec0377c16"
         );
+        assert_eq!(
+            sha256(all(Dialect::Postgres)),
+            "2c60ecd1542507b74a897ee132b29db90a74e605f16b7f915fbd79284103b9c9"
+        );
+        assert_eq!(
+            sha256(all(Dialect::Sqlite)),
+            "c057ffefb74f5ddfd3b478dc948c21257ed9ab00f06518d6d617d47431150db2"
+        );
         for dialect in [Dialect::Postgres, Dialect::Sqlite] {
-            assert_eq!(all(dialect), [v4(dialect).as_str(), added_in_v5(dialect)].concat());
+            assert_eq!(v5(dialect), [v4(dialect).as_str(), added_in_v5(dialect)].concat());
+            assert_eq!(all(dialect), [v5(dialect).as_str(), added_in_v6(dialect)].concat());
         }
     }
 

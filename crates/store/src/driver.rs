@@ -521,6 +521,29 @@ impl<B: Backend> LedgerStore for B {
     }
 }
 
+/// The traces kept with operations, on any backend.
+impl<B: Backend> crate::TraceStore for B {
+    fn reserve_traced(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        claim: Option<(&Identifier, LeaseSeconds)>,
+        trace: &crate::TraceRecord,
+    ) -> Result<Reservation, StoreError> {
+        let command = ledger::Reserve::new(intent, call, now, claim).traced(trace.clone());
+        let (written, command) = self.commit(command)?;
+        Ok(command.answer(written))
+    }
+
+    fn trace_of(
+        &mut self,
+        status_ref: &StatusRef,
+    ) -> Result<Option<crate::TraceRecord>, StoreError> {
+        self.read(|db| ledger::trace_of(db, status_ref))
+    }
+}
+
 /// What an operator reads and does, on any backend.
 impl<B: Backend> OperatorStore for B {
     fn list(

@@ -16,7 +16,7 @@ use crate::{
     CallIdentity, Claim, Claimed, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     FailureKind, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now, OPERATION_WIDTH,
     Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
-    StoreError,
+    StoreError, TraceRecord,
     driver::{Arg, Commit, Db, Dialect, Durability, Row, Sql, locked, returning_id},
     not_claimed,
     verify::{self, RawOperation},
@@ -77,7 +77,13 @@ pub(crate) static BUMP_BY: Sql = Sql::dialects(
 );
 pub(crate) static RETIRED: Sql =
     Sql::new("SELECT final_status FROM tombstones WHERE status_ref = $1");
-pub(crate) static INSERT_CALL: Sql = Sql::new(
+pub(crate) static INSERT_TRACE: Sql =
+    Sql::new("INSERT INTO trace_contexts (op_id, traceparent, tracestate) VALUES ($1, $2, $3)");
+static TRACE_OF: Sql = Sql::new(
+    "SELECT t.traceparent, t.tracestate FROM trace_contexts t \
+     JOIN operations o ON o.id = t.op_id WHERE o.status_ref = $1",
+);
+static INSERT_CALL: Sql = Sql::new(
     "INSERT INTO call_identities (provider, api_family, adapter_revision, provider_response_id, \
      provider_call_id, purpose, op_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
      ON CONFLICT (provider, api_family, provider_response_id, provider_call_id) DO NOTHING",
@@ -382,6 +388,8 @@ pub fn statements() -> Vec<(&'static str, &'static Sql)> {
         ("A: retired key", &RETIRED),
         ("relay: operation by id", &BY_ID),
         ("status query: operation id", &SELECT_OPERATION_ID),
+        ("A: insert trace context", &INSERT_TRACE),
+        ("trace context of an operation", &TRACE_OF),
     ]
 }
 
@@ -557,6 +565,16 @@ fn recorded_from(
 }
 
 /// Whether the scope of `status_ref` was retired by retention.
+/// The trace context kept with the intent of `status_ref`, when its caller had one.
+pub(crate) fn trace_of(
+    db: &mut dyn Db,
+    status_ref: &StatusRef,
+) -> Result<Option<TraceRecord>, StoreError> {
+    db.first(&TRACE_OF, &[status_ref.as_str().into()], |row| {
+        Ok(TraceRecord { traceparent: row.text(0)?, tracestate: row.text(1)? })
+    })
+}
+
 pub(crate) fn retired(db: &mut dyn Db, status_ref: &StatusRef) -> Result<bool, StoreError> {
     Ok(db.text(&RETIRED, &[status_ref.as_str().into()])?.is_some())
 }
@@ -888,6 +906,7 @@ fn reserve_in(
     call: &CallIdentity,
     now: Now,
     claim: Option<(&Identifier, Now)>,
+    trace: Option<&TraceRecord>,
 ) -> Result<(Reserved, bool), StoreError> {
     let downstream_request_ref =
         toolledger_contract::digest::downstream_request_ref(&intent.scope, &intent.request_sha256);
@@ -977,6 +996,10 @@ fn reserve_in(
         bump(db, "claims")?;
     }
     insert_call(db, call, Purpose::Dispatch, id, now)?;
+    if let Some(trace) = trace {
+        let args = [id.into(), trace.traceparent.as_str().into(), trace.tracestate.as_str().into()];
+        db.execute(&INSERT_TRACE, &args)?;
+    }
     let lease_until = claim.map(|(_, until)| until);
     Ok((Reserved::Written { downstream_request_ref, now, lease_until }, true))
 }
@@ -1016,6 +1039,7 @@ pub struct Reserve {
     call: CallIdentity,
     now: Now,
     claim: Option<(Identifier, LeaseSeconds)>,
+    trace: Option<TraceRecord>,
 }
 
 impl Reserve {
@@ -1032,7 +1056,15 @@ impl Reserve {
             call: call.clone(),
             now,
             claim: claim.map(|(owner, lease)| (owner.clone(), lease)),
+            trace: None,
         }
+    }
+
+    /// This commit A, keeping `trace` beside the intent when it writes one.
+    #[must_use]
+    pub fn traced(mut self, trace: TraceRecord) -> Reserve {
+        self.trace = Some(trace);
+        self
     }
 
     /// The reservation, from what the committed run answered: a written operation as a
@@ -1077,7 +1109,8 @@ impl Commit for Reserve {
             Some((owner, lease)) => Some((owner, lease_end(db, now, *lease)?)),
             None => None,
         };
-        reserve_in(db, (&self.intent, &self.arguments_json), &self.call, now, claim)
+        let intent = (&self.intent, self.arguments_json.as_str());
+        reserve_in(db, intent, &self.call, now, claim, self.trace.as_ref())
     }
 }
 
@@ -1496,7 +1529,14 @@ impl Commit for Load {
         let by = Finalizer::Lease(Lease { owner: loader.clone(), attempt: 1 });
         for (intent, call, receipt) in &self.finished {
             let arguments = canonicalize(&intent.arguments);
-            match reserve_in(db, (intent, &arguments), call, now, Some((&loader, lease_until)))? {
+            match reserve_in(
+                db,
+                (intent, &arguments),
+                call,
+                now,
+                Some((&loader, lease_until)),
+                None,
+            )? {
                 (Reserved::Written { .. }, true) => {}
                 _ => return Err(StoreError::ContractViolation("a loaded operation is not new")),
             }

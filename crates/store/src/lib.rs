@@ -80,7 +80,7 @@ pub use crate::{
         AuditFinding, AuditReport, CallIdentity, Claim, Claimed, ClaimedBatch, DispatchLookup,
         DownstreamReceipt, Ending, Finalize, Finalizer, Lease, LocalReceipt, NewOperation, Now,
         Operation, OperationStatus, OutboxEvent, OutboxState, RecordedCall, Release, Reservation,
-        TerminalOutcome, not_claimed,
+        TerminalOutcome, TraceRecord, not_claimed,
     },
     operator::{
         Figures, LIST_LIMIT_MAX, ListFilter, ListPosition, ListState, Listed, OperatorStore,
@@ -108,6 +108,33 @@ pub const OPERATION_WIDTH: usize = 46;
 /// The tables [`OPERATION_COLUMNS`] reads: an operation, its outbox event, its local
 /// receipt, its terminal outcome. One statement, one snapshot.
 pub const OPERATION_FROM: &str = operation_from!();
+
+/// What a store keeps of the traces that asked for its operations (`trace_contexts`):
+/// the facade's, beside the engine's boundary, which knows no traces.
+pub trait TraceStore {
+    /// Commit A as [`LedgerStore::reserve`] (or, with `claim`, as
+    /// [`LedgerStore::reserve_claimed`]), keeping `trace` beside the intent in the same
+    /// transaction when it writes one.
+    ///
+    /// # Errors
+    ///
+    /// As [`LedgerStore::reserve`].
+    fn reserve_traced(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        claim: Option<(&Identifier, LeaseSeconds)>,
+        trace: &TraceRecord,
+    ) -> Result<Reservation, StoreError>;
+
+    /// The trace context kept with the intent of `status_ref`, when its caller had one.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`].
+    fn trace_of(&mut self, status_ref: &StatusRef) -> Result<Option<TraceRecord>, StoreError>;
+}
 
 /// The engine↔store boundary. Every method is one transaction (or one read); none holds
 /// a transaction open across calls.

@@ -189,6 +189,17 @@ pub struct OutboxEvent {
     pub attempts_before: i64,
 }
 
+/// The W3C trace context of the call that asked for an operation, kept beside its
+/// intent (`trace_contexts`) so a later attempt or status query can link back to it. It
+/// is no part of the intent: no digest covers it, and an intent is the same without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// The `traceparent` value (version 00, 55 characters).
+    pub traceparent: String,
+    /// The `tracestate` value; empty when there is none.
+    pub tracestate: String,
+}
+
 /// A new intent for commit A: everything the ledger keeps about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOperation {

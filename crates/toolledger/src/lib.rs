@@ -65,6 +65,7 @@ mod config;
 mod definitions;
 pub mod door;
 mod files;
+mod meters;
 mod operate;
 mod relay;
 mod reply;
@@ -120,6 +121,7 @@ pub use crate::{
     call::{Call, Grant, ModelCall, StatusQuery},
     config::{CONFIG_ENV, CONFIG_FILE, Config, Declared, Route, ServiceDecl, Setting},
     definitions::load_tool,
+    meters::observe_figures,
     operate::{
         REASON_BYTES_MAX, figures, gc, list, listed_json, metrics, operator_reason, requeue,
         requeue_package, resolve_package, show,
@@ -128,7 +130,7 @@ pub use crate::{
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},
     tasks::{AsyncDownstream, OnRuntime},
-    traces::TraceContext,
+    traces::{Entered, TraceContext},
 };
 
 /// The simulated downstream of the command line: the stand-in refund API on its own
@@ -768,6 +770,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
             let clock = self.clock_of(call)?;
             let worker = &self.shared.worker;
             self.shared.engine(|engine| {
+                linked(engine, status_ref);
                 Ok(Reply::from(engine.process(status_ref, &clock, call.context_value(), worker)?))
             })
         })
@@ -795,7 +798,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
                 Ok(host_call) => host_call,
                 Err(refused) => return Ok(refused),
             };
-            self.shared.engine(|engine| Ok(Reply::from(engine.status(&host_call, status_ref)?)))
+            self.shared.engine(|engine| {
+                linked(engine, status_ref);
+                Ok(Reply::from(engine.status(&host_call, status_ref)?))
+            })
         })
     }
 
@@ -833,7 +839,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
                 now,
                 context: query.context_value(),
             };
-            self.shared.engine(|engine| Ok(Reply::from(engine.status_by_ref(&asking, status_ref)?)))
+            self.shared.engine(|engine| {
+                linked(engine, status_ref);
+                Ok(Reply::from(engine.status_by_ref(&asking, status_ref)?))
+            })
         })
     }
 
@@ -960,7 +969,10 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
                 Ok(call) => call,
                 Err(rejection) => return Ok(refused(&rejection)),
             };
-            self.shared.engine(|engine| Ok(Reply::from(engine.status(&call, status_ref)?)))
+            self.shared.engine(|engine| {
+                linked(engine, status_ref);
+                Ok(Reply::from(engine.status(&call, status_ref)?))
+            })
         })
     }
 
@@ -985,6 +997,7 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         let worker = &self.shared.worker;
         self.traced(&traces::Named::loaded(call, traces::Purpose::Process), || {
             self.shared.engine(|engine| {
+                linked(engine, status_ref);
                 Ok(Reply::from(engine.process(
                     status_ref,
                     &call.clock,
@@ -1013,6 +1026,18 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
             .to_host_call(clock, &self.shared.registry)?
             .map_err(|rejection| refused(&rejection)))
     }
+}
+
+/// Links the call span to the trace of the call that asked for `status_ref` (stored
+/// with its intent), when the span is recorded: a worker's attempt or a status query
+/// leads back to it (`docs/observability.md`).
+fn linked<D: Downstream, R: PrincipalResolver>(
+    engine: &mut Engine<Store, traces::Traced<&D>, &R>,
+    status_ref: &StatusRef,
+) {
+    traces::link_stored(|| {
+        toolledger_store::TraceStore::trace_of(engine.store(), status_ref).ok().flatten()
+    });
 }
 
 /// A loaded call with its arguments through the door ([`door::admit`]), or the

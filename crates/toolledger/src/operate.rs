@@ -311,7 +311,7 @@ pub fn figures(location: impl Into<Location>, now: Option<i64>) -> Result<Figure
 }
 
 /// The outbox state each operation state goes with (invariant 2).
-fn event_state(state: &str) -> &str {
+pub(crate) fn event_state(state: &str) -> &str {
     match state {
         "succeeded" => "delivered",
         "unknown" => "processing_lease_ended",
@@ -395,7 +395,7 @@ fn exposition(figures: &Figures) -> String {
     out
 }
 
-fn dead(figures: &Figures) -> i64 {
+pub(crate) fn dead(figures: &Figures) -> i64 {
     figures.by_state.iter().find(|(state, _)| *state == "dead").map_or(0, |(_, count)| *count)
 }
 

@@ -319,6 +319,8 @@ impl Relay {
             stores.pop().ok_or(Error::invalid("no connection for the heartbeat".to_owned()))?;
         let mut engines = Vec::new();
         for (store, downstream) in stores.into_iter().zip(downstreams) {
+            // The downstream's calls are steps of the pass's span (`execute`, `lookup`).
+            let downstream = crate::traces::Traced(downstream);
             engines.push(Engine::new(store, downstream, resolver(), registry.clone()));
         }
         // Dropped once every worker has finished: the heartbeat wakes and stops at once.
@@ -341,12 +343,22 @@ impl Relay {
                             let Ok(clock) = self.clock(lease) else { break };
                             let Ok(owner) = owner_of(worker, pass) else { break };
                             *lock(slot) = Some(owner.clone());
-                            let passed = engine.relay_batch(
-                                &owner,
-                                &clock,
-                                context,
-                                self.batch,
-                                self.backoff,
+                            // A pass that claims something is a trace of its own.
+                            let passed = crate::traces::relay_pass(
+                                self.location.backend(),
+                                || {
+                                    engine.relay_batch(
+                                        &owner,
+                                        &clock,
+                                        context,
+                                        self.batch,
+                                        self.backoff,
+                                    )
+                                },
+                                |passed| match passed {
+                                    Ok(drained) => (drained.claimed, None),
+                                    Err(err) => (0, Some(err.code().as_str())),
+                                },
                             );
                             // Under the slot's lock: a beat in progress finishes first, and
                             // no later beat renews this pass's leases.

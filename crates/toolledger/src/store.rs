@@ -11,7 +11,7 @@ use toolledger_store::{
     AuditReport, CallIdentity, Claim, ClaimedBatch, DispatchLookup, DownstreamReceipt, Ending,
     Figures, Finalize, Finalizer, Lease, LedgerStore, ListFilter, Listed, LocalReceipt,
     NewOperation, Now, Operation, OperatorStore, RecordedCall, Release, Requeued, Reservation,
-    Resolved, Settlement, Shown, StoreError, Waits,
+    Resolved, Settlement, Shown, StoreError, TraceRecord, TraceStore, Waits,
 };
 pub use toolledger_store_postgres::StoreClock;
 use toolledger_store_postgres::{PgPool, PgStore};
@@ -245,17 +245,102 @@ macro_rules! delegate_step {
     };
 }
 
+impl Store {
+    /// Commit A (fused with the claim when `claim` names one), as a step of the call
+    /// span, keeping the trace context current where the call is worked (the call's
+    /// span, or the one its host handed over) beside a new intent, so a later attempt or
+    /// status query can link back to it (`docs/observability.md`). Outside any trace,
+    /// nothing more is written.
+    fn reserve_in_trace(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        claim: Option<(&Identifier, LeaseSeconds)>,
+    ) -> Result<Reservation, StoreError> {
+        let trace = crate::TraceContext::current().map(|context| TraceRecord {
+            traceparent: context.traceparent().to_owned(),
+            tracestate: context.tracestate().to_owned(),
+        });
+        traces::step(Step::CommitA, || match (trace, claim) {
+            (Some(trace), claim) => self.reserve_traced(intent, call, now, claim, &trace),
+            (None, None) => match self {
+                Store::Sqlite(store) => store.reserve(intent, call, now),
+                Store::Postgres(store) => store.reserve(intent, call, now),
+            },
+            (None, Some((owner, lease))) => match self {
+                Store::Sqlite(store) => store.reserve_claimed(intent, call, now, owner, lease),
+                Store::Postgres(store) => store.reserve_claimed(intent, call, now, owner, lease),
+            },
+        })
+    }
+}
+
+impl TraceStore for Store {
+    fn reserve_traced(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        claim: Option<(&Identifier, LeaseSeconds)>,
+        trace: &TraceRecord,
+    ) -> Result<Reservation, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.reserve_traced(intent, call, now, claim, trace),
+            Store::Postgres(store) => store.reserve_traced(intent, call, now, claim, trace),
+        }
+    }
+
+    delegate! {
+        trace_of(status_ref: &StatusRef) -> Option<TraceRecord>;
+    }
+}
+
 impl LedgerStore for Store {
+    fn reserve(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+    ) -> Result<Reservation, StoreError> {
+        self.reserve_in_trace(intent, call, now, None)
+    }
+
+    fn reserve_claimed(
+        &mut self,
+        intent: &NewOperation,
+        call: &CallIdentity,
+        now: Now,
+        owner: &Identifier,
+        lease: LeaseSeconds,
+    ) -> Result<Reservation, StoreError> {
+        self.reserve_in_trace(intent, call, now, Some((owner, lease)))
+    }
+
+    fn claim_due(
+        &mut self,
+        owner: &Identifier,
+        downstream: &DownstreamIdentity,
+        now: Now,
+        lease: LeaseSeconds,
+        limit: usize,
+    ) -> Result<ClaimedBatch, StoreError> {
+        let batch = traces::step(Step::Claim, || match self {
+            Store::Sqlite(store) => store.claim_due(owner, downstream, now, lease, limit),
+            Store::Postgres(store) => store.claim_due(owner, downstream, now, lease, limit),
+        })?;
+        // A relay's pass is a trace of its own, linked to the trace of each caller whose
+        // operation it claimed.
+        if !batch.claimed.is_empty() {
+            traces::relay_claimed(|| {
+                let refs = batch.claimed.iter().map(|claimed| &claimed.operation.intent.status_ref);
+                refs.map(|status_ref| self.trace_of(status_ref).ok().flatten()).collect()
+            });
+        }
+        Ok(batch)
+    }
+
     delegate_step! {
-        reserve(intent: &NewOperation, call: &CallIdentity, now: Now) -> Reservation =
-            Step::CommitA;
-        reserve_claimed(
-            intent: &NewOperation,
-            call: &CallIdentity,
-            now: Now,
-            owner: &Identifier,
-            lease: LeaseSeconds
-        ) -> Reservation = Step::CommitA;
         end(status_ref: &StatusRef, by: &Finalizer, ending: &Ending<'_>, now: Now) -> Finalize =
             Step::CommitC { synced: ending.durability() == toolledger_store::driver::Durability::Synced };
         finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now)
@@ -273,13 +358,6 @@ impl LedgerStore for Store {
             -> Option<RecordedCall>;
         release(status_ref: &StatusRef, lease: &Lease, release: &Release<'_>, now: Now)
             -> Finalize;
-        claim_due(
-            owner: &Identifier,
-            downstream: &DownstreamIdentity,
-            now: Now,
-            lease: LeaseSeconds,
-            limit: usize
-        ) -> ClaimedBatch;
         retired(status_ref: &StatusRef) -> bool;
         heartbeat(owner: &Identifier, now: Now, lease: LeaseSeconds) -> usize;
         audit() -> AuditReport;

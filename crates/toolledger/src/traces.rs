@@ -10,6 +10,8 @@
 //! writes nothing new, so its call span has no children. No span ever carries the
 //! idempotency key, a digest of it or of the request, the arguments or the result.
 
+use toolledger_store::TraceRecord;
+
 use crate::{Error, Reply};
 
 /// A step of a call, made a child span of the call's while it runs ([`step`]).
@@ -39,6 +41,9 @@ pub(crate) struct CallSpan {
     parent: Parent,
     #[cfg(feature = "otel")]
     owned: bool,
+    /// What the call asks and of which store, for its `toolledger.calls` count.
+    #[cfg(feature = "otel")]
+    counted: (Purpose, &'static str),
 }
 
 /// A W3C trace context (`traceparent`, and `tracestate`): the one a call continues
@@ -157,6 +162,47 @@ impl TraceContext {
             None
         }
     }
+
+    /// Makes this context the current one on this thread until the guard drops: every
+    /// call made meanwhile continues it, as if each were given it with
+    /// [`Call::trace_parent`](crate::Call::trace_parent). What a command does with the
+    /// `TRACEPARENT` its caller set in its environment. Nothing without the `otel`
+    /// feature.
+    ///
+    /// ```
+    /// let parent = toolledger::TraceContext::parse(
+    ///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ///     "",
+    /// )
+    /// .unwrap();
+    /// let _entered = parent.enter();
+    /// // Calls made here continue the trace.
+    /// ```
+    #[must_use = "the context is current only while the guard lives"]
+    pub fn enter(&self) -> Entered {
+        Entered {
+            #[cfg(feature = "otel")]
+            _attached: on::enter(self),
+        }
+    }
+}
+
+/// A context made current by [`TraceContext::enter`], until it drops.
+///
+/// ```
+/// let parent = toolledger::TraceContext::parse(
+///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+///     "",
+/// )
+/// .unwrap();
+/// let entered: toolledger::Entered = parent.enter();
+/// drop(entered); // the context before is current again
+/// ```
+#[derive(Debug)]
+pub struct Entered {
+    /// Held for its drop, which restores the context before.
+    #[cfg(feature = "otel")]
+    _attached: Option<opentelemetry::ContextGuard>,
 }
 
 /// What the call span says of the call before it is worked.
@@ -203,7 +249,7 @@ pub(crate) enum Purpose {
 
 impl Purpose {
     #[cfg_attr(not(feature = "otel"), allow(dead_code, reason = "read by the spans alone"))]
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Purpose::Dispatch => "dispatch",
             Purpose::Enqueue => "enqueue",
@@ -223,7 +269,7 @@ mod on {
         },
     };
 
-    use super::{CallSpan, Named, Parent, Step, TraceContext};
+    use super::{CallSpan, Named, Parent, Step, TraceContext, TraceRecord};
     use crate::{Error, Reply};
 
     /// The instrumentation scope of every span of the ledger.
@@ -237,6 +283,10 @@ mod on {
         let flags = u8::from_str_radix(fields.next()?, 16).ok()?;
         let state = context.tracestate.parse::<TraceState>().unwrap_or_default();
         Some(SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state))
+    }
+
+    pub(super) fn enter(context: &TraceContext) -> Option<opentelemetry::ContextGuard> {
+        remote(context).map(|remote| Context::current().with_remote_span_context(remote).attach())
     }
 
     pub(super) fn current_context() -> Option<TraceContext> {
@@ -285,7 +335,8 @@ mod on {
             for attribute in attributes {
                 span.set_attribute(attribute);
             }
-            return CallSpan { parent: Parent { context: parent.clone() }, owned: false };
+            let counted = (named.purpose, store);
+            return CallSpan { parent: Parent { context: parent.clone() }, owned: false, counted };
         }
         let span = tracer
             .span_builder(if named.tool.is_empty() {
@@ -296,12 +347,15 @@ mod on {
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes)
             .start_with_context(&tracer, parent);
-        CallSpan { parent: Parent { context: parent.with_span(span) }, owned: true }
+        let counted = (named.purpose, store);
+        CallSpan { parent: Parent { context: parent.with_span(span) }, owned: true, counted }
     }
 
     pub(super) fn end(call: &CallSpan, answer: &Result<Reply, Error>) {
         let span = call.parent.context.span();
         let (decision, error) = super::decision(answer);
+        let (purpose, store) = call.counted;
+        crate::meters::call_ended(purpose.as_str(), store, decision);
         span.set_attribute(KeyValue::new("toolledger.decision", decision));
         if let Some(error) = error {
             span.set_attribute(KeyValue::new("error.type", error));
@@ -313,11 +367,25 @@ mod on {
     }
 
     pub(super) fn step<T>(step: Step, work: impl FnOnce() -> T) -> T {
+        // A commit point's duration is measured whether or not it is traced.
+        let point = match step {
+            Step::CommitA => Some("A"),
+            Step::Claim => Some("claim"),
+            Step::CommitC { .. } => Some("C"),
+            Step::Execute | Step::Lookup => None,
+        };
+        let started = point.map(|_| std::time::Instant::now());
+        let timed = |answer: T| {
+            if let (Some(point), Some(started)) = (point, started) {
+                crate::meters::commit_took(point, started.elapsed().as_secs_f64());
+            }
+            answer
+        };
         let parent = Context::current();
         // Only inside a trace: a store or downstream used outside any call (an operator's
         // command with no span of the host's around it) makes no root spans of its own.
         if !parent.has_active_span() {
-            return work();
+            return timed(work());
         }
         let tracer = opentelemetry::global::tracer(SCOPE);
         let (name, kind) = match step {
@@ -339,11 +407,109 @@ mod on {
             work()
         };
         context.span().end();
-        answer
+        timed(answer)
     }
 
     pub(super) fn current() -> Context {
         Context::current()
+    }
+
+    /// The link to a caller's stored context, marked as such.
+    fn link_to(span: &opentelemetry::trace::SpanRef<'_>, stored: &TraceRecord) {
+        let context = TraceContext::parse(&stored.traceparent, &stored.tracestate);
+        if let Some(remote) = context.as_ref().and_then(remote) {
+            span.add_link(remote, vec![KeyValue::new("toolledger.link", "caller")]);
+        }
+    }
+
+    pub(super) fn link_stored(fetch: impl FnOnce() -> Option<TraceRecord>) {
+        let context = Context::current();
+        let span = context.span();
+        // Only a span that is recorded is worth a read.
+        if !span.is_recording() {
+            return;
+        }
+        if let Some(stored) = fetch() {
+            link_to(&span, &stored);
+        }
+    }
+
+    /// A relay pass in progress on this thread: its span, once it has claimed something.
+    struct Pass {
+        store: &'static str,
+        /// When the pass began: its first claim's start.
+        begun: std::time::SystemTime,
+        started: Option<(Context, opentelemetry::ContextGuard)>,
+    }
+
+    thread_local! {
+        static PASS: std::cell::RefCell<Option<Pass>> = const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn relay_pass<T>(
+        store: &'static str,
+        work: impl FnOnce() -> T,
+        told: impl FnOnce(&T) -> (usize, Option<&'static str>),
+    ) -> T {
+        let begun = std::time::SystemTime::now();
+        PASS.with(|pass| *pass.borrow_mut() = Some(Pass { store, begun, started: None }));
+        let answer = work();
+        let pass = PASS.with(|pass| pass.borrow_mut().take());
+        if let Some(Pass { started: Some((context, guard)), .. }) = pass {
+            drop(guard);
+            let span = context.span();
+            let (claimed, error) = told(&answer);
+            span.set_attribute(KeyValue::new(
+                "toolledger.claimed",
+                i64::try_from(claimed).unwrap_or(i64::MAX),
+            ));
+            if let Some(error) = error {
+                span.set_attribute(KeyValue::new("error.type", error));
+                span.set_status(Status::error(error));
+            }
+            span.end();
+        }
+        answer
+    }
+
+    pub(super) fn relay_claimed(stored: impl FnOnce() -> Vec<Option<TraceRecord>>) {
+        PASS.with(|pass| {
+            let mut pass = pass.borrow_mut();
+            let Some(pass) = pass.as_mut() else { return };
+            if pass.started.is_none() {
+                // A new trace of its own: the pass works many callers' operations, each
+                // linked, none its parent.
+                let tracer = opentelemetry::global::tracer(SCOPE);
+                let span = tracer
+                    .span_builder("relay pass")
+                    .with_kind(SpanKind::Consumer)
+                    .with_attributes([
+                        KeyValue::new("toolledger.purpose", "relay"),
+                        KeyValue::new("toolledger.store", pass.store),
+                    ])
+                    .with_start_time(pass.begun)
+                    .start_with_context(&tracer, &Context::new());
+                let context = Context::new().with_span(span);
+                // The claim that found work ran before the pass had a span: its child
+                // still, over the time it took.
+                let mut claim = tracer
+                    .span_builder("claim")
+                    .with_kind(SpanKind::Internal)
+                    .with_start_time(pass.begun)
+                    .start_with_context(&tracer, &context);
+                opentelemetry::trace::Span::end(&mut claim);
+                let guard = context.clone().attach();
+                pass.started = Some((context, guard));
+            }
+            if let Some((context, _)) = &pass.started {
+                let span = context.span();
+                if span.is_recording() {
+                    for stored in stored().iter().flatten() {
+                        link_to(&span, stored);
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -413,6 +579,46 @@ pub(crate) fn step<T>(step: Step, work: impl FnOnce() -> T) -> T {
         let _ = step;
         work()
     }
+}
+
+/// Links the span current on this thread, when it is recorded, to the trace context
+/// `fetch` reads: the one stored with the intent the call works (its caller's), so a
+/// later attempt or status query, in a trace of its own, leads back to the call that
+/// asked. Nothing is read when no span records it.
+pub(crate) fn link_stored(fetch: impl FnOnce() -> Option<TraceRecord>) {
+    #[cfg(feature = "otel")]
+    on::link_stored(fetch);
+    #[cfg(not(feature = "otel"))]
+    let _ = fetch;
+}
+
+/// Runs `work`, one relay pass, as a trace of its own once it claims something (a
+/// `relay pass` span, kind `CONSUMER`, linked to each claimed operation's caller: see
+/// [`relay_claimed`]); an idle pass makes no span. `told` says, of its answer, how many
+/// events it claimed and the error's code when it failed.
+pub(crate) fn relay_pass<T>(
+    store: &'static str,
+    work: impl FnOnce() -> T,
+    told: impl FnOnce(&T) -> (usize, Option<&'static str>),
+) -> T {
+    #[cfg(feature = "otel")]
+    {
+        on::relay_pass(store, work, told)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (store, told);
+        work()
+    }
+}
+
+/// What a relay pass claimed: its span starts (and is made current) at the first claim
+/// that got something, and links to every caller context `stored` reads for it.
+pub(crate) fn relay_claimed(stored: impl FnOnce() -> Vec<Option<TraceRecord>>) {
+    #[cfg(feature = "otel")]
+    on::relay_claimed(stored);
+    #[cfg(not(feature = "otel"))]
+    let _ = stored;
 }
 
 /// The call span's `toolledger.decision`, and its `error.type` when the call did not

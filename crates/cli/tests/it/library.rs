@@ -92,7 +92,7 @@ fn an_older_store_is_refused_until_migrate_upgrades_it() {
     assert_eq!(answer["migrated"], Value::Bool(true));
     assert_eq!(
         (answer["from_version"].as_i64(), answer["to_version"].as_i64()),
-        (Some(1), Some(5))
+        (Some(1), Some(6))
     );
     assert_eq!(answer["operations"].as_i64(), Some(5));
     let backup = answer["backup_file"].as_str().unwrap();

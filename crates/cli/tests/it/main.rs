@@ -28,6 +28,7 @@ mod operators;
 mod readme;
 mod relay;
 mod tools;
+mod traces;
 
 use std::{
     path::{Path, PathBuf},

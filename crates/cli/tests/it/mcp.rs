@@ -30,7 +30,7 @@ const SERVER_MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.1.13";
 
 /// The venv's python, installed once per test binary (and kept between runs).
-fn python() -> &'static Path {
+pub(crate) fn python() -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         let venv = workspace("target/mcp/venv");
@@ -615,14 +615,14 @@ fn the_hosts_trace_context_reaches_the_upstream_and_a_replay_sends_nothing() {
 
 /// An OTLP/HTTP receiver in its own process (`crates/cli/tests/peers/otlp.py`, the
 /// official `opentelemetry-proto` messages), killed when dropped.
-struct Receiver {
+pub(crate) struct Receiver {
     child: std::process::Child,
     dir: PathBuf,
-    endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 impl Receiver {
-    fn start(dir: &Dir) -> Receiver {
+    pub(crate) fn start(dir: &Dir) -> Receiver {
         let out = dir.join("otlp");
         std::fs::create_dir_all(&out).unwrap();
         let child = Command::new(python())
@@ -643,7 +643,7 @@ impl Receiver {
     }
 
     /// The spans received so far, one JSON object each.
-    fn spans(&self) -> Vec<Value> {
+    pub(crate) fn spans(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.join("spans.jsonl"))
             .unwrap_or_default()
             .lines()
@@ -651,8 +651,13 @@ impl Receiver {
             .collect()
     }
 
+    /// The directory the receiver writes what it decoded to.
+    pub(crate) fn endpoint_dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Every byte every export request carried.
-    fn raw(&self) -> Vec<u8> {
+    pub(crate) fn raw(&self) -> Vec<u8> {
         let mut all = Vec::new();
         for entry in std::fs::read_dir(&self.dir).unwrap() {
             let path = entry.unwrap().path();
@@ -672,7 +677,7 @@ impl Drop for Receiver {
 }
 
 /// The exported spans of trace `trace_id`.
-fn of_trace<'a>(spans: &'a [Value], trace_id: &str) -> Vec<&'a Value> {
+pub(crate) fn of_trace<'a>(spans: &'a [Value], trace_id: &str) -> Vec<&'a Value> {
     spans.iter().filter(|span| span["trace_id"] == trace_id).collect()
 }
 

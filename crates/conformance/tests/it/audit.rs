@@ -86,7 +86,7 @@ fn a_file_with_only_a_meta_table_is_never_modified() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
-         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v5'); PRAGMA user_version = 5;",
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v6'); PRAGMA user_version = 6;",
     )
     .unwrap();
     drop(conn);

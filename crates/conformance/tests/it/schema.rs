@@ -12,7 +12,7 @@ use toolledger_store_sqlite::SqliteStore;
 
 use crate::{Db, Roles, TempDir, at, case, dispatch, workspace};
 
-const TABLES: [&str; 12] = [
+const TABLES: [&str; 13] = [
     "meta",
     "operations",
     "outbox",
@@ -25,6 +25,7 @@ const TABLES: [&str; 12] = [
     "counters",
     "migrations",
     "replays",
+    "trace_contexts",
 ];
 
 #[test]
@@ -34,8 +35,8 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
     assert_eq!(dispatch(&mut engine, &case(), None).code(), "OK");
     let raw = db.raw();
     assert_eq!(db.text("PRAGMA journal_mode"), "wal");
-    assert_eq!(db.int("PRAGMA user_version"), 5);
-    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v5");
+    assert_eq!(db.int("PRAGMA user_version"), 6);
+    assert_eq!(db.text("SELECT value FROM meta WHERE key = 'schema_id'"), "toolledger-store-v6");
     for table in TABLES {
         let strict: i64 = raw
             .query_row("SELECT strict FROM pragma_table_list WHERE name = ?1", [table], |row| {
@@ -49,6 +50,7 @@ fn a_new_store_is_wal_full_strict_with_foreign_keys_and_checks() {
         ("local_receipts", "operations"),
         ("call_identities", "operations"),
         ("replays", "operations"),
+        ("trace_contexts", "operations"),
     ] {
         let references: String = raw
             .query_row(
@@ -97,7 +99,7 @@ fn foreign_and_old_schemas_are_refused_and_left_untouched() {
          INSERT INTO meta VALUES ('schema_id', 'persistent-tool-runtime-v3');",
         // The right id with the wrong user_version, and the other way round.
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; \
-         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v5'); PRAGMA user_version = 6;",
+         INSERT INTO meta VALUES ('schema_id', 'toolledger-store-v6'); PRAGMA user_version = 7;",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT; PRAGMA user_version = 1;",
         "PRAGMA user_version = 1;",
     ];

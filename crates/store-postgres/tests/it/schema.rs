@@ -188,8 +188,15 @@ fn a_dropped_table_is_a_finding_and_every_other_check_still_runs() {
     assert_eq!(operations.1, Some(0));
 }
 
-/// A new store taken back to version 4: no replay records, nor the triggers and
-/// functions that invalidate them; its id and creation step.
+/// A new store taken back to version 5: no trace contexts; its id and creation step.
+const AS_V5: &str = "\
+DROP TABLE trace_contexts;
+UPDATE meta SET value = 'toolledger-store-v5' WHERE key = 'schema_id';
+UPDATE migrations SET version = 5, to_schema = 'toolledger-store-v5';
+";
+
+/// A version 5 store ([`AS_V5`]) taken back to version 4: no replay records, nor the
+/// triggers and functions that invalidate them; its id and creation step.
 const AS_V4: &str = "\
 DROP TRIGGER replays_operation_changed ON operations;
 DROP TRIGGER replays_operation_deleted ON operations;
@@ -236,12 +243,26 @@ fn migrated_from(name: &str, setup: &[&str], version: i64, steps: &[&str]) {
 }
 
 #[test]
+fn a_v5_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
+    migrated_from(
+        "v5_migrated",
+        &[AS_V5],
+        5,
+        &["none>toolledger-store-v5", "toolledger-store-v5>toolledger-store-v6"],
+    );
+}
+
+#[test]
 fn a_v4_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
     migrated_from(
         "v4_migrated",
-        &[AS_V4],
+        &[AS_V5, AS_V4],
         4,
-        &["none>toolledger-store-v4", "toolledger-store-v4>toolledger-store-v5"],
+        &[
+            "none>toolledger-store-v4",
+            "toolledger-store-v4>toolledger-store-v5",
+            "toolledger-store-v5>toolledger-store-v6",
+        ],
     );
 }
 
@@ -266,18 +287,20 @@ UPDATE migrations SET version = 3, to_schema = 'toolledger-store-v3';
 fn a_v3_store_is_refused_until_migrated_then_is_a_new_stores_equal() {
     migrated_from(
         "v3_migrated",
-        &[AS_V4, AS_V3],
+        &[AS_V5, AS_V4, AS_V3],
         3,
         &[
             "none>toolledger-store-v3",
             "toolledger-store-v3>toolledger-store-v4",
             "toolledger-store-v4>toolledger-store-v5",
+            "toolledger-store-v5>toolledger-store-v6",
         ],
     );
 
     let changed = fresh("v3_changed");
     drop(PgStore::connect(&changed, Waits::default()).unwrap());
     let mut client = raw(&changed);
+    client.batch_execute(AS_V5).unwrap();
     client.batch_execute(AS_V4).unwrap();
     client.batch_execute(AS_V3).unwrap();
     client

@@ -79,7 +79,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (1, 5, 5));
+    assert_eq!((from, to, operations), (1, 6, 5));
     // The backup is the v1 store, beside it.
     assert_eq!(backup.parent(), path.parent());
     assert_eq!(int(&backup, "PRAGMA user_version"), 1);
@@ -88,7 +88,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
     // Every row and every digest kept; the downstream recorded; the step logged.
     let after: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
     assert_eq!(after, kept);
-    assert_eq!(int(&path, "PRAGMA user_version"), 5);
+    assert_eq!(int(&path, "PRAGMA user_version"), 6);
     assert_eq!(text(&path, "PRAGMA journal_mode"), "wal");
     assert_eq!(
         int(
@@ -103,7 +103,7 @@ fn a_v1_store_is_refused_then_migrated_with_everything_kept() {
             &path,
             "SELECT group_concat(from_schema || '>' || to_schema, ' ') FROM (SELECT * FROM migrations ORDER BY version)"
         ),
-        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3 toolledger-store-v3>toolledger-store-v4 toolledger-store-v4>toolledger-store-v5"
+        "toolledger-store-v1>toolledger-store-v2 toolledger-store-v2>toolledger-store-v3 toolledger-store-v3>toolledger-store-v4 toolledger-store-v4>toolledger-store-v5 toolledger-store-v5>toolledger-store-v6"
     );
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
@@ -196,7 +196,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
     else {
         panic!("not upgraded")
     };
-    assert_eq!((from, to, operations), (2, 5, 8));
+    assert_eq!((from, to, operations), (2, 6, 8));
     assert_eq!(dump(&backup), dump(&workspace("fixtures/v2-store.sqlite3")));
     assert_eq!(KEPT.iter().map(|sql| text(&path, sql)).collect::<Vec<_>>(), kept);
     assert_eq!(text(&path, states), before_states);
@@ -223,7 +223,7 @@ fn a_v2_store_is_migrated_with_every_state_kept_and_due() {
             &path,
             "SELECT from_schema || '>' || to_schema FROM migrations ORDER BY version DESC LIMIT 1"
         ),
-        "toolledger-store-v4>toolledger-store-v5"
+        "toolledger-store-v5>toolledger-store-v6"
     );
     // The one quarantined receipt is the audit's only finding, as it was under v2.
     let audit = toolledger::audit(&path).unwrap();
@@ -341,10 +341,10 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
     let path = dir.join("ledger.sqlite3");
     std::fs::copy(workspace("fixtures/v3-store.sqlite3"), &path).unwrap();
     let kept: Vec<String> = KEPT.iter().map(|sql| text(&path, sql)).collect();
-    // v3 is refused until migrated; the steps to v4 and v5 only widen checks and add the
-    // replay records (none for what finished before), every row kept.
+    // v3 is refused until migrated; the steps to v4, v5 and v6 only widen checks and add
+    // the replay records and trace contexts (none for what came before), every row kept.
     assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
-    let Migrated::Upgraded { from: 3, to: 5, operations: 4.., .. } =
+    let Migrated::Upgraded { from: 3, to: 6, operations: 4.., .. } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded from v3")
@@ -402,8 +402,9 @@ fn a_v3_store_written_before_tool_definitions_answers_unchanged_through_the_defi
     assert_eq!(int(&path, "SELECT count(*) FROM operations WHERE status = 'succeeded'"), 4);
 }
 
-/// A v4 store (here a new store taken back to version 4: its replay records, their
-/// triggers and its id removed) is refused until migrated; the step to v5 adds the
+/// A v4 store (here a new store taken back to version 4: its trace contexts, its replay
+/// records, their triggers and its id removed) is refused until migrated; the step to
+/// v5 adds the
 /// replay records' table and triggers, byte for byte a new store's, and writes no
 /// record: an operation that finished before replays through its own rows, unchanged,
 /// and one that finishes after gets its record.
@@ -431,13 +432,14 @@ fn a_v4_store_is_migrated_and_what_finished_before_replays_without_a_record() {
         conn.execute_batch(&format!("DROP TRIGGER {trigger}")).unwrap();
     }
     conn.execute_batch(
-        "DROP TABLE replays; UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id'; \
+        "DROP TABLE trace_contexts; DROP TABLE replays; \
+         UPDATE meta SET value = 'toolledger-store-v4' WHERE key = 'schema_id'; \
          PRAGMA user_version = 4;",
     )
     .unwrap();
     drop(conn);
     assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
-    let Migrated::Upgraded { from: 4, to: 5, operations: 1, .. } =
+    let Migrated::Upgraded { from: 4, to: 6, operations: 1, .. } =
         toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
     else {
         panic!("not upgraded from v4")
@@ -449,6 +451,39 @@ fn a_v4_store_is_migrated_and_what_finished_before_replays_without_a_record() {
     assert_eq!(again.package(), from_record.package());
     assert!(ledger.dispatch(&v3_refund(2)).unwrap().outcome().is_done());
     assert_eq!(int(&path, "SELECT count(*) FROM replays"), 1);
+    let audit = toolledger::audit(&path).unwrap();
+    assert!(audit.passed(), "{}", audit.package());
+}
+
+/// A v5 store (a new store taken back to version 5: its trace contexts' table and its id
+/// removed) is refused until migrated; the step to v6 adds the table, byte for byte a
+/// new store's, and what was accepted before has no trace context: it replays unchanged.
+#[test]
+fn a_v5_store_is_migrated_and_its_operations_keep_answering() {
+    let dir = TempDir::new("v5-traces");
+    let path = dir.join("ledger.sqlite3");
+    let open = || {
+        Ledger::builder(&path).tool(RefundOrder::default().tool()).open_simulated(NoRoles).unwrap()
+    };
+    let first = open().dispatch(&v3_refund(1)).unwrap();
+    assert!(first.outcome().is_done(), "{first:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "DROP TABLE trace_contexts; \
+         UPDATE meta SET value = 'toolledger-store-v5' WHERE key = 'schema_id'; \
+         PRAGMA user_version = 5;",
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(toolledger::audit(&path).unwrap_err().code(), ErrorCode::SchemaUnsupported);
+    let Migrated::Upgraded { from: 5, to: 6, operations: 1, .. } =
+        toolledger::migrate(&path, &stand_in(), Waits::default()).unwrap()
+    else {
+        panic!("not upgraded from v5")
+    };
+    assert_eq!(int(&path, "SELECT count(*) FROM trace_contexts"), 0);
+    let again = open().dispatch(&v3_refund(1)).unwrap();
+    assert!(matches!(again.outcome(), Outcome::Replayed(_)), "{again:?}");
     let audit = toolledger::audit(&path).unwrap();
     assert!(audit.passed(), "{}", audit.package());
 }

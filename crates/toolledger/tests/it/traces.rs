@@ -659,3 +659,147 @@ fn tree_named<'a>(
         spans.iter().filter(|span| span.parent_span_id == call.span_context.span_id()).collect();
     (host, call, children)
 }
+
+/// The (trace, span) each of `span`'s links leads to, with its `toolledger.link`.
+fn links(span: &SpanData) -> Vec<(String, String, String)> {
+    span.links
+        .links
+        .iter()
+        .map(|link| {
+            let kind = link
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == "toolledger.link")
+                .map(|kv| kv.value.as_str().into_owned())
+                .unwrap_or_default();
+            let context = &link.span_context;
+            (context.trace_id().to_string(), context.span_id().to_string(), kind)
+        })
+        .collect()
+}
+
+/// Where a link to `span` leads.
+fn link_to(span: &SpanData) -> (String, String, String) {
+    let context = &span.span_context;
+    (context.trace_id().to_string(), context.span_id().to_string(), "caller".to_owned())
+}
+
+#[test]
+fn a_worker_and_a_later_status_query_link_back_to_the_call_that_asked() {
+    let dir = TempDir::new("traces-linked");
+    let ledger = ledger(&dir);
+    let call = paying(SECRET_AMOUNT, "call-1");
+    let mut accepted = None;
+    let asked = traced(|| accepted = Some(ledger.enqueue(&call).unwrap()));
+    let (_, asking, _) = tree(&asked);
+    let status_ref = accepted.unwrap().status_ref().unwrap().clone();
+
+    // The worker, in a trace of its own: its call span links to the caller's.
+    let worked =
+        traced(|| assert!(ledger.process(&status_ref, &call).unwrap().outcome().is_done()));
+    let (_, working, _) = tree(&worked);
+    assert_ne!(working.span_context.trace_id(), asking.span_context.trace_id());
+    assert_eq!(links(working), [link_to(asking)]);
+
+    // A status query by ref alone, later, in another trace: linked the same way.
+    let query = toolledger::StatusQuery::new("acme", "user-1").model_call(ModelCall::new(
+        "openai",
+        "responses",
+        "openai-responses-2026-05",
+        "resp-9",
+        "status-9",
+    ));
+    let queried =
+        traced(|| assert!(ledger.status_of(&query, &status_ref).unwrap().outcome().is_done()));
+    let (_, querying, _) = tree_named(&queried, "execute_tool");
+    assert_eq!(links(querying), [link_to(asking)]);
+}
+
+#[test]
+fn a_call_outside_any_trace_stores_no_context_and_one_inside_stores_its_spans() {
+    let dir = TempDir::new("traces-stored");
+    let ledger = ledger(&dir);
+    assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done());
+    let count = || {
+        let db = rusqlite::Connection::open(dir.join("ledger.sqlite3")).unwrap();
+        db.query_row("SELECT count(*), max(traceparent) FROM trace_contexts", [], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
+        })
+        .unwrap()
+    };
+    assert_eq!(count(), (0, None), "no trace, nothing more written");
+    let other = Call::new("pay", json!({"amount_minor": 7}))
+        .principal("acme", "user-1")
+        .idempotency_key("key-2")
+        .model_call(ModelCall::new("openai", "responses", "openai-responses-2026-05", "r2", "c2"));
+    let spans = traced(|| assert!(ledger.dispatch(&other).unwrap().outcome().is_done()));
+    let (_, call, _) = tree(&spans);
+    let stored = format!("00-{}-{}-01", call.span_context.trace_id(), call.span_context.span_id());
+    assert_eq!(count(), (1, Some(stored)), "the call's own span, to link back to");
+}
+
+#[test]
+fn a_relay_pass_is_a_trace_of_its_own_linked_to_each_caller_and_an_idle_one_makes_none() {
+    let dir = TempDir::new("traces-relay");
+    let ledger = ledger(&dir);
+    let mut callers = Vec::new();
+    for (key, call_id) in [("key-r1", "call-r1"), ("key-r2", "call-r2")] {
+        let call = Call::new("pay", json!({"amount_minor": 5}))
+            .principal("acme", "user-1")
+            .idempotency_key(key)
+            .model_call(ModelCall::new(
+                "openai",
+                "responses",
+                "openai-responses-2026-05",
+                "r",
+                call_id,
+            ));
+        let spans = traced(|| assert!(ledger.enqueue(&call).unwrap().status_ref().is_some()));
+        callers.push(tree(&spans).1.clone());
+    }
+    let relay = || {
+        toolledger::Relay::new(dir.join("ledger.sqlite3")).tool(crate::many::pay()).run(
+            || {
+                Ok(Pays {
+                    identity: DownstreamIdentity::new("payments", "1").unwrap(),
+                    performed: Mutex::default(),
+                    loses_answers: AtomicBool::new(false),
+                })
+            },
+            || NoRoles,
+            &serde_json::Value::Null,
+            toolledger::Until::Drained,
+            &|_| {},
+        )
+    };
+    assert_eq!(relay().unwrap().delivered, 2);
+    let finished = exporter().get_finished_spans().unwrap();
+    let passes: Vec<&SpanData> = finished
+        .iter()
+        .filter(|span| span.name == "relay pass")
+        .filter(|span| links(span).contains(&link_to(&callers[0])))
+        .collect();
+    assert_eq!(passes.len(), 1, "{passes:#?}");
+    let pass = passes[0];
+    assert_eq!(pass.span_kind, SpanKind::Consumer);
+    assert_eq!(pass.parent_span_id, opentelemetry::trace::SpanId::INVALID, "a trace of its own");
+    let mut linked = links(pass);
+    linked.sort();
+    let mut expected: Vec<_> = callers.iter().map(link_to).collect();
+    expected.sort();
+    assert_eq!(linked, expected);
+    assert_eq!(attribute(pass, "toolledger.claimed"), Some(&opentelemetry::Value::I64(2)));
+    let steps: Vec<String> = finished
+        .iter()
+        .filter(|span| span.parent_span_id == pass.span_context.span_id())
+        .map(|span| span.name.to_string())
+        .collect();
+    assert_eq!(steps, ["claim", "execute", "commit C"]);
+
+    // Nothing due: no pass span.
+    let before = finished.iter().filter(|span| span.name == "relay pass").count();
+    assert_eq!(relay().unwrap().claimed, 0);
+    let after =
+        exporter().get_finished_spans().unwrap().iter().filter(|s| s.name == "relay pass").count();
+    assert_eq!(before, after, "an idle pass makes no span");
+}
