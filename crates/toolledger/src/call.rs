@@ -173,6 +173,9 @@ impl Call {
             purpose,
             parent: self.trace.as_ref(),
             host_span: self.host_span,
+            principal: Some((self.principal.0.as_str(), self.principal.1.as_str())),
+            arguments: Some(&self.arguments),
+            capture: crate::Capture::default(),
         }
     }
 
@@ -473,6 +476,9 @@ impl StatusQuery {
             purpose: crate::traces::Purpose::QueryStatus,
             parent: self.trace.as_ref(),
             host_span: self.host_span,
+            principal: Some((self.principal.0.as_str(), self.principal.1.as_str())),
+            arguments: None,
+            capture: crate::Capture::default(),
         }
     }
 

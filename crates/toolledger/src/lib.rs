@@ -130,7 +130,7 @@ pub use crate::{
     reply::{Outcome, Receipt, Reply},
     store::{Location, Store, StoreClock},
     tasks::{AsyncDownstream, OnRuntime},
-    traces::{Entered, TraceContext},
+    traces::{Capture, Entered, TraceContext},
 };
 
 /// The simulated downstream of the command line: the stand-in refund API on its own
@@ -266,6 +266,8 @@ struct Shared<D, R> {
     lease: LeaseSeconds,
     /// The scopes a dispatch of this ledger is working now (see [`Turns`]).
     turns: Turns,
+    /// What its spans record beyond the defaults.
+    capture: traces::Capture,
 }
 
 /// What [`Ledger::known`] found for a call.
@@ -395,6 +397,7 @@ pub struct LedgerBuilder {
     waits: Waits,
     worker: Option<String>,
     lease_seconds: i64,
+    capture: traces::Capture,
 }
 
 impl Ledger<(), ()> {
@@ -421,6 +424,7 @@ impl Ledger<(), ()> {
             waits: Waits::default(),
             worker: None,
             lease_seconds: 30,
+            capture: traces::Capture::from_env(),
         }
     }
 }
@@ -520,6 +524,20 @@ impl LedgerBuilder {
         self
     }
 
+    /// What the ledger's spans record beyond the defaults (default: what the
+    /// environment asks, [`Capture::from_env`]): the arguments and result, the principal.
+    /// Each is data a trace backend would then keep; off unless the operator opts in.
+    ///
+    /// ```
+    /// let builder = toolledger::Ledger::builder("ledger.sqlite3")
+    ///     .capture_in_spans(toolledger::Capture { content: false, principal: true });
+    /// # let _ = builder;
+    /// ```
+    pub fn capture_in_spans(mut self, capture: traces::Capture) -> LedgerBuilder {
+        self.capture = capture;
+        self
+    }
+
     /// Opens the ledger with the host's own downstream and principal resolver.
     ///
     /// # Errors
@@ -568,6 +586,7 @@ impl LedgerBuilder {
                 worker,
                 lease,
                 turns: Turns::default(),
+                capture: self.capture,
             }),
         })
     }
@@ -680,7 +699,8 @@ impl<D: Downstream, R: PrincipalResolver> Ledger<D, R> {
         named: &traces::Named<'_>,
         work: impl FnOnce() -> Result<Reply, Error>,
     ) -> Result<Reply, Error> {
-        let span = traces::CallSpan::start(named, self.shared.location.backend());
+        let named = named.clone().capturing(self.shared.capture);
+        let span = traces::CallSpan::start(&named, self.shared.location.backend());
         let answer = span.run(work);
         span.end(&answer);
         answer

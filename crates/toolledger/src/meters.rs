@@ -196,12 +196,9 @@ mod on {
                 .build();
         }
         let counters: [Figure; 5] = [
-            (
-                "toolledger.claims",
-                "Claims made: attempts, every operation ever.",
-                "{claim}",
-                |f| f.attempts,
-            ),
+            ("toolledger.claims", "Claims made: attempts, every operation ever.", "{claim}", |f| {
+                f.attempts
+            }),
             (
                 "toolledger.lease_reclaims",
                 "Expired leases taken over by another worker.",

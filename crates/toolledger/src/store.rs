@@ -262,7 +262,8 @@ impl Store {
             traceparent: context.traceparent().to_owned(),
             tracestate: context.tracestate().to_owned(),
         });
-        traces::step(Step::CommitA, || match (trace, claim) {
+        let claimed = claim.is_some();
+        let reserved = traces::step(Step::CommitA, || match (trace, claim) {
             (Some(trace), claim) => self.reserve_traced(intent, call, now, claim, &trace),
             (None, None) => match self {
                 Store::Sqlite(store) => store.reserve(intent, call, now),
@@ -272,7 +273,11 @@ impl Store {
                 Store::Sqlite(store) => store.reserve_claimed(intent, call, now, owner, lease),
                 Store::Postgres(store) => store.reserve_claimed(intent, call, now, owner, lease),
             },
-        })
+        })?;
+        if claimed && matches!(reserved, Reservation::Reserved(_)) {
+            traces::attempt(1);
+        }
+        Ok(reserved)
     }
 }
 
@@ -317,6 +322,23 @@ impl LedgerStore for Store {
         self.reserve_in_trace(intent, call, now, Some((owner, lease)))
     }
 
+    fn claim(
+        &mut self,
+        status_ref: &StatusRef,
+        owner: &Identifier,
+        now: Now,
+        lease: LeaseSeconds,
+    ) -> Result<Claim, StoreError> {
+        let claim = traces::step(Step::Claim, || match self {
+            Store::Sqlite(store) => store.claim(status_ref, owner, now, lease),
+            Store::Postgres(store) => store.claim(status_ref, owner, now, lease),
+        })?;
+        if let Claim::Claimed(claimed) = &claim {
+            traces::attempt(claimed.attempt);
+        }
+        Ok(claim)
+    }
+
     fn claim_due(
         &mut self,
         owner: &Identifier,
@@ -345,8 +367,6 @@ impl LedgerStore for Store {
             Step::CommitC { synced: ending.durability() == toolledger_store::driver::Durability::Synced };
         finalize_many(items: &[(StatusRef, Finalizer, LocalReceipt)], now: Now)
             -> Vec<Finalize> = Step::CommitC { synced: false };
-        claim(status_ref: &StatusRef, owner: &Identifier, now: Now, lease: LeaseSeconds) -> Claim =
-            Step::Claim;
     }
 
     delegate! {

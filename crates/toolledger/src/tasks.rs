@@ -351,7 +351,7 @@ where
         call: &Call,
     ) -> impl Future<Output = Result<Reply, Error>> + Send + 'static {
         // The call's span starts here, under the context current where the host calls.
-        let named = call.named(crate::traces::Purpose::Dispatch);
+        let named = call.named(crate::traces::Purpose::Dispatch).capturing(self.shared.capture);
         let span = crate::traces::CallSpan::start(&named, self.shared.location.backend());
         let (ledger, call) = (self.clone(), Arc::new(call.clone()));
         async move {

@@ -44,6 +44,9 @@ pub(crate) struct CallSpan {
     /// What the call asks and of which store, for its `toolledger.calls` count.
     #[cfg(feature = "otel")]
     counted: (Purpose, &'static str),
+    /// What it records beyond the defaults (the result, when opted in).
+    #[cfg(feature = "otel")]
+    capture: Capture,
 }
 
 /// A W3C trace context (`traceparent`, and `tracestate`): the one a call continues
@@ -207,6 +210,7 @@ pub struct Entered {
 
 /// What the call span says of the call before it is worked.
 #[cfg_attr(not(feature = "otel"), allow(dead_code, reason = "read by the spans alone"))]
+#[derive(Clone)]
 pub(crate) struct Named<'a> {
     /// The tool, as the call names it.
     pub(crate) tool: &'a str,
@@ -219,6 +223,12 @@ pub(crate) struct Named<'a> {
     /// Whether the host's span (the parent) is the call's own: no span is made, the
     /// host's gets the attributes.
     pub(crate) host_span: bool,
+    /// Who asks, recorded only when the operator opts in ([`Capture::principal`]).
+    pub(crate) principal: Option<(&'a str, &'a str)>,
+    /// The arguments, recorded only when the operator opts in ([`Capture::content`]).
+    pub(crate) arguments: Option<&'a serde_json::Value>,
+    /// What the ledger's spans record beyond the defaults.
+    pub(crate) capture: Capture,
 }
 
 impl Named<'_> {
@@ -230,6 +240,56 @@ impl Named<'_> {
             purpose,
             parent: None,
             host_span: false,
+            principal: Some((
+                call.principal.tenant_id.as_str(),
+                call.principal.subject_id.as_str(),
+            )),
+            arguments: Some(&call.proposal.arguments),
+            capture: Capture::default(),
+        }
+    }
+
+    /// The same, recording what `capture` opts in to.
+    pub(crate) fn capturing(mut self, capture: Capture) -> Self {
+        self.capture = capture;
+        self
+    }
+}
+
+/// What a ledger's spans record beyond the defaults, each off unless the operator opts
+/// in (`docs/observability.md`, "Opting in"): given to
+/// [`LedgerBuilder::capture_in_spans`](crate::LedgerBuilder::capture_in_spans), or read
+/// from the environment ([`Capture::from_env`], the default).
+///
+/// ```
+/// let capture = toolledger::Capture { content: false, principal: false };
+/// assert_eq!(capture, toolledger::Capture::default());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capture {
+    /// The call's arguments and its result, as the GenAI conventions' opt-in
+    /// `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` (canonical JSON).
+    pub content: bool,
+    /// The tenant and the subject, as `toolledger.tenant` and `toolledger.subject`.
+    pub principal: bool,
+}
+
+impl Capture {
+    /// What the environment asks for: `content` when
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is `true` (the variable
+    /// OpenTelemetry's GenAI instrumentations read), `principal` when
+    /// `TOOLLEDGER_OTEL_CAPTURE_PRINCIPAL` is `true`; nothing otherwise.
+    ///
+    /// ```
+    /// let capture = toolledger::Capture::from_env();
+    /// # let _ = capture;
+    /// ```
+    pub fn from_env() -> Capture {
+        let on =
+            |name: &str| std::env::var(name).is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+        Capture {
+            content: on("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"),
+            principal: on("TOOLLEDGER_OTEL_CAPTURE_PRINCIPAL"),
         }
     }
 }
@@ -328,6 +388,15 @@ mod on {
         if let Some(call_id) = named.call_id {
             attributes.push(KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()));
         }
+        let capture = named.capture;
+        if let (true, Some((tenant, subject))) = (capture.principal, named.principal) {
+            attributes.push(KeyValue::new("toolledger.tenant", tenant.to_owned()));
+            attributes.push(KeyValue::new("toolledger.subject", subject.to_owned()));
+        }
+        if let (true, Some(arguments)) = (capture.content, named.arguments) {
+            let arguments = toolledger_json::canonicalize(arguments);
+            attributes.push(KeyValue::new("gen_ai.tool.call.arguments", arguments));
+        }
         if named.host_span {
             // The host's span is the call's: it gets the attributes (a remote one, which
             // this process cannot write to, is the host's to describe), and stays open.
@@ -335,8 +404,9 @@ mod on {
             for attribute in attributes {
                 span.set_attribute(attribute);
             }
-            let counted = (named.purpose, store);
-            return CallSpan { parent: Parent { context: parent.clone() }, owned: false, counted };
+            let (counted, capture) = ((named.purpose, store), named.capture);
+            let parent = Parent { context: parent.clone() };
+            return CallSpan { parent, owned: false, counted, capture };
         }
         let span = tracer
             .span_builder(if named.tool.is_empty() {
@@ -347,8 +417,13 @@ mod on {
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes)
             .start_with_context(&tracer, parent);
-        let counted = (named.purpose, store);
-        CallSpan { parent: Parent { context: parent.with_span(span) }, owned: true, counted }
+        let (counted, capture) = ((named.purpose, store), named.capture);
+        CallSpan {
+            parent: Parent { context: parent.with_span(span) },
+            owned: true,
+            counted,
+            capture,
+        }
     }
 
     pub(super) fn end(call: &CallSpan, answer: &Result<Reply, Error>) {
@@ -357,6 +432,16 @@ mod on {
         let (purpose, store) = call.counted;
         crate::meters::call_ended(purpose.as_str(), store, decision);
         span.set_attribute(KeyValue::new("toolledger.decision", decision));
+        if let (true, Ok(reply)) = (call.capture.content, answer) {
+            use crate::Outcome;
+            if let Outcome::Fresh(receipt)
+            | Outcome::Replayed(receipt)
+            | Outcome::Reconciled(receipt) = reply.outcome()
+            {
+                let result = toolledger_json::canonicalize(receipt.output());
+                span.set_attribute(KeyValue::new("gen_ai.tool.call.result", result));
+            }
+        }
         if let Some(error) = error {
             span.set_attribute(KeyValue::new("error.type", error));
             span.set_status(Status::error(error));
@@ -579,6 +664,20 @@ pub(crate) fn step<T>(step: Step, work: impl FnOnce() -> T) -> T {
         let _ = step;
         work()
     }
+}
+
+/// Records on the call span current on this thread the attempt a claim was granted
+/// (`toolledger.attempt`: 1 for a dispatch's own claim, more for a retry or a
+/// takeover).
+pub(crate) fn attempt(attempt: i64) {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        let context = opentelemetry::Context::current();
+        context.span().set_attribute(opentelemetry::KeyValue::new("toolledger.attempt", attempt));
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = attempt;
 }
 
 /// Links the span current on this thread, when it is recorded, to the trace context

@@ -300,3 +300,27 @@ fn metrics_when(receiver: &Receiver, ready: impl Fn(&[Value]) -> bool) -> Vec<Va
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// With no exporter and no caller's trace, a call keeps no trace context (nothing more
+/// is written); with a caller's `TRACEPARENT` and still no exporter, the API's no-op
+/// span carries the caller's context, and that is what commit A keeps: a later attempt
+/// links to the caller's own span.
+#[test]
+fn a_command_outside_any_trace_keeps_no_context_and_one_in_its_callers_keeps_that() {
+    let dir = Dir::new();
+    let plain = dir.run(&["--fixture", "case.json", "dispatch"]);
+    assert_eq!(plain.code, 0, "{plain:?}");
+    assert_eq!(dir.db_int("SELECT count(*) FROM trace_contexts"), 0);
+    dir.write_case("other.json", |case| {
+        case["host_context"]["idempotency_key"] = Value::from("refund-ord-1001-b");
+        case["host_context"]["provider_call_id"] = Value::from("call-002");
+    });
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let traced = dir.run_with(
+        &["--fixture", "other.json", "dispatch"],
+        &[("TRACEPARENT", parent), ("TRACESTATE", "vendor=v1")],
+    );
+    assert_eq!(traced.code, 0, "{traced:?}");
+    let rows = dir.db_rows("SELECT traceparent, tracestate FROM trace_contexts");
+    assert_eq!(rows, [[Some(parent.to_owned()), Some("vendor=v1".to_owned())]]);
+}

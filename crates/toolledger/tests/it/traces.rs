@@ -208,6 +208,7 @@ fn a_fresh_call_is_one_span_under_the_hosts_with_what_the_ledger_did_beneath() {
     );
     assert_eq!(text(children[2], "toolledger.durability"), "lazy", "the downstream can look up");
     assert_eq!(spans.len(), 5, "the host's, the call's and three steps: {spans:#?}");
+    assert_eq!(attribute(call, "toolledger.attempt"), Some(&opentelemetry::Value::I64(1)));
 }
 
 #[test]
@@ -222,6 +223,7 @@ fn a_replay_is_the_call_span_alone_and_a_conflict_says_its_code() {
     let (_, call, children) = tree(&spans);
     assert_eq!(text(call, "toolledger.decision"), "replay");
     assert!(children.is_empty(), "a replay is no new effect: {children:#?}");
+    assert!(attribute(call, "toolledger.attempt").is_none(), "a replay makes no attempt");
 
     // The same key with another amount: a conflict, an error of its code.
     let spans = traced(|| {
@@ -322,6 +324,7 @@ fn a_queued_call_and_its_worker_are_each_a_span_of_their_purpose() {
     assert_eq!(text(span, "toolledger.purpose"), "process");
     assert_eq!(text(span, "toolledger.decision"), "fresh");
     assert_eq!(steps(&spans, span), ["claim", "execute", "commit C"]);
+    assert_eq!(attribute(span, "toolledger.attempt"), Some(&opentelemetry::Value::I64(1)));
 }
 
 #[test]
@@ -715,27 +718,32 @@ fn a_worker_and_a_later_status_query_link_back_to_the_call_that_asked() {
     assert_eq!(links(querying), [link_to(asking)]);
 }
 
+/// Commit A keeps the call span's own context (the one a later attempt links to). A call
+/// with no provider and no parent keeps none: the command line's
+/// `traces::a_command_outside_any_trace_keeps_no_context_and_one_in_its_callers_keeps_that`
+/// checks it, in processes with no provider (this one has the SDK's installed).
 #[test]
-fn a_call_outside_any_trace_stores_no_context_and_one_inside_stores_its_spans() {
+fn a_call_in_a_trace_keeps_its_own_spans_context_beside_the_intent() {
     let dir = TempDir::new("traces-stored");
     let ledger = ledger(&dir);
-    assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done());
-    let count = || {
+    let stored = || {
         let db = rusqlite::Connection::open(dir.join("ledger.sqlite3")).unwrap();
         db.query_row("SELECT count(*), max(traceparent) FROM trace_contexts", [], |row| {
             Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
         })
         .unwrap()
     };
-    assert_eq!(count(), (0, None), "no trace, nothing more written");
-    let other = Call::new("pay", json!({"amount_minor": 7}))
-        .principal("acme", "user-1")
-        .idempotency_key("key-2")
-        .model_call(ModelCall::new("openai", "responses", "openai-responses-2026-05", "r2", "c2"));
-    let spans = traced(|| assert!(ledger.dispatch(&other).unwrap().outcome().is_done()));
+    let spans = traced(|| {
+        assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done())
+    });
     let (_, call, _) = tree(&spans);
-    let stored = format!("00-{}-{}-01", call.span_context.trace_id(), call.span_context.span_id());
-    assert_eq!(count(), (1, Some(stored)), "the call's own span, to link back to");
+    let own = format!("00-{}-{}-01", call.span_context.trace_id(), call.span_context.span_id());
+    assert_eq!(stored(), (1, Some(own)), "the call's own span, to link back to");
+    // A replay writes nothing, so keeps nothing more.
+    traced(|| {
+        assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done())
+    });
+    assert_eq!(stored().0, 1);
 }
 
 #[test]
@@ -802,4 +810,61 @@ fn a_relay_pass_is_a_trace_of_its_own_linked_to_each_caller_and_an_idle_one_make
     let after =
         exporter().get_finished_spans().unwrap().iter().filter(|s| s.name == "relay pass").count();
     assert_eq!(before, after, "an idle pass makes no span");
+}
+
+#[test]
+fn the_arguments_result_and_principal_are_recorded_only_when_the_operator_opts_in() {
+    let dir = TempDir::new("traces-capture");
+    let pays = Pays {
+        identity: DownstreamIdentity::new("payments", "1").unwrap(),
+        performed: Mutex::default(),
+        loses_answers: AtomicBool::new(false),
+    };
+    let capture = toolledger::Capture { content: true, principal: true };
+    let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
+        .tool(crate::many::pay())
+        .capture_in_spans(capture)
+        .open(pays, NoRoles)
+        .unwrap();
+    let spans = traced(|| {
+        assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done());
+    });
+    let (_, call, _) = tree(&spans);
+    assert_eq!(
+        text(call, "gen_ai.tool.call.arguments"),
+        format!("{{\"amount_minor\":{SECRET_AMOUNT}}}")
+    );
+    assert_eq!(
+        text(call, "gen_ai.tool.call.result"),
+        format!("{{\"payment_id\":\"{SECRET_RESULT}\"}}")
+    );
+    assert_eq!(
+        (text(call, "toolledger.tenant"), text(call, "toolledger.subject")),
+        ("acme".to_owned(), "user-1".to_owned())
+    );
+    // The key is never recorded, opted in or not.
+    assert!(!everything(&spans).contains(SECRET_KEY));
+    // By default (the environment says nothing here): none of them.
+    let plain = ledger_at(&dir, "plain.sqlite3");
+    let spans = traced(|| {
+        assert!(plain.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done());
+    });
+    let (_, call, _) = tree(&spans);
+    for key in [
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "toolledger.tenant",
+        "toolledger.subject",
+    ] {
+        assert!(attribute(call, key).is_none(), "{key}");
+    }
+}
+
+fn ledger_at(dir: &TempDir, file: &str) -> Ledger<Pays, NoRoles> {
+    let pays = Pays {
+        identity: DownstreamIdentity::new("payments", "1").unwrap(),
+        performed: Mutex::default(),
+        loses_answers: AtomicBool::new(false),
+    };
+    Ledger::builder(dir.join(file)).tool(crate::many::pay()).open(pays, NoRoles).unwrap()
 }
