@@ -26,9 +26,10 @@ const CLI: &str = "toolledger-cli";
 const MCP: &str = "toolledger-mcp";
 const PYTHON: &str = "toolledger-python";
 const TESTKIT: &str = "toolledger-testkit";
+const OTLP: &str = "toolledger-otlp";
 
 /// Each crate of the design and the workspace crates it may depend on.
-const GRAPH: [(&str, &[&str]); 16] = [
+const GRAPH: [(&str, &[&str]); 17] = [
     (JSON, &[]),
     (CONTRACT, &[JSON]),
     (STORE, &[JSON, CONTRACT]),
@@ -43,10 +44,12 @@ const GRAPH: [(&str, &[&str]); 16] = [
     (FACADE, &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, DOWNSTREAM, ENGINE, HTTP]),
     // The MCP gateway is a frontend: it reaches the ledger through the facade alone.
     (MCP, &[JSON, FACADE]),
+    // The exporters of the processes that own their configuration; no ledger crate.
+    (OTLP, &[]),
     // The Python package's binding is a frontend too (unpublished on crates.io).
-    (PYTHON, &[JSON, FACADE]),
+    (PYTHON, &[JSON, FACADE, OTLP]),
     // The command line reaches the flows through the facade alone, never the engine.
-    (CLI, &[JSON, CONTRACT, STORE, POSTGRES, FACADE, MCP]),
+    (CLI, &[JSON, CONTRACT, STORE, POSTGRES, FACADE, MCP, OTLP]),
     (
         "toolledger-bench",
         &[JSON, CONTRACT, STORE, SQLITE, POSTGRES, ENGINE, HTTP, FACADE, CLI, MCP, TESTKIT],
@@ -159,8 +162,10 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "hyper-util",
             "http-body-util",
             "bytes",
-            // The span exporter of `src/otel.rs`: the OpenTelemetry SDK and its OTLP/HTTP
-            // exporter, whose HTTP client is ureq behind the exporter's client trait.
+        ],
+        // The exporters of the command and the Python package: the OpenTelemetry SDK and
+        // its OTLP/HTTP exporter, whose HTTP client is ureq behind the exporter's trait.
+        "toolledger-otlp" => &[
             "opentelemetry",
             "opentelemetry_sdk",
             "opentelemetry-otlp",
@@ -168,6 +173,7 @@ fn allowed_external(krate: &str) -> &'static [&'static str] {
             "async-trait",
             "http",
             "ureq",
+            "bytes",
         ],
         _ => &[],
     }

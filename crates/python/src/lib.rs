@@ -572,6 +572,7 @@ impl Ledger {
             worker,
             lease_seconds,
         };
+        exporting(py)?;
         let ledger = py.detach(|| recipe.open()).map_err(|err| raise(&err))?;
         Ok(Ledger {
             state: Mutex::new(State { recipe, ledger: Some(ledger) }),
@@ -1039,8 +1040,49 @@ fn is_key(text: &str) -> bool {
     toolledger::Identifier::new(text).is_ok()
 }
 
+/// The process's exporters of the ledger's own spans and metrics (its steps: commit A,
+/// the downstream's call, commit C), installed when the first ledger opens if the
+/// standard `OTEL_*` variables ask for them (`docs/python.md`, "Traces"); the host's
+/// Python spans go through its own exporter. `None` when nothing is exported.
+static EXPORTING: std::sync::OnceLock<Option<toolledger_otlp::Exporting>> =
+    std::sync::OnceLock::new();
+
+/// Installs the exporters once per process. A configuration the package cannot honour
+/// (gRPC, which a Python host's own exporter may use; an `https://` endpoint) exports
+/// nothing from the ledger and says why in a `RuntimeWarning`: telemetry never stops a
+/// host's ledger from opening.
+fn exporting(py: Python<'_>) -> PyResult<()> {
+    let mut refused = None;
+    EXPORTING.get_or_init(|| match toolledger_otlp::start(&std::env::vars().collect()) {
+        Ok(exporting) => Some(exporting),
+        Err(message) => {
+            refused = Some(message);
+            None
+        }
+    });
+    if let Some(message) = refused {
+        let warning = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+        let message = std::ffi::CString::new(format!(
+            "toolledger exports none of its own spans or metrics: {message}"
+        ))
+        .unwrap_or_default();
+        PyErr::warn(py, &warning, &message, 1)?;
+    }
+    Ok(())
+}
+
+/// Exports what the ledger's exporters hold now: the package runs it at the
+/// interpreter's exit, so the last calls' spans are not lost.
+#[pyfunction]
+fn _flush(py: Python<'_>) {
+    if let Some(Some(exporting)) = EXPORTING.get() {
+        py.detach(|| exporting.flush());
+    }
+}
+
 #[pymodule]
 fn _toolledger(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(_flush, module)?)?;
     module.add_function(wrap_pyfunction!(is_key, module)?)?;
     module.add_class::<Ledger>()?;
     module.add_class::<Completions>()?;

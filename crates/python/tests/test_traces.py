@@ -159,3 +159,86 @@ def test_a_call_refused_before_acceptance_is_an_error_span(sqlite_location, paym
     assert span.attributes["toolledger.decision"] == "error"
     assert span.attributes["error.type"] == raised.value.code
     assert span.status.status_code == StatusCode.ERROR
+
+
+EXPORTING_HOST = r'''
+import json, os, sys, tempfile
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import toolledger as tl
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+ledger = tl.Ledger.open(os.path.join(tempfile.mkdtemp(), "l.sqlite3"), tenant="acme", subject="u-1")
+
+@ledger.tool(
+    input_schema={"type": "object", "properties": {"to": {"type": "string"}},
+                  "required": ["to"], "additionalProperties": False},
+    output_schema={"type": "object", "properties": {"sent": {"type": "boolean"}},
+                   "required": ["sent"], "additionalProperties": False},
+)
+def send_email(to):
+    "Send one email."
+    return {"sent": True}
+
+with trace.get_tracer("host").start_as_current_span("agent turn"):
+    assert send_email.call({"to": "secret-5e1f@example.com"}, key="mail-5e1f").done
+(call,) = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+print(json.dumps({"trace_id": format(call.context.trace_id, "032x"),
+                  "span_id": format(call.context.span_id, "016x")}))
+'''
+
+
+def test_the_ledgers_own_steps_are_exported_under_the_hosts_tool_span(tmp_path):
+    """With the standard OTEL_* variables set, the package's Rust side exports the
+    ledger's steps over OTLP/HTTP (to a receiver decoding with the official
+    ``opentelemetry-proto`` messages), children of the call's span the host's own
+    Python exporter holds: one trace from the host's span through the ledger's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    receiver = subprocess.Popen(
+        [sys.executable, str(ROOT / "crates/cli/tests/peers/otlp.py"), str(tmp_path)]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "port").exists():
+            assert time.monotonic() < deadline, "the receiver did not start"
+            time.sleep(0.02)
+        port = (tmp_path / "port").read_text().strip()
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_SERVICE_NAME": "python-host",
+        }
+        child = subprocess.run(
+            [sys.executable, "-c", EXPORTING_HOST],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert child.returncode == 0, child.stderr
+        host = json.loads(child.stdout.strip().splitlines()[-1])
+        spans_file = tmp_path / "spans.jsonl"
+        while True:
+            spans = [json.loads(line) for line in spans_file.read_text().splitlines()] if spans_file.exists() else []
+            steps = [s for s in spans if s["parent_span_id"] == host["span_id"]]
+            if len(steps) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert sorted(s["name"] for s in steps) == ["commit A", "commit C", "execute"], spans
+        assert all(s["trace_id"] == host["trace_id"] for s in steps)
+        assert {s["service"] for s in steps} == {"python-host"}
+        raw = b"".join(p.read_bytes() for p in tmp_path.glob("raw-*.bin"))
+        for secret in (b"mail-5e1f", b"secret-5e1f@example.com", b"acme", b"u-1"):
+            assert secret not in raw, secret
+    finally:
+        receiver.kill()
+        receiver.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import contextvars
@@ -23,6 +24,10 @@ except ImportError:  # OpenTelemetry is the host's choice: without it, no spans.
     _otel = None  # type: ignore[assignment]
 
 _ANSWERS = (Receipt, NotSent, Refused, Unknown)
+
+# The ledger's own spans and metrics (when the OTEL_* variables export them) leave
+# before the interpreter does.
+atexit.register(_toolledger._flush)
 
 _T = TypeVar("_T")
 
