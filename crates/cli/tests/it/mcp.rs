@@ -21,8 +21,11 @@ use crate::{Dir, workspace};
 /// The SDK version the tests drive the gateway with (the peers' one pin, shared with the bench).
 const MCP_SDK: &str = include_str!("../../../mcp/tests/peers/requirements.txt").trim_ascii();
 /// The official OpenTelemetry protobuf messages, which the OTLP receiver of the trace
-/// tests decodes with (`crates/cli/tests/peers/otlp.py`).
+/// tests decodes with (`crates/cli/tests/peers/otlp.py`), and the official Python SDK
+/// with its OTLP/HTTP exporter, with which the payments upstream exports its own span.
 const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
+const OTEL_SDK: &str = "opentelemetry-sdk==1.45.2";
+const OTLP_EXPORTER: &str = "opentelemetry-exporter-otlp-proto-http==1.45.2";
 /// The published upstream.
 const SERVER_MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 /// The official conformance suite: 0.1.13 is its last release that runs on Node 20
@@ -35,16 +38,16 @@ pub(crate) fn python() -> &'static Path {
     PYTHON.get_or_init(|| {
         let venv = workspace("target/mcp/venv");
         let python = venv.join("bin/python");
-        let ready = venv.join(format!(".ready-{MCP_SDK}-{OTLP_PROTO}"));
+        let ready = venv.join(format!(".ready-{MCP_SDK}-{OTLP_PROTO}-{OTLP_EXPORTER}"));
         if !ready.exists() {
             let status = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap();
             assert!(status.success(), "python3 -m venv failed");
             let status = Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-                .args([MCP_SDK, OTLP_PROTO])
+                .args([MCP_SDK, OTLP_PROTO, OTEL_SDK, OTLP_EXPORTER])
                 .status()
                 .unwrap();
-            assert!(status.success(), "pip install {MCP_SDK} {OTLP_PROTO} failed");
+            assert!(status.success(), "pip install {MCP_SDK} and OpenTelemetry's failed");
             std::fs::write(&ready, b"").unwrap();
         }
         python
@@ -728,11 +731,12 @@ fn the_gateways_spans_reach_an_otlp_receiver_in_the_hosts_trace_and_hold_no_secr
     );
     assert_eq!((code(&answers[0]), code(&answers[1])), ("OK".to_owned(), "OK".to_owned()));
     let payment_id = answers[0]["structuredContent"]["payment_id"].as_str().unwrap().to_owned();
-    // The gateway exited when the host closed its input: its last spans left first.
+    // The gateway exited when the host closed its input: its last spans left first (the
+    // gateway's four of the fresh call, the upstream's one, the replay's call span).
     let started = Instant::now();
     let spans = loop {
         let spans = receiver.spans();
-        if of_trace(&spans, replay).len() == 1 && of_trace(&spans, fresh).len() == 4 {
+        if of_trace(&spans, replay).len() == 1 && of_trace(&spans, fresh).len() == 5 {
             break spans;
         }
         assert!(started.elapsed() < LIMIT, "spans received: {spans:#?}");
@@ -779,6 +783,16 @@ fn the_gateways_spans_reach_an_otlp_receiver_in_the_hosts_trace_and_hold_no_secr
     assert_eq!(received.len(), 1, "the replay sent the upstream nothing: {received:?}");
     let expected = format!("00-{fresh}-{}-01", execute["span_id"].as_str().unwrap());
     assert_eq!(received[0]["traceparent"], expected);
+    // The upstream's own span of the call (the official Python SDK's, exported by the
+    // upstream's process), the `execute` span's child: host → ledger → upstream.
+    let served: Vec<&Value> = spans.iter().filter(|span| span["service"] == "payments").collect();
+    assert_eq!(served.len(), 1, "one upstream span, none for the replay: {served:#?}");
+    assert_eq!(served[0]["name"], "tools/call create_payment");
+    assert_eq!(served[0]["kind"], "SPAN_KIND_SERVER");
+    assert_eq!(
+        (&served[0]["trace_id"], &served[0]["parent_span_id"]),
+        (&json!(fresh), &execute["span_id"])
+    );
 
     let replayed = of_trace(&spans, replay);
     assert_eq!(replayed[0]["attributes"]["toolledger.decision"], "replay");

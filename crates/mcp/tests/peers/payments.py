@@ -49,6 +49,12 @@ lists the read-only tools the official conformance suite calls to see a server a
 
 ``PAYMENTS_LIE=1`` makes ``tools/list`` advertise an output schema for
 ``create_payment`` that requires a ``receipt_url`` the real result never has.
+
+With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (the variable the OpenTelemetry SDK reads),
+each ``create_payment`` is a ``SERVER`` span of the official Python SDK, named
+``tools/call create_payment``, a child of the W3C context in the request's ``_meta``,
+exported over OTLP/HTTP as it ends (service ``payments``): the upstream's own span of a
+call, in its caller's trace.
 """
 
 from __future__ import annotations
@@ -346,6 +352,42 @@ async def meet() -> None:
     MEETING["inside"] -= 1
 
 
+def server_tracer() -> Any:
+    """The SDK's tracer exporting to ``OTEL_EXPORTER_OTLP_ENDPOINT`` as each span ends,
+    or ``None`` when the variable is unset."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "payments"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+    return provider.get_tracer("payments")
+
+
+TRACER = server_tracer()
+
+
+def server_span(tool: str, meta: Any) -> Any:
+    """The upstream's span of one call, a child of the context in ``_meta``; a no-op
+    context when nothing is exported."""
+    if TRACER is None:
+        import contextlib
+
+        return contextlib.nullcontext()
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract(
+        {key: meta[key] for key in ("traceparent", "tracestate") if isinstance(meta.get(key), str)}
+    )
+    return TRACER.start_as_current_span(
+        f"tools/call {tool}", context=parent, kind=SpanKind.SERVER
+    )
+
+
 def record_trace(tool: str, args: dict[str, Any], meta: Any) -> None:
     """Append the W3C trace context the request's ``_meta`` carried (``traceparent``,
     ``tracestate``; null when absent) to ``$PAYMENTS_STATE.traces``, one JSON line per
@@ -539,7 +581,8 @@ def build_server(conn: sqlite3.Connection) -> Server[Any]:
         if params.name in ("create_payment", "get_payment_by_key"):
             record_trace(params.name, args, params.meta or {})
         if params.name == "create_payment":
-            return await create_payment(conn, args, ctx)
+            with server_span(params.name, params.meta or {}):
+                return await create_payment(conn, args, ctx)
         if params.name == "get_payment_by_key":
             return get_payment_by_key(conn, args)
         return list_payments(conn)
