@@ -1701,6 +1701,11 @@ fn tools_as_data(
 /// warmed file, alternating in batches of 25; replay: one ledger a side of `ops`
 /// operations, `20 × ops` replays a round alternating in batches of 100. Medians.
 #[cfg(feature = "otel")]
+/// Replays in one turn of the traces rows: the SDK batch processor's own export batch
+/// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512 by default), so each turn's flush exports what
+/// the processor would have exported at once, rather than a fraction of it.
+const REPLAY_TURN: usize = 512;
+
 fn traces_on_off(
     work: &Work,
     cases: &Cases,
@@ -1788,7 +1793,7 @@ fn traces_on_off(
     }
     let (mut on_replay, mut off_replay) = (Vec::new(), Vec::new());
     for _ in 0..settings.rounds {
-        let (on, off) = turns(settings.ops * 20, 100, &mut |on, index| {
+        let (on, off) = turns(settings.ops * 20, REPLAY_TURN, &mut |on, index| {
             let ledger = if on { &on_ledger } else { &off_ledger };
             let replayed = call(ledger, &prepared[index % keys]);
             assert!(matches!(replayed, toolledger::Outcome::Replayed(_)));
