@@ -1693,19 +1693,21 @@ fn tools_as_data(
     put("door_admit_vs_clone", json!(door / clone));
 }
 
+/// Replays in one turn of the traces rows: the SDK batch processor's own export batch
+/// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512 by default), so each turn's flush exports what
+/// the processor would have exported at once, rather than a fraction of it.
+#[cfg(feature = "otel")]
+const REPLAY_TURN: usize = 512;
+
 /// Calls through the facade's `Ledger` (`dispatch_loaded` of the report's cases, on the
 /// simulation) with its spans on against off: on, a provider of the OpenTelemetry SDK
 /// whose batch processor exports every span (to its in-memory exporter), flushed at the
 /// end of each of its batches so the export is timed with the calls that made it; off,
 /// no provider (the API's no-op). Fresh: `2 × rounds` rounds, each side on its own new,
 /// warmed file, alternating in batches of 25; replay: one ledger a side of `ops`
-/// operations, `20 × ops` replays a round alternating in batches of 100. Medians.
+/// operations, `20 × ops` replays a round alternating in turns of [`REPLAY_TURN`].
+/// Medians.
 #[cfg(feature = "otel")]
-/// Replays in one turn of the traces rows: the SDK batch processor's own export batch
-/// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512 by default), so each turn's flush exports what
-/// the processor would have exported at once, rather than a fraction of it.
-const REPLAY_TURN: usize = 512;
-
 fn traces_on_off(
     work: &Work,
     cases: &Cases,

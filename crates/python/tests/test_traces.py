@@ -22,6 +22,12 @@ SECRET_PAYER = "payer-5f3a9c"
 ARGS = {"payer": SECRET_PAYER, "amount_minor": 98765432, "currency": "EUR"}
 MODEL_CALL = tl.ModelCall("openai", "responses", "openai-responses-2026-05", "resp-1", "call-1")
 
+# The one tool the tests define in Python: it sends an email.
+EMAIL_INPUT = {"type": "object", "properties": {"to": {"type": "string"}},
+               "required": ["to"], "additionalProperties": False}
+EMAIL_OUTPUT = {"type": "object", "properties": {"sent": {"type": "boolean"}},
+                "required": ["sent"], "additionalProperties": False}
+
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
 _PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
@@ -93,12 +99,7 @@ def test_a_tools_own_spans_are_children_of_the_calls_span(sqlite_location, spans
     with tl.Ledger.open(sqlite_location, tenant="acme", subject="user-1") as ledger:
         tracer = trace.get_tracer("tool")
 
-        @ledger.tool(
-            input_schema={"type": "object", "properties": {"to": {"type": "string"}},
-                          "required": ["to"], "additionalProperties": False},
-            output_schema={"type": "object", "properties": {"sent": {"type": "boolean"}},
-                           "required": ["sent"], "additionalProperties": False},
-        )
+        @ledger.tool(input_schema=EMAIL_INPUT, output_schema=EMAIL_OUTPUT)
         def send_email(to):
             "Send one email."
             with tracer.start_as_current_span("smtp send"):
@@ -169,18 +170,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 import toolledger as tl
 
+INPUT, OUTPUT = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 ledger = tl.Ledger.open(os.path.join(tempfile.mkdtemp(), "l.sqlite3"), tenant="acme", subject="u-1")
 
-@ledger.tool(
-    input_schema={"type": "object", "properties": {"to": {"type": "string"}},
-                  "required": ["to"], "additionalProperties": False},
-    output_schema={"type": "object", "properties": {"sent": {"type": "boolean"}},
-                   "required": ["sent"], "additionalProperties": False},
-)
+@ledger.tool(input_schema=INPUT, output_schema=OUTPUT)
 def send_email(to):
     "Send one email."
     return {"sent": True}
@@ -221,7 +218,7 @@ def test_the_ledgers_own_steps_are_exported_under_the_hosts_tool_span(tmp_path):
             "OTEL_SERVICE_NAME": "python-host",
         }
         child = subprocess.run(
-            [sys.executable, "-c", EXPORTING_HOST],
+            [sys.executable, "-c", EXPORTING_HOST, json.dumps(EMAIL_INPUT), json.dumps(EMAIL_OUTPUT)],
             env=env, capture_output=True, text=True, timeout=120, check=False,
         )
         assert child.returncode == 0, child.stderr

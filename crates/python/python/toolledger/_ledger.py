@@ -162,32 +162,55 @@ def _ended(span: Any, reply: Any = None, error: BaseException | None = None) -> 
         span.set_status(_otel.Status(_otel.StatusCode.ERROR, error_type))
 
 
+class _CallSpan:
+    """The call's span, a child of the host's current one, current while the call
+    runs (so a Python tool's own spans nest under it), ended with what the call
+    answered; nothing when OpenTelemetry is not installed. ``trace`` is its W3C
+    context, handed to the ledger as the call's own span (``None`` without one)."""
+
+    def __init__(self, ledger: _toolledger.Ledger, purpose: str, call: Call | None) -> None:
+        self._started = None
+        self.span: Any = None
+        self.trace: tuple[str, str] | None = None
+        if _otel is not None:
+            name, attributes = _span_of(ledger, purpose, call)
+            self._started = _otel.get_tracer("toolledger").start_as_current_span(
+                name,
+                kind=_otel.SpanKind.INTERNAL,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+
+    def __enter__(self) -> "_CallSpan":
+        if self._started is not None:
+            self.span = self._started.__enter__()
+            self.trace = _handed()
+        return self
+
+    def answered(self, reply: Any) -> Any:
+        """``reply``, recorded on the span."""
+        if self.span is not None:
+            _ended(self.span, reply)
+        return reply
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        if self._started is None:
+            return
+        if error is not None:
+            _ended(self.span, error=error)
+        self._started.__exit__(kind, error, tb)
+
+
 def _traced(
     ledger: _toolledger.Ledger,
     purpose: str,
     call: Call | None,
     work: Callable[[tuple[str, str] | None], Any],
 ) -> Any:
-    """``work`` under the call's span, a child of the host's current one, when
-    OpenTelemetry is installed; ``work(None)`` when it is not."""
-    if _otel is None:
-        return work(None)
-    name, attributes = _span_of(ledger, purpose, call)
-    tracer = _otel.get_tracer("toolledger")
-    with tracer.start_as_current_span(
-        name,
-        kind=_otel.SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            reply = work(_handed())
-        except BaseException as error:
-            _ended(span, error=error)
-            raise
-        _ended(span, reply)
-        return reply
+    """``work`` under the call's span (:class:`_CallSpan`)."""
+    with _CallSpan(ledger, purpose, call) as span:
+        return span.answered(work(span.trace))
 
 
 async def _atraced(
@@ -198,24 +221,8 @@ async def _atraced(
 ) -> Any:
     """:func:`_traced`, for an awaited call: the span is current in this coroutine's
     context, which the call's threads run in."""
-    if _otel is None:
-        return await work(None)
-    name, attributes = _span_of(ledger, purpose, call)
-    tracer = _otel.get_tracer("toolledger")
-    with tracer.start_as_current_span(
-        name,
-        kind=_otel.SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            reply = await work(_handed())
-        except BaseException as error:
-            _ended(span, error=error)
-            raise
-        _ended(span, reply)
-        return reply
+    with _CallSpan(ledger, purpose, call) as span:
+        return span.answered(await work(span.trace))
 
 
 _Base = _toolledger.Ledger

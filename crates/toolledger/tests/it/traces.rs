@@ -131,22 +131,28 @@ impl Downstream for Pays {
     }
 }
 
-fn ledger(dir: &TempDir) -> Ledger<Pays, NoRoles> {
-    let pays = Pays {
+/// A payment service that has performed nothing yet.
+fn pays() -> Pays {
+    Pays {
         identity: DownstreamIdentity::new("payments", "1").unwrap(),
         performed: Mutex::default(),
         loses_answers: AtomicBool::new(false),
-    };
-    Ledger::builder(dir.join("ledger.sqlite3"))
-        .tool(crate::many::pay())
-        .open(pays, NoRoles)
-        .unwrap()
+    }
+}
+
+fn ledger(dir: &TempDir) -> Ledger<Pays, NoRoles> {
+    ledger_at(dir, "ledger.sqlite3")
 }
 
 fn paying(amount: u64, call_id: &str) -> Call {
+    paying_with(SECRET_KEY, amount, call_id)
+}
+
+/// A payment of `amount` under `key`, from the model's call `call_id`.
+fn paying_with(key: &str, amount: u64, call_id: &str) -> Call {
     Call::new("pay", json!({"amount_minor": amount}))
         .principal("acme", "user-1")
-        .idempotency_key(SECRET_KEY)
+        .idempotency_key(key)
         .model_call(ModelCall::new(
             "openai",
             "responses",
@@ -752,28 +758,13 @@ fn a_relay_pass_is_a_trace_of_its_own_linked_to_each_caller_and_an_idle_one_make
     let ledger = ledger(&dir);
     let mut callers = Vec::new();
     for (key, call_id) in [("key-r1", "call-r1"), ("key-r2", "call-r2")] {
-        let call = Call::new("pay", json!({"amount_minor": 5}))
-            .principal("acme", "user-1")
-            .idempotency_key(key)
-            .model_call(ModelCall::new(
-                "openai",
-                "responses",
-                "openai-responses-2026-05",
-                "r",
-                call_id,
-            ));
+        let call = paying_with(key, 5, call_id);
         let spans = traced(|| assert!(ledger.enqueue(&call).unwrap().status_ref().is_some()));
         callers.push(tree(&spans).1.clone());
     }
     let relay = || {
         toolledger::Relay::new(dir.join("ledger.sqlite3")).tool(crate::many::pay()).run(
-            || {
-                Ok(Pays {
-                    identity: DownstreamIdentity::new("payments", "1").unwrap(),
-                    performed: Mutex::default(),
-                    loses_answers: AtomicBool::new(false),
-                })
-            },
+            || Ok(pays()),
             || NoRoles,
             &serde_json::Value::Null,
             toolledger::Until::Drained,
@@ -815,16 +806,11 @@ fn a_relay_pass_is_a_trace_of_its_own_linked_to_each_caller_and_an_idle_one_make
 #[test]
 fn the_arguments_result_and_principal_are_recorded_only_when_the_operator_opts_in() {
     let dir = TempDir::new("traces-capture");
-    let pays = Pays {
-        identity: DownstreamIdentity::new("payments", "1").unwrap(),
-        performed: Mutex::default(),
-        loses_answers: AtomicBool::new(false),
-    };
     let capture = toolledger::Capture { content: true, principal: true };
     let ledger = Ledger::builder(dir.join("ledger.sqlite3"))
         .tool(crate::many::pay())
         .capture_in_spans(capture)
-        .open(pays, NoRoles)
+        .open(pays(), NoRoles)
         .unwrap();
     let spans = traced(|| {
         assert!(ledger.dispatch(&paying(SECRET_AMOUNT, "call-1")).unwrap().outcome().is_done());
@@ -861,10 +847,5 @@ fn the_arguments_result_and_principal_are_recorded_only_when_the_operator_opts_i
 }
 
 fn ledger_at(dir: &TempDir, file: &str) -> Ledger<Pays, NoRoles> {
-    let pays = Pays {
-        identity: DownstreamIdentity::new("payments", "1").unwrap(),
-        performed: Mutex::default(),
-        loses_answers: AtomicBool::new(false),
-    };
-    Ledger::builder(dir.join(file)).tool(crate::many::pay()).open(pays, NoRoles).unwrap()
+    Ledger::builder(dir.join(file)).tool(crate::many::pay()).open(pays(), NoRoles).unwrap()
 }
